@@ -1,0 +1,18 @@
+// Shared vitest settings. When KVROUTE_TEST_REPORT_DIR is set (CI does), each package
+// also writes a JSON report there, which .ci/sum-results.mjs adds up into one
+// "N passed, N failed" line across packages.
+import { basename, join } from 'node:path';
+import { defineConfig } from 'vitest/config';
+
+export function packageConfig(dir: string, overrides: { testTimeout?: number } = {}) {
+  const reportDir = process.env.KVROUTE_TEST_REPORT_DIR;
+  const name = basename(dir);
+  return defineConfig({
+    test: {
+      include: ['test/**/*.test.ts'],
+      testTimeout: overrides.testTimeout ?? 20_000,
+      reporters: reportDir ? ['default', 'json'] : ['default'],
+      outputFile: reportDir ? { json: join(reportDir, `vitest-${name}.json`) } : undefined,
+    },
+  });
+}
