@@ -1,0 +1,50 @@
+export {
+  badGateway,
+  badRequest,
+  contextLengthExceeded,
+  type ErrorOptions,
+  errorTypeForStatus,
+  forbidden,
+  gatewayTimeout,
+  internalError,
+  isProtocolError,
+  notFound,
+  type OpenAIErrorBody,
+  openAIErrorBody,
+  ProtocolError,
+  payloadTooLarge,
+  routeNotFound,
+  serviceUnavailable,
+} from './errors.ts';
+export {
+  type HeaderSource,
+  RANK_HEADER,
+  ROUTING_KEY_HEADERS,
+  type RoutingHints,
+  routedRankFromHeaders,
+  routingHints,
+  routingKeyFromHeaders,
+} from './headers.ts';
+export {
+  type ChatContentPart,
+  type ChatMessage,
+  DEFAULT_MAX_TOKENS,
+  isPlainObject,
+  kindForPath,
+  type ParsedRequest,
+  type PromptSource,
+  parseChatCompletionRequest,
+  parseCompletionRequest,
+  parseGenerateRequest,
+  parseJsonBody,
+  parseRequest,
+  type RequestKind,
+} from './parse.ts';
+export { buildRouteRequest, type ProtocolRouteRequest } from './route-request.ts';
+export { approximateTokenIds, canonicalChatText, messageText } from './routing-text.ts';
+export {
+  approximateTokenizer,
+  createRoutingTokenizer,
+  type RoutingTokenizer,
+  type RoutingTokenizerOptions,
+} from './tokenizer.ts';

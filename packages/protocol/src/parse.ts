@@ -1,0 +1,352 @@
+// Parse and validate request bodies into one normalized shape. Validation is
+// deliberately shallow beyond what routing and the mock worker need: the router
+// forwards the raw body, so fields we do not read pass through untouched, but
+// every field we do read is checked and a wrong one gets a 400 naming it.
+import { badRequest } from './errors.ts';
+
+export type RequestKind = 'chat' | 'completion' | 'generate';
+
+export interface ChatContentPart {
+  type: string;
+  text?: string;
+  [key: string]: unknown;
+}
+
+export interface ChatMessage {
+  role: string;
+  content?: string | ChatContentPart[] | null;
+  tool_calls?: unknown[];
+  [key: string]: unknown;
+}
+
+/** Where the prompt comes from; the routing tokenizer turns it into token ids. */
+export type PromptSource =
+  | { type: 'chat'; messages: ChatMessage[]; tools?: unknown[] }
+  | { type: 'text'; text: string }
+  | { type: 'ids'; ids: number[] };
+
+export interface ParsedRequest {
+  kind: RequestKind;
+  stream: boolean;
+  /** OpenAI `stream_options.include_usage`; kvroute workers send usage in the last chunk regardless. */
+  includeUsage: boolean;
+  /**
+   * Output token limit the client asked for: chat `max_completion_tokens` (else `max_tokens`),
+   * completions `max_tokens`, generate `sampling_params.max_new_tokens`. Undefined when absent:
+   * the host applies its default (see DEFAULT_MAX_TOKENS).
+   */
+  maxTokens?: number;
+  model?: string;
+  temperature?: number;
+  prompt: PromptSource;
+  /** Body `routing_key` (headers are read separately, see headers.ts). */
+  routingKey?: string;
+  /** Body `routed_dp_rank`. */
+  routedRank?: number;
+  /** Body `bootstrap_room`. */
+  bootstrapRoom?: number;
+  /** SGLang request id (`rid`, /generate only). */
+  rid?: string;
+  /** The parsed JSON body as received, for proxying. */
+  body: Record<string, unknown>;
+}
+
+/** Engine defaults when the client gives no limit: OpenAI completions 16, SGLang 128; chat has no
+ * fixed limit in OpenAI, SGLang uses the remaining context, we use 128 for accounting. */
+export const DEFAULT_MAX_TOKENS: Readonly<Record<RequestKind, number>> = {
+  chat: 128,
+  completion: 16,
+  generate: 128,
+};
+
+const PATH_KINDS: Readonly<Record<string, RequestKind>> = {
+  '/v1/chat/completions': 'chat',
+  '/v1/completions': 'completion',
+  '/generate': 'generate',
+};
+
+/** The request kind served at a URL path (query string ignored), or undefined. */
+export function kindForPath(path: string): RequestKind | undefined {
+  const q = path.indexOf('?');
+  return PATH_KINDS[q === -1 ? path : path.slice(0, q)];
+}
+
+/** JSON text to an object body; 400 `invalid_json` / `invalid_body` otherwise. */
+export function parseJsonBody(raw: string | Uint8Array): Record<string, unknown> {
+  const text = typeof raw === 'string' ? raw : Buffer.from(raw).toString('utf8');
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    throw badRequest(`Request body is not valid JSON: ${(err as Error).message}`, {
+      code: 'invalid_json',
+    });
+  }
+  return requireObjectBody(value);
+}
+
+function requireObjectBody(value: unknown): Record<string, unknown> {
+  if (!isPlainObject(value)) {
+    throw badRequest(`Request body must be a JSON object, got ${describe(value)}`, {
+      code: 'invalid_body',
+    });
+  }
+  return value;
+}
+
+export function parseRequest(kind: RequestKind, body: unknown): ParsedRequest {
+  switch (kind) {
+    case 'chat':
+      return parseChatCompletionRequest(body);
+    case 'completion':
+      return parseCompletionRequest(body);
+    case 'generate':
+      return parseGenerateRequest(body);
+  }
+}
+
+export function parseChatCompletionRequest(input: unknown): ParsedRequest {
+  const body = requireObjectBody(input);
+  const messages = body.messages;
+  if (messages === undefined) throw missing('messages');
+  if (!Array.isArray(messages)) throw wrongType('messages', 'an array', messages);
+  if (messages.length === 0) {
+    throw badRequest("'messages' must contain at least one message", {
+      param: 'messages',
+      code: 'invalid_value',
+    });
+  }
+  messages.forEach(checkMessage);
+  let tools: unknown[] | undefined;
+  if (body.tools !== undefined && body.tools !== null) {
+    if (!Array.isArray(body.tools)) throw wrongType('tools', 'an array', body.tools);
+    body.tools.forEach((tool, i) => {
+      if (!isPlainObject(tool)) throw wrongType(`tools[${i}]`, 'an object', tool);
+    });
+    tools = body.tools;
+  }
+  const maxCompletion = optionalInt(body, 'max_completion_tokens', 1);
+  const maxTokens = optionalInt(body, 'max_tokens', 1);
+  return {
+    kind: 'chat',
+    ...common(body),
+    maxTokens: maxCompletion ?? maxTokens,
+    prompt: { type: 'chat', messages: messages as ChatMessage[], ...(tools ? { tools } : {}) },
+  };
+}
+
+export function parseCompletionRequest(input: unknown): ParsedRequest {
+  const body = requireObjectBody(input);
+  const prompt = body.prompt;
+  if (prompt === undefined || prompt === null) throw missing('prompt');
+  return {
+    kind: 'completion',
+    ...common(body),
+    maxTokens: optionalInt(body, 'max_tokens', 0),
+    prompt: completionPrompt(prompt),
+  };
+}
+
+export function parseGenerateRequest(input: unknown): ParsedRequest {
+  const body = requireObjectBody(input);
+  const { text, input_ids: inputIds } = body;
+  let prompt: PromptSource;
+  if (inputIds !== undefined && inputIds !== null) {
+    if (text !== undefined && text !== null) {
+      throw badRequest("Give either 'text' or 'input_ids', not both", {
+        param: 'input_ids',
+        code: 'invalid_value',
+      });
+    }
+    prompt = { type: 'ids', ids: tokenIds('input_ids', inputIds) };
+  } else if (text !== undefined && text !== null) {
+    if (typeof text !== 'string') {
+      throw wrongType('text', 'a string (batched /generate requests are not supported)', text);
+    }
+    prompt = { type: 'text', text };
+  } else {
+    throw badRequest("Missing required parameter: one of 'text' or 'input_ids'", {
+      param: 'text',
+      code: 'missing_required_parameter',
+    });
+  }
+  let maxTokens: number | undefined;
+  let temperature: number | undefined;
+  const sp = body.sampling_params;
+  if (sp !== undefined && sp !== null) {
+    if (!isPlainObject(sp)) throw wrongType('sampling_params', 'an object', sp);
+    maxTokens = optionalInt(sp, 'max_new_tokens', 0, 'sampling_params.max_new_tokens');
+    temperature = optionalNumber(sp, 'temperature', 'sampling_params.temperature');
+  }
+  const parsed: ParsedRequest = {
+    kind: 'generate',
+    ...common(body),
+    maxTokens,
+    prompt,
+  };
+  if (temperature !== undefined) parsed.temperature = temperature;
+  if (body.rid !== undefined && body.rid !== null) {
+    if (typeof body.rid !== 'string') throw wrongType('rid', 'a string', body.rid);
+    parsed.rid = body.rid;
+  }
+  return parsed;
+}
+
+type Common = Omit<ParsedRequest, 'kind' | 'prompt' | 'maxTokens'>;
+
+function common(body: Record<string, unknown>): Common {
+  const out: Common = { stream: false, includeUsage: false, body };
+  if (body.stream !== undefined && body.stream !== null) {
+    if (typeof body.stream !== 'boolean') throw wrongType('stream', 'a boolean', body.stream);
+    out.stream = body.stream;
+  }
+  const so = body.stream_options;
+  if (so !== undefined && so !== null) {
+    if (!isPlainObject(so)) throw wrongType('stream_options', 'an object', so);
+    if (so.include_usage !== undefined && so.include_usage !== null) {
+      if (typeof so.include_usage !== 'boolean') {
+        throw wrongType('stream_options.include_usage', 'a boolean', so.include_usage);
+      }
+      out.includeUsage = so.include_usage;
+    }
+  }
+  if (body.model !== undefined && body.model !== null) {
+    if (typeof body.model !== 'string') throw wrongType('model', 'a string', body.model);
+    out.model = body.model;
+  }
+  const temperature = optionalNumber(body, 'temperature');
+  if (temperature !== undefined) out.temperature = temperature;
+  if (body.routing_key !== undefined && body.routing_key !== null) {
+    if (typeof body.routing_key !== 'string') {
+      throw wrongType('routing_key', 'a string', body.routing_key);
+    }
+    out.routingKey = body.routing_key;
+  }
+  const routedRank = optionalInt(body, 'routed_dp_rank', 0);
+  if (routedRank !== undefined) out.routedRank = routedRank;
+  const room = optionalInt(body, 'bootstrap_room', 0);
+  if (room !== undefined) out.bootstrapRoom = room;
+  return out;
+}
+
+function checkMessage(msg: unknown, i: number): void {
+  const at = `messages[${i}]`;
+  if (!isPlainObject(msg)) throw wrongType(at, 'an object', msg);
+  if (msg.role === undefined) throw missing(`${at}.role`);
+  if (typeof msg.role !== 'string' || msg.role === '') {
+    throw wrongType(`${at}.role`, 'a non-empty string', msg.role);
+  }
+  const content = msg.content;
+  if (Array.isArray(content)) {
+    content.forEach((part, j) => {
+      const pat = `${at}.content[${j}]`;
+      if (!isPlainObject(part)) throw wrongType(pat, 'an object', part);
+      if (typeof part.type !== 'string') throw wrongType(`${pat}.type`, 'a string', part.type);
+      if (part.type === 'text' && typeof part.text !== 'string') {
+        throw wrongType(`${pat}.text`, 'a string', part.text);
+      }
+    });
+  } else if (content !== undefined && content !== null && typeof content !== 'string') {
+    throw wrongType(`${at}.content`, 'a string, an array of content parts or null', content);
+  }
+  if (msg.tool_calls !== undefined && msg.tool_calls !== null && !Array.isArray(msg.tool_calls)) {
+    throw wrongType(`${at}.tool_calls`, 'an array', msg.tool_calls);
+  }
+}
+
+function completionPrompt(prompt: unknown): PromptSource {
+  if (typeof prompt === 'string') return { type: 'text', text: prompt };
+  if (!Array.isArray(prompt)) {
+    throw wrongType('prompt', 'a string or an array of token ids', prompt);
+  }
+  // OpenAI also accepts a batch (array of strings or of id arrays); one-element batches are
+  // unwrapped, larger ones rejected because one HTTP request is routed to one rank.
+  if (prompt.length > 0 && prompt.every((p) => typeof p === 'number')) {
+    return { type: 'ids', ids: tokenIds('prompt', prompt) };
+  }
+  if (prompt.length === 1) {
+    const only = prompt[0];
+    if (typeof only === 'string') return { type: 'text', text: only };
+    if (Array.isArray(only)) return { type: 'ids', ids: tokenIds('prompt[0]', only) };
+  }
+  if (prompt.length === 0) {
+    throw badRequest("'prompt' must not be an empty array", {
+      param: 'prompt',
+      code: 'invalid_value',
+    });
+  }
+  throw badRequest(
+    "'prompt' must be a string or an array of token ids (batches of several prompts are not supported)",
+    { param: 'prompt', code: 'invalid_value' },
+  );
+}
+
+function tokenIds(param: string, value: unknown): number[] {
+  if (!Array.isArray(value)) throw wrongType(param, 'an array of token ids', value);
+  for (let i = 0; i < value.length; i++) {
+    const v = value[i];
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > 0xffffffff) {
+      throw badRequest(
+        `'${param}[${i}]' must be an integer token id in [0, 4294967295], got ${describe(v)}`,
+        { param: `${param}[${i}]`, code: 'invalid_type' },
+      );
+    }
+  }
+  return value as number[];
+}
+
+function optionalInt(
+  obj: Record<string, unknown>,
+  key: string,
+  min: number,
+  param = key,
+): number | undefined {
+  const v = obj[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isInteger(v)) throw wrongType(param, 'an integer', v);
+  if (v < min) {
+    throw badRequest(`'${param}' must be at least ${min}, got ${v}`, {
+      param,
+      code: 'invalid_value',
+    });
+  }
+  return v;
+}
+
+function optionalNumber(
+  obj: Record<string, unknown>,
+  key: string,
+  param = key,
+): number | undefined {
+  const v = obj[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isFinite(v)) throw wrongType(param, 'a number', v);
+  return v;
+}
+
+function missing(param: string) {
+  return badRequest(`Missing required parameter: '${param}'`, {
+    param,
+    code: 'missing_required_parameter',
+  });
+}
+
+function wrongType(param: string, expected: string, got: unknown) {
+  return badRequest(`'${param}' must be ${expected}, got ${describe(got)}`, {
+    param,
+    code: 'invalid_type',
+  });
+}
+
+function describe(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'an array';
+  if (typeof v === 'string')
+    return `a string (${JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}...` : v)})`;
+  if (typeof v === 'object') return 'an object';
+  return `${typeof v} ${String(v)}`;
+}
+
+export function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}

@@ -1,0 +1,31 @@
+// The bridge from an HTTP request to the policy's RouteRequest. Declared structurally here
+// (same field names as @kvroute/policy's RouteRequest) so this package needs no policy import.
+import { type HeaderSource, routingHints } from './headers.ts';
+import { DEFAULT_MAX_TOKENS, type ParsedRequest } from './parse.ts';
+import type { RoutingTokenizer } from './tokenizer.ts';
+
+export interface ProtocolRouteRequest {
+  inputIds: Uint32Array;
+  routingKey?: string;
+  routedRank?: number;
+  bootstrapRoom?: number;
+  /** Output tokens for load accounting: the client's limit or DEFAULT_MAX_TOKENS[kind]. */
+  maxTokens: number;
+}
+
+/** Tokenizes the prompt and merges header/body routing hints (headers win). */
+export function buildRouteRequest(
+  parsed: ParsedRequest,
+  tokenizer: RoutingTokenizer,
+  headers: HeaderSource = {},
+): ProtocolRouteRequest {
+  const hints = routingHints(parsed, headers);
+  const out: ProtocolRouteRequest = {
+    inputIds: tokenizer.encodePrompt(parsed.prompt),
+    maxTokens: parsed.maxTokens ?? DEFAULT_MAX_TOKENS[parsed.kind],
+  };
+  if (hints.routingKey !== undefined) out.routingKey = hints.routingKey;
+  if (hints.routedRank !== undefined) out.routedRank = hints.routedRank;
+  if (hints.bootstrapRoom !== undefined) out.bootstrapRoom = hints.bootstrapRoom;
+  return out;
+}

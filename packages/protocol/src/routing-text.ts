@@ -1,0 +1,59 @@
+// The canonical serialization of a chat request for the approximate routing tokenizer
+// (spec S-3). It only has to be stable and prefix-preserving: a later turn of the same
+// conversation must serialize to an extension of the earlier turn's text, so the
+// earlier turn's token windows are a prefix of the later one's. The Python GPU worker
+// reimplements this byte for byte; test/fixtures/routing-tokenizer.json pins it.
+import type { ChatContentPart, ChatMessage } from './parse.ts';
+
+/** A message's text: string content, or its `text` parts joined with "\n"; null/missing -> "". */
+export function messageText(content: ChatMessage['content']): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  const texts: string[] = [];
+  for (const part of content as ChatContentPart[]) {
+    if (part && part.type === 'text' && typeof part.text === 'string') texts.push(part.text);
+  }
+  return texts.join('\n');
+}
+
+/**
+ * tools, then each message as role + text (+ tool_calls), then the generation prompt:
+ *
+ *   <|tools|>\n{JSON tools}\n          (only if tools is a non-empty array)
+ *   <|{role}|>\n{text}\n               (each message)
+ *   <|tool_calls|>{JSON tool_calls}\n  (after a message that has tool_calls)
+ *   <|assistant|>\n
+ */
+export function canonicalChatText(messages: readonly ChatMessage[], tools?: unknown): string {
+  let out = '';
+  if (Array.isArray(tools) && tools.length > 0) out += `<|tools|>\n${JSON.stringify(tools)}\n`;
+  for (const msg of messages) {
+    out += `<|${msg.role}|>\n${messageText(msg.content)}\n`;
+    if (msg.tool_calls !== undefined && msg.tool_calls !== null) {
+      out += `<|tool_calls|>${JSON.stringify(msg.tool_calls)}\n`;
+    }
+  }
+  return `${out}<|assistant|>\n`;
+}
+
+const encoder = new TextEncoder();
+
+/**
+ * The approximate tokenizer: UTF-8 bytes in groups of 4, each group read as a
+ * little-endian uint32, the last group zero-padded. Any byte change moves at most one
+ * pseudo-token, and a text that extends another yields ids that extend the other's
+ * (except the shorter text's zero-padded last group), which is what prefix routing needs.
+ */
+export function approximateTokenIds(text: string): Uint32Array {
+  const bytes = encoder.encode(text);
+  const n = Math.ceil(bytes.length / 4);
+  const ids = new Uint32Array(n);
+  for (let i = 0; i < n; i++) {
+    const o = i * 4;
+    // `?? 0` zero-pads the last group.
+    ids[i] =
+      ((bytes[o] ?? 0) | ((bytes[o + 1] ?? 0) << 8) | ((bytes[o + 2] ?? 0) << 16)) +
+      (bytes[o + 3] ?? 0) * 0x1000000;
+  }
+  return ids;
+}
