@@ -56,3 +56,39 @@ export interface DispatchContext {
   /** Host time in milliseconds (simulated or wall); used for TTLs. Defaults to 0. */
   nowMs?: number;
 }
+
+/** What a method sees for one decision. Valid only during the call: hosts' arrays are not copied. */
+export interface MethodContext {
+  request: RouteRequest;
+  /** All ranks, indexed by rank number; `ranks.length` is the rank count (dp_size). */
+  ranks: readonly RankState[];
+  /** The healthy ranks in rank order; never empty (the dispatcher throws NoHealthyRankError first). */
+  healthy: readonly RankState[];
+  /** Host time in milliseconds (DispatchContext.nowMs, default 0). */
+  nowMs: number;
+  /**
+   * Picks one of `candidates` (non-empty, in rank order) with a cursor that rotates per
+   * dispatcher, so equal candidates take turns instead of the lowest rank always winning.
+   */
+  tieBreak(candidates: readonly RankState[]): RankState;
+}
+
+/** A load-balance method. `select` must not mutate state; `commit` is where methods learn. */
+export interface Method {
+  readonly name: string;
+  select(ctx: MethodContext): Decision;
+  /**
+   * Called with the FINAL decision of every dispatch (also when an explicit routed rank or
+   * affinity overrode `select`, which may then not have been called), so stateful methods learn.
+   */
+  commit?(ctx: MethodContext, decision: Decision): void;
+  stats?(): Record<string, number>;
+}
+
+/**
+ * Builds a method from its options (already merged from the config's top level and `options`).
+ * `optionNames` lists the options it reads, so the dispatcher can reject typos.
+ */
+export type MethodFactory = ((options: Record<string, unknown>) => Method) & {
+  readonly optionNames?: readonly string[];
+};

@@ -1,0 +1,216 @@
+// The dispatcher: config parsing, precedence (routed rank > routing-key affinity > method),
+// health filtering, the rotating tie-breaker, and counters. Methods only choose.
+import {
+  type AffinityStats,
+  createAffinity,
+  type RoutingKeyAffinity,
+} from './affinity/routing-key.ts';
+import { NoHealthyRankError, PolicyConfigError, RoutedRankError } from './errors.ts';
+import { methodNames, methodRegistry } from './registry.ts';
+import type {
+  Decision,
+  DispatchContext,
+  Method,
+  MethodContext,
+  RankState,
+  RouteRequest,
+} from './types.ts';
+
+/**
+ * A plain object as a CLI or YAML gives it. Method options may sit at the top level or under
+ * `options`; `options` wins on conflict.
+ */
+export interface DispatcherConfig {
+  method: string;
+  options?: Record<string, unknown>;
+  affinity?:
+    | { kind?: 'routing_key' | 'none' | (string & {}); maxEntries?: number; ttlMs?: number }
+    | 'routing_key'
+    | 'none'
+    | boolean
+    | null;
+  [option: string]: unknown;
+}
+
+export interface DispatcherStats {
+  decisions: number;
+  /** Decisions per reason ('routed', 'affinity', 'prefix-hash', ...). */
+  reasons: Record<string, number>;
+  affinity?: AffinityStats;
+  method?: Record<string, number>;
+}
+
+export interface Dispatcher {
+  readonly method: string;
+  /** The method options as merged from the config (top level, then `options`), before defaults. */
+  readonly options: Readonly<Record<string, unknown>>;
+  dispatch(request: RouteRequest, ranks: readonly RankState[], ctx?: DispatchContext): Decision;
+  stats(): DispatcherStats;
+}
+
+const DISPATCHER_KEYS = new Set(['method', 'options', 'affinity']);
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** Merges method options and rejects names no method knows (typos), see the README. */
+function methodOptions(name: string, config: Record<string, unknown>): Record<string, unknown> {
+  const nested = config.options;
+  if (nested !== undefined && !isPlainObject(nested)) {
+    throw new PolicyConfigError(`options must be an object, got ${JSON.stringify(nested)}`);
+  }
+  const topLevel: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(config)) {
+    if (!DISPATCHER_KEYS.has(key)) topLevel[key] = value;
+  }
+  const own = methodRegistry[name]?.optionNames;
+  if (own) {
+    const anyMethod = new Set<string>();
+    for (const factory of Object.values(methodRegistry)) {
+      for (const option of factory.optionNames ?? []) anyMethod.add(option);
+    }
+    const valid = own.length > 0 ? own.join(', ') : '(none)';
+    // Top-level keys may be another method's options (a sweep or a CLI sets them for all
+    // methods); keys under `options` are meant for this method.
+    for (const key of Object.keys(topLevel)) {
+      if (!own.includes(key) && !anyMethod.has(key)) {
+        throw new PolicyConfigError(`${name}: unknown option '${key}'; valid options: ${valid}`);
+      }
+    }
+    for (const key of Object.keys(nested ?? {})) {
+      if (!own.includes(key)) {
+        throw new PolicyConfigError(`${name}: unknown option '${key}'; valid options: ${valid}`);
+      }
+    }
+  }
+  return { ...topLevel, ...(nested ?? {}) };
+}
+
+export function createDispatcher(config: DispatcherConfig): Dispatcher {
+  if (!isPlainObject(config)) {
+    throw new PolicyConfigError(
+      `dispatcher config must be an object like { method: 'prefix_match' }; valid methods: ${methodNames().join(', ')}`,
+    );
+  }
+  const name = config.method;
+  const factory =
+    typeof name === 'string' && Object.hasOwn(methodRegistry, name)
+      ? methodRegistry[name]
+      : undefined;
+  if (!factory) {
+    throw new PolicyConfigError(
+      `unknown method ${JSON.stringify(name)}; valid methods: ${methodNames().join(', ')}`,
+    );
+  }
+  const options = methodOptions(name as string, config);
+  const method: Method = factory(options);
+  const affinity: RoutingKeyAffinity | undefined = createAffinity(config.affinity);
+
+  let tieCursor = 0;
+  let decisions = 0;
+  const reasons = new Map<string, number>();
+
+  // Rotating tie-break: the candidate at or after the cursor (cyclically by rank number)
+  // wins, and the cursor moves past it, so a burst of equal choices cycles through the ranks.
+  const tieBreak = (candidates: readonly RankState[]): RankState => {
+    const n = mctx.ranks.length;
+    let best = candidates[0];
+    if (!best) throw new RangeError('tieBreak needs at least one candidate');
+    let bestDistance = Number.POSITIVE_INFINITY;
+    for (const c of candidates) {
+      const d = (((c.rank - tieCursor) % n) + n) % n;
+      if (d < bestDistance) {
+        bestDistance = d;
+        best = c;
+      }
+    }
+    tieCursor = (best.rank + 1) % n;
+    return best;
+  };
+
+  // Reused per call: methods must not keep it (MethodContext is valid only during the call).
+  const mctx: MethodContext = { request: {}, ranks: [], healthy: [], nowMs: 0, tieBreak };
+
+  const healthyOf = (ranks: readonly RankState[]): readonly RankState[] => {
+    let all = true;
+    for (let i = 0; i < ranks.length; i++) {
+      const r = ranks[i] as RankState;
+      if (r.rank !== i) {
+        throw new RangeError(
+          `ranks[${i}].rank must be ${i} (ranks are indexed by rank), got ${r.rank}`,
+        );
+      }
+      if (!r.healthy) all = false;
+    }
+    return all ? ranks : ranks.filter((r) => r.healthy);
+  };
+
+  const routed = (raw: unknown, ranks: readonly RankState[]): Decision => {
+    const n = ranks.length;
+    if (typeof raw !== 'number' || !Number.isInteger(raw) || raw < 0 || raw >= n) {
+      throw new RoutedRankError(
+        raw,
+        n,
+        `routed rank ${JSON.stringify(raw)} is out of range: there are ${n} ranks (valid 0..${n - 1})`,
+      );
+    }
+    if (!(ranks[raw] as RankState).healthy) {
+      throw new RoutedRankError(raw, n, `routed rank ${raw} is unhealthy`);
+    }
+    return { rank: raw, reason: 'routed' };
+  };
+
+  return {
+    method: name as string,
+    options,
+    dispatch(request, ranks, ctx) {
+      const healthy = healthyOf(ranks);
+      if (healthy.length === 0) throw new NoHealthyRankError(ranks.length);
+      const nowMs = ctx?.nowMs ?? 0;
+      mctx.request = request;
+      mctx.ranks = ranks;
+      mctx.healthy = healthy;
+      mctx.nowMs = nowMs;
+
+      let decision: Decision;
+      const key = request.routingKey;
+      if (request.routedRank !== undefined && request.routedRank !== null) {
+        decision = routed(request.routedRank, ranks);
+      } else if (affinity && key !== undefined && key !== null && key !== '') {
+        if (typeof key !== 'string') {
+          throw new TypeError(`routingKey must be a string, got ${typeof key}`);
+        }
+        const pinned = affinity.lookup(key, nowMs);
+        if (pinned !== undefined && pinned < ranks.length && (ranks[pinned] as RankState).healthy) {
+          affinity.hits++;
+          decision = { rank: pinned, reason: 'affinity' };
+        } else {
+          const placed = method.select(mctx);
+          if (pinned === undefined) {
+            affinity.misses++;
+            decision = placed;
+          } else {
+            affinity.repicks++;
+            decision = { rank: placed.rank, reason: 'affinity-repick' };
+          }
+          affinity.pin(key, placed.rank, nowMs);
+        }
+      } else {
+        decision = method.select(mctx);
+      }
+
+      method.commit?.(mctx, decision);
+      decisions++;
+      reasons.set(decision.reason, (reasons.get(decision.reason) ?? 0) + 1);
+      return decision;
+    },
+    stats() {
+      const out: DispatcherStats = { decisions, reasons: Object.fromEntries(reasons) };
+      if (affinity) out.affinity = affinity.stats();
+      const methodStats = method.stats?.();
+      if (methodStats) out.method = methodStats;
+      return out;
+    },
+  };
+}

@@ -1,0 +1,83 @@
+// Which ranks hold which prefixes, as far as the dispatcher's own decisions tell: one
+// bounded LRU set of chained window keys per rank. An approximation of each rank's radix
+// cache that needs no KV events from workers (Dynamo's indexer needs them; sglang's
+// cache_aware router keeps an approximate tree per worker the same way).
+//
+// LRU order mirrors a radix cache's leaf-first eviction: a request's windows are touched
+// deepest first, so its shorter prefixes are always the more recently used and are evicted
+// last, and a prefix that survives implies its parents survive (what the joint walk in
+// `match` relies on to stop at the first missing window).
+
+export class ChainedPrefixIndex {
+  private sets: Map<number, true>[] = [];
+  evictions = 0;
+
+  /** Number of ranks tracked; grows and shrinks with the host's rank count. */
+  resize(numRanks: number): void {
+    while (this.sets.length < numRanks) this.sets.push(new Map());
+    if (this.sets.length > numRanks) this.sets.length = numRanks;
+  }
+
+  get numRanks(): number {
+    return this.sets.length;
+  }
+
+  /** Forgets everything a rank held (it restarted, died, or was removed). */
+  clear(rank: number): void {
+    this.sets[rank]?.clear();
+  }
+
+  /** Entries (windows) held for a rank. */
+  size(rank: number): number {
+    return this.sets[rank]?.size ?? 0;
+  }
+
+  totalSize(): number {
+    let n = 0;
+    for (const s of this.sets) n += s.size;
+    return n;
+  }
+
+  /**
+   * For every rank in `ranks`, the number of leading keys it holds, written to
+   * `out[rank]` (0 for ranks not listed stays untouched; callers reset). Walks the keys once
+   * with the shrinking set of ranks still matching, so the cost is the sum of matched
+   * lengths, not ranks x keys.
+   */
+  match(keys: readonly number[], ranks: readonly number[], out: number[]): void {
+    let alive = ranks.slice();
+    for (const r of alive) out[r] = 0;
+    for (let i = 0; i < keys.length && alive.length > 0; i++) {
+      const key = keys[i] as number;
+      const next: number[] = [];
+      for (const r of alive) {
+        if (this.sets[r]?.has(key)) {
+          out[r] = i + 1;
+          next.push(r);
+        }
+      }
+      alive = next;
+    }
+  }
+
+  /**
+   * Records that `rank` now caches the prefixes `keys` (all windows of one request), keeping
+   * at most `capacity` keys for the rank (least recently used go first).
+   */
+  insert(rank: number, keys: readonly number[], capacity: number): void {
+    const set = this.sets[rank];
+    if (!set) return;
+    for (let i = keys.length - 1; i >= 0; i--) {
+      const key = keys[i] as number;
+      // delete + set moves the key to the young end of the Map's insertion order.
+      if (!set.delete(key) && set.size >= capacity) {
+        const oldest = set.keys().next();
+        if (!oldest.done) {
+          set.delete(oldest.value);
+          this.evictions++;
+        }
+      }
+      set.set(key, true);
+    }
+  }
+}

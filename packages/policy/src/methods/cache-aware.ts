@@ -1,0 +1,224 @@
+// cache_aware: route to the rank that already holds the longest prefix of the prompt,
+// unless that rank is overloaded; then to the cheapest rank that is not.
+//
+// Algorithm: the prompt's chained window keys (key i names tokens [0, (i+1) * window), up to
+// maxPrefixTokens) are matched against a per-rank LRU index of the keys of every request the
+// dispatcher sent there (learned in `commit`, also from routed/affinity decisions). With
+// L(r) = in-flight tokens of rank r, w = prompt tokens, N = healthy ranks:
+//   overloaded(r)  <=>  L(r) > (1 + epsilon) * (sum L + w) / N + slackTokens
+//   1. nothing matched anywhere (cold): the least-loaded rank ('cache-miss-least-load'),
+//      ties rotating, so cold misses spread instead of piling on one rank (sglang #32983);
+//   2. else the rank with the longest match (ties: least loaded) if not overloaded
+//      ('cache-hit', matchedTokens set);
+//   3. else, among ranks not overloaded, the least cost
+//        cost(r) = (w - matched(r)) + loadWeight * L(r)
+//      i.e. uncached prefill work plus queued work ('cache-hit-overloaded'). Another rank
+//      that also holds the prefix is then cheapest, so a hot prefix spreads over just as
+//      many ranks as its load needs.
+// The absolute slack keeps affinity when the cluster is nearly idle, where a relative bound
+// alone would call a rank with one request "overloaded" (sglang's cache_aware drops affinity
+// whenever load is uneven, sglang #32195).
+//
+// Index: one LRU set of 53-bit keys per rank, capacity = rank's kvCapacityTokens (or the
+// capacityTokens option) / window keys. A rank seen unhealthy is assumed to have lost its
+// cache (restart) and is forgotten; ranks added later start empty.
+//
+// Cost: hashing every indexed token once (~2-3 ns/token) plus a joint walk over the index
+// whose cost is the sum of matched windows over ranks; commit re-touches the windows.
+//
+// Failure modes: the index is a guess, not the worker's truth: the engine may evict sooner
+// than the LRU (other traffic, output tokens, page size) and partial last windows are not
+// indexed. Several dispatcher instances (router replicas) each learn only their own
+// decisions. Load is the host's in-flight token accounting, which counts cached prompt tokens
+// and unfinished outputs as work.
+import { chainedWindowHashes } from '../hashing/chained.ts';
+import { ChainedPrefixIndex } from '../hashing/chained-index.ts';
+import { readInt, readNumber } from '../options.ts';
+import type { Decision, Method, MethodContext, MethodFactory, RankState } from '../types.ts';
+import { leastLoaded } from './consistent-hash.ts';
+
+export interface CacheAwareOptions {
+  /** Tokens per indexed window. Default 256. */
+  window: number;
+  /** Index at most this many leading tokens of a prompt. Default 131072. */
+  maxPrefixTokens: number;
+  /** Relative overload bound over the mean in-flight tokens. Default 0.25. */
+  epsilon: number;
+  /** Absolute overload slack in tokens, so affinity survives light load. Default 16384. */
+  slackTokens: number;
+  /** Weight of queued (in-flight) tokens against uncached prefill tokens in the cost. Default 1. */
+  loadWeight: number;
+  /** Index capacity per rank in tokens when RankState.kvCapacityTokens is absent. Default 1,000,000. */
+  capacityTokens: number;
+}
+
+export const CACHE_AWARE_DEFAULTS: CacheAwareOptions = {
+  window: 256,
+  maxPrefixTokens: 131072,
+  epsilon: 0.25,
+  slackTokens: 16384,
+  loadWeight: 1,
+  capacityTokens: 1_000_000,
+};
+
+const NAME = 'cache_aware';
+
+export interface CacheAwareCore {
+  readonly window: number;
+  readonly index: ChainedPrefixIndex;
+  /** The prompt's chained keys (memoized for the request last seen). */
+  keysOf(ctx: MethodContext): readonly number[];
+  /** Matched tokens per rank number for the current keys (healthy ranks only; others 0). */
+  matchAll(ctx: MethodContext, keys: readonly number[]): number[];
+  /** Records the final decision in the index. */
+  learn(ctx: MethodContext, decision: Decision): void;
+}
+
+/** The index and hashing shared by cache-aware methods, so variants differ only in choosing. */
+export function createCacheAwareCore(
+  owner: string,
+  options: Record<string, unknown>,
+  defaults: CacheAwareOptions = CACHE_AWARE_DEFAULTS,
+): CacheAwareCore & { readonly maxPrefixTokens: number; readonly capacityTokens: number } {
+  const window = readInt(owner, options, 'window', defaults.window, 1);
+  const maxPrefixTokens = readInt(
+    owner,
+    options,
+    'maxPrefixTokens',
+    Math.max(defaults.maxPrefixTokens, window),
+    window,
+  );
+  const capacityTokens = readInt(owner, options, 'capacityTokens', defaults.capacityTokens, window);
+  const index = new ChainedPrefixIndex();
+  let lastRequest: unknown;
+  let lastIds: ArrayLike<number> | undefined;
+  let lastLength = -1;
+  const keys: number[] = [];
+  const matched: number[] = [];
+  const healthyRanks: number[] = [];
+
+  // Keeps the index in step with the host's ranks: new ranks start empty, removed ones are
+  // dropped, and a rank seen unhealthy is assumed to come back with an empty cache.
+  function sync(ctx: MethodContext): void {
+    if (index.numRanks !== ctx.ranks.length) index.resize(ctx.ranks.length);
+    for (const r of ctx.ranks) if (!r.healthy && index.size(r.rank) > 0) index.clear(r.rank);
+  }
+
+  return {
+    window,
+    index,
+    maxPrefixTokens,
+    capacityTokens,
+    keysOf(ctx) {
+      const ids = ctx.request.inputIds;
+      if (!ids || ids.length < window) {
+        keys.length = 0;
+        lastRequest = undefined;
+        return keys;
+      }
+      if (ctx.request !== lastRequest || ids !== lastIds || ids.length !== lastLength) {
+        chainedWindowHashes(ids, window, maxPrefixTokens, keys);
+        lastRequest = ctx.request;
+        lastIds = ids;
+        lastLength = ids.length;
+      }
+      return keys;
+    },
+    matchAll(ctx, k) {
+      sync(ctx);
+      healthyRanks.length = 0;
+      for (const r of ctx.healthy) healthyRanks.push(r.rank);
+      matched.length = ctx.ranks.length;
+      matched.fill(0);
+      if (k.length > 0) index.match(k, healthyRanks, matched);
+      for (let i = 0; i < matched.length; i++) matched[i] = (matched[i] as number) * window;
+      return matched;
+    },
+    learn(ctx, decision) {
+      sync(ctx);
+      const k = this.keysOf(ctx);
+      if (k.length === 0) return;
+      const state = ctx.ranks[decision.rank];
+      const capTokens = state?.kvCapacityTokens ?? capacityTokens;
+      index.insert(decision.rank, k, Math.max(1, Math.floor(capTokens / window)));
+    },
+  };
+}
+
+export const cacheAware: MethodFactory = Object.assign(
+  (options: Record<string, unknown>): Method => {
+    const core = createCacheAwareCore(NAME, options);
+    const epsilon = readNumber(NAME, options, 'epsilon', CACHE_AWARE_DEFAULTS.epsilon, 0);
+    const slackTokens = readNumber(NAME, options, 'slackTokens', CACHE_AWARE_DEFAULTS.slackTokens, 0);
+    const loadWeight = readNumber(NAME, options, 'loadWeight', CACHE_AWARE_DEFAULTS.loadWeight, 0);
+    const counts = { hits: 0, overloaded: 0, misses: 0, matchedTokens: 0 };
+    const holders: RankState[] = [];
+
+    return {
+      name: NAME,
+      select(ctx: MethodContext): Decision {
+        const keys = core.keysOf(ctx);
+        const matched = core.matchAll(ctx, keys);
+        const healthy = ctx.healthy;
+        const w = ctx.request.inputIds?.length ?? 0;
+        let total = w;
+        let best = 0;
+        for (const r of healthy) {
+          total += r.inFlightTokens;
+          const m = matched[r.rank] as number;
+          if (m > best) best = m;
+        }
+        if (best === 0) {
+          counts.misses++;
+          return { rank: leastLoaded(ctx, healthy).rank, reason: 'cache-miss-least-load' };
+        }
+        const bound = ((1 + epsilon) * total) / healthy.length + slackTokens;
+        holders.length = 0;
+        for (const r of healthy) if (matched[r.rank] === best) holders.push(r);
+        const holder = leastLoaded(ctx, holders);
+        if (holder.inFlightTokens <= bound) {
+          counts.hits++;
+          counts.matchedTokens += best;
+          return { rank: holder.rank, reason: 'cache-hit', matchedTokens: best };
+        }
+        // The holder is overloaded: cheapest of the others (uncached prefill + queued work).
+        let choice: RankState | undefined;
+        let choiceCost = Number.POSITIVE_INFINITY;
+        for (const r of healthy) {
+          if (r.inFlightTokens > bound) continue;
+          const cost = w - (matched[r.rank] as number) + loadWeight * r.inFlightTokens;
+          if (cost < choiceCost) {
+            choiceCost = cost;
+            choice = r;
+          }
+        }
+        // Unreachable while the bound is >= the mean (the least-loaded rank passes).
+        const target = choice ?? leastLoaded(ctx, healthy);
+        counts.overloaded++;
+        const m = matched[target.rank] as number;
+        counts.matchedTokens += m;
+        return { rank: target.rank, reason: 'cache-hit-overloaded', matchedTokens: m };
+      },
+      commit(ctx: MethodContext, decision: Decision): void {
+        core.learn(ctx, decision);
+      },
+      stats(): Record<string, number> {
+        return {
+          ...counts,
+          indexEntries: core.index.totalSize(),
+          indexEvictions: core.index.evictions,
+        };
+      },
+    };
+  },
+  {
+    optionNames: [
+      'window',
+      'maxPrefixTokens',
+      'epsilon',
+      'slackTokens',
+      'loadWeight',
+      'capacityTokens',
+    ] as const,
+  },
+);

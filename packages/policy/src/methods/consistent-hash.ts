@@ -1,0 +1,176 @@
+// consistent_hash: consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam
+// 2018; the scheme HAProxy and KubeAI use), on the same prefix key as prefix_match.
+//
+// Algorithm: key = the first floor(min(len, prefixLength) / window) * window tokens (the whole
+// input when shorter than one window), hashed to 53 bits. Every healthy rank gets a
+// rendezvous score hash(key, rank); the key's own order is the ranks by descending score.
+// The request goes to the first rank in that order whose load is within the bound
+//   load(rank) <= (1 + epsilon) * (totalLoad + requestLoad) / healthyRanks
+// where load is in-flight tokens (`load: 'tokens'`, the default: the host's onDispatch
+// accounting of input + max new tokens, so a 80k-token prompt weighs what it costs) or
+// in-flight requests (`load: 'requests'`, the classic unit-ball version). The least-loaded
+// rank always passes (it is at or below the mean), so the walk ends within N steps.
+// Reason 'consistent-hash' when the key's first rank took it, 'consistent-hash-overflow'
+// when it walked on (an unhealthy first rank counts as a walk too).
+//
+// Why rendezvous instead of a ring with virtual nodes: with N <= a few hundred ranks, N
+// scores per decision cost less than a ring lookup's cache misses, and the balance is exact
+// without tuning a virtual-node count. Adding one rank to N moves exactly the keys that now
+// score highest on it (~1/(N+1)); removing or losing one moves only its own keys, spread
+// over the others by each key's second choice.
+//
+// Cost: hashing the key tokens (~2-3 ns/token, at most prefixLength tokens) plus O(N) scores.
+//
+// Failure modes: load-aware, so the same key may land on different ranks as load moves
+// (its cache is then split over the ranks its walk reaches; bounded by how far the walk
+// goes). Keys on only the first prefixLength tokens: tenants that share a long system prompt
+// but differ later look like one key (KubeAI's weakness); cache_aware indexes the whole
+// prompt instead. Knows nothing about what ranks actually cache.
+
+import { PolicyConfigError } from '../errors.ts';
+import { chainedWindowHashes, rendezvousScore, stringKey } from '../hashing/chained.ts';
+import { readInt, readNumber } from '../options.ts';
+import type { Decision, Method, MethodContext, MethodFactory, RankState } from '../types.ts';
+
+export interface ConsistentHashOptions {
+  /** Tokens per window; the key is whole windows of the prefix. Default 256. */
+  window: number;
+  /** At most this many leading tokens form the key. Default 4096. */
+  prefixLength: number;
+  /** Bounded-load slack: a rank takes a key while load <= (1 + epsilon) * mean. Default 0.25. */
+  epsilon: number;
+  /** Load unit: in-flight tokens (default) or in-flight requests. */
+  load: 'tokens' | 'requests';
+}
+
+export const CONSISTENT_HASH_DEFAULTS: ConsistentHashOptions = {
+  window: 256,
+  prefixLength: 4096,
+  epsilon: 0.25,
+  load: 'tokens',
+};
+
+const NAME = 'consistent_hash';
+
+export function readLoadUnit(
+  owner: string,
+  options: Record<string, unknown>,
+): 'tokens' | 'requests' {
+  const raw = options.load ?? 'tokens';
+  if (raw !== 'tokens' && raw !== 'requests') {
+    throw new PolicyConfigError(
+      `${owner}: load must be 'tokens' or 'requests', got ${String(raw)}`,
+    );
+  }
+  return raw;
+}
+
+/** The least-loaded rank (tokens, then requests), fair tie-break among equals. */
+export function leastLoaded(ctx: MethodContext, candidates: readonly RankState[]): RankState {
+  let best: RankState[] = [];
+  let bestTokens = Number.POSITIVE_INFINITY;
+  let bestRequests = Number.POSITIVE_INFINITY;
+  for (const r of candidates) {
+    if (
+      r.inFlightTokens < bestTokens ||
+      (r.inFlightTokens === bestTokens && r.inFlightRequests < bestRequests)
+    ) {
+      best = [r];
+      bestTokens = r.inFlightTokens;
+      bestRequests = r.inFlightRequests;
+    } else if (r.inFlightTokens === bestTokens && r.inFlightRequests === bestRequests) {
+      best.push(r);
+    }
+  }
+  return best.length === 1 ? (best[0] as RankState) : ctx.tieBreak(best);
+}
+
+export const consistentHash: MethodFactory = Object.assign(
+  (options: Record<string, unknown>): Method => {
+    const window = readInt(NAME, options, 'window', CONSISTENT_HASH_DEFAULTS.window, 1);
+    const prefixLength = readInt(
+      NAME,
+      options,
+      'prefixLength',
+      Math.max(CONSISTENT_HASH_DEFAULTS.prefixLength, window),
+      window,
+    );
+    const epsilon = readNumber(NAME, options, 'epsilon', CONSISTENT_HASH_DEFAULTS.epsilon, 0);
+    const unit = readLoadUnit(NAME, options);
+    const keyScratch: number[] = [];
+    const order: number[] = [];
+    const scores: number[] = [];
+    const counts = { primary: 0, overflow: 0, noKey: 0 };
+
+    function keyOf(ctx: MethodContext): number | undefined {
+      const ids = ctx.request.inputIds;
+      if (ids && ids.length > 0) {
+        // Whole windows of the prefix, or the whole input when shorter than one window.
+        const len =
+          ids.length < window
+            ? ids.length
+            : Math.floor(Math.min(ids.length, prefixLength) / window) * window;
+        return chainedWindowHashes(ids, len, len, keyScratch)[0];
+      }
+      if (ctx.request.routingKey !== undefined) return stringKey(ctx.request.routingKey);
+      return undefined;
+    }
+
+    return {
+      name: NAME,
+      select(ctx: MethodContext): Decision {
+        const key = keyOf(ctx);
+        if (key === undefined) {
+          counts.noKey++;
+          return { rank: leastLoaded(ctx, ctx.healthy).rank, reason: 'least-tokens' };
+        }
+        const healthy = ctx.healthy;
+        const n = healthy.length;
+        const reqLoad = unit === 'tokens' ? (ctx.request.inputIds?.length ?? 0) : 1;
+        let total = reqLoad;
+        for (const r of healthy) total += unit === 'tokens' ? r.inFlightTokens : r.inFlightRequests;
+        const bound = ((1 + epsilon) * total) / n;
+
+        // The key's first choice over ALL ranks: if it is unhealthy, the request walks.
+        let firstRank = -1;
+        let firstScore = -1;
+        for (let r = 0; r < ctx.ranks.length; r++) {
+          const s = rendezvousScore(key, r);
+          if (s > firstScore) {
+            firstScore = s;
+            firstRank = r;
+          }
+        }
+        order.length = 0;
+        scores.length = 0;
+        for (let i = 0; i < n; i++) {
+          const rank = (healthy[i] as RankState).rank;
+          order.push(i);
+          scores[i] = rendezvousScore(key, rank);
+        }
+        // Descending score; ties (2^-32) by rank so every router instance agrees.
+        order.sort((a, b) => (scores[b] as number) - (scores[a] as number) || a - b);
+        for (const i of order) {
+          const r = healthy[i] as RankState;
+          const load = unit === 'tokens' ? r.inFlightTokens : r.inFlightRequests;
+          if (load <= bound) {
+            const primary = r.rank === firstRank;
+            if (primary) counts.primary++;
+            else counts.overflow++;
+            return {
+              rank: r.rank,
+              reason: primary ? 'consistent-hash' : 'consistent-hash-overflow',
+            };
+          }
+        }
+        // Unreachable while epsilon >= 0 (the least-loaded rank is <= the mean), kept total.
+        counts.overflow++;
+        return { rank: leastLoaded(ctx, healthy).rank, reason: 'consistent-hash-overflow' };
+      },
+      stats(): Record<string, number> {
+        return { ...counts };
+      },
+    };
+  },
+  { optionNames: ['window', 'prefixLength', 'epsilon', 'load'] as const },
+);
