@@ -1,0 +1,179 @@
+// Vega-lite specs for the HTML report. Data is inlined (`data.values`) so rendering
+// never touches a loader or the network. Every spec keeps the policies in the order the
+// user gave them, so colours match across charts.
+import type { TopLevelSpec } from 'vega-lite';
+import { policyLabel } from './table.ts';
+import type { PolicyReport, PolicySamples, SweepReport } from './types.ts';
+
+const WIDTH = 560;
+
+/** At most `maxPoints` (value, fraction <= value) pairs of the empirical CDF, keeping the extremes. */
+export function ecdfPoints(values: readonly number[], maxPoints = 200): { x: number; y: number }[] {
+  const sorted = [...values].filter(Number.isFinite).sort((a, b) => a - b);
+  const n = sorted.length;
+  if (n === 0) return [];
+  const step = Math.max(1, Math.ceil(n / maxPoints));
+  const out: { x: number; y: number }[] = [];
+  for (let i = 0; i < n; i += step) out.push({ x: sorted[i]!, y: (i + 1) / n });
+  if ((n - 1) % step !== 0) out.push({ x: sorted[n - 1]!, y: 1 });
+  return out;
+}
+
+export function ttftCdfSpec(
+  policies: readonly PolicyReport[],
+  samples: readonly PolicySamples[],
+): TopLevelSpec {
+  const labels = policies.map(policyLabel);
+  const values = samples.flatMap((s, i) =>
+    ecdfPoints(s.ttftMs).map((p) => ({
+      policy: labels[i] ?? s.policy,
+      ttftMs: p.x,
+      fraction: p.y,
+    })),
+  );
+  return {
+    title: 'TTFT distribution per policy (cumulative share of requests)',
+    width: WIDTH,
+    height: 260,
+    data: { values },
+    mark: { type: 'line', interpolate: 'step-after', point: values.length <= 400 },
+    encoding: {
+      x: { field: 'ttftMs', type: 'quantitative', title: 'TTFT (ms)' },
+      y: {
+        field: 'fraction',
+        type: 'quantitative',
+        title: 'share of requests',
+        axis: { format: '%' },
+      },
+      color: {
+        field: 'policy',
+        type: 'nominal',
+        scale: { domain: labels },
+        legend: { orient: 'bottom', columns: 1 },
+      },
+    },
+  };
+}
+
+export function hitRateSpec(policies: readonly PolicyReport[]): TopLevelSpec {
+  const labels = policies.map(policyLabel);
+  const values = policies.map((p, i) => ({ policy: labels[i], hitRate: p.hitRate }));
+  return {
+    title: 'Token hit rate per policy',
+    width: WIDTH,
+    height: Math.max(60, 28 * values.length),
+    data: { values },
+    encoding: {
+      y: { field: 'policy', type: 'nominal', sort: labels, title: null },
+      x: {
+        field: 'hitRate',
+        type: 'quantitative',
+        title: 'cached input tokens / input tokens',
+        axis: { format: '%' },
+        scale: { domain: [0, 1] },
+      },
+    },
+    layer: [
+      {
+        mark: 'bar',
+        encoding: {
+          color: { field: 'policy', type: 'nominal', scale: { domain: labels }, legend: null },
+        },
+      },
+      {
+        mark: { type: 'text', align: 'left', dx: 4 },
+        encoding: { text: { field: 'hitRate', type: 'quantitative', format: '.1%' } },
+      },
+    ],
+  };
+}
+
+export function rankLoadSpec(policies: readonly PolicyReport[]): TopLevelSpec {
+  const labels = policies.map(policyLabel);
+  const values = policies.flatMap((p, i) =>
+    p.perRank.map((r) => ({
+      policy: labels[i],
+      rank: r.rank,
+      prefillTokens: r.prefillTokens,
+      requests: r.requests,
+    })),
+  );
+  return {
+    title: 'Per-rank load: tokens each rank had to prefill (uncached work)',
+    width: WIDTH,
+    height: 240,
+    data: { values },
+    mark: 'bar',
+    encoding: {
+      x: { field: 'rank', type: 'ordinal', title: 'rank' },
+      xOffset: { field: 'policy', type: 'nominal', sort: labels },
+      y: { field: 'prefillTokens', type: 'quantitative', title: 'prefilled tokens' },
+      color: {
+        field: 'policy',
+        type: 'nominal',
+        scale: { domain: labels },
+        legend: { orient: 'bottom', columns: 1 },
+      },
+    },
+  };
+}
+
+export type SweepMetric = 'ttftP99' | 'ttftMean' | 'hitRate';
+
+const METRIC_TITLES: Record<SweepMetric, string> = {
+  ttftP99: 'TTFT p99 (ms)',
+  ttftMean: 'TTFT mean (ms)',
+  hitRate: 'token hit rate',
+};
+
+export function sweepHeatmapSpec(report: SweepReport, metric: SweepMetric): TopLevelSpec {
+  const values = report.grid.map((c) => ({
+    window: c.window,
+    prefixLength: c.prefixLength,
+    value:
+      metric === 'hitRate'
+        ? c.result.hitRate
+        : metric === 'ttftP99'
+          ? c.result.ttftMs.p99
+          : c.result.ttftMs.mean,
+    best: c.window === report.best.window && c.prefixLength === report.best.prefixLength,
+  }));
+  const higherIsBetter = metric === 'hitRate';
+  return {
+    title: `${report.policy} sweep: ${METRIC_TITLES[metric]}${higherIsBetter ? ' (higher is better)' : ' (lower is better)'}`,
+    width: Math.max(160, 70 * report.windows.length),
+    height: Math.max(120, 40 * report.prefixLengths.length),
+    data: { values },
+    encoding: {
+      x: { field: 'window', type: 'ordinal', sort: report.windows, title: 'window (tokens)' },
+      y: {
+        field: 'prefixLength',
+        type: 'ordinal',
+        sort: [...report.prefixLengths].reverse(),
+        title: 'prefix length (tokens)',
+      },
+    },
+    layer: [
+      {
+        mark: { type: 'rect' },
+        encoding: {
+          color: {
+            field: 'value',
+            type: 'quantitative',
+            title: METRIC_TITLES[metric],
+            scale: { scheme: higherIsBetter ? 'greens' : 'oranges', reverse: false },
+          },
+          stroke: { condition: { test: 'datum.best', value: 'black' }, value: null },
+          strokeWidth: { condition: { test: 'datum.best', value: 3 }, value: 0 },
+        },
+      },
+      {
+        mark: { type: 'text', fontSize: 11 },
+        encoding: {
+          text: { field: 'value', type: 'quantitative', format: higherIsBetter ? '.1%' : '.0f' },
+          color: { value: 'black' },
+        },
+      },
+    ],
+  };
+}

@@ -1,0 +1,158 @@
+// One self-contained HTML file: inline CSS, charts as inline SVG rendered headlessly by
+// vega (renderer 'none' + toSVG needs no canvas and no DOM), no scripts, so it opens
+// offline and from a mail attachment alike.
+import { parse, View } from 'vega';
+import type { TopLevelSpec } from 'vega-lite';
+import { compile } from 'vega-lite';
+import { hitRateSpec, rankLoadSpec, sweepHeatmapSpec, ttftCdfSpec } from './charts.ts';
+import { fmtInt, fmtMs, fmtNum, fmtPct } from './format.ts';
+import { policyLabel } from './table.ts';
+import type { PolicySamples, RunReport, SweepReport } from './types.ts';
+
+export async function renderSvg(spec: TopLevelSpec): Promise<string> {
+  const vgSpec = compile({ ...spec, config: { font: 'sans-serif', ...(spec.config ?? {}) } }).spec;
+  const view = new View(parse(vgSpec), { renderer: 'none' });
+  try {
+    return await view.toSVG();
+  } finally {
+    view.finalize();
+  }
+}
+
+export function escapeHtml(s: string): string {
+  return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+const STYLE = `
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; padding: 0 1rem; }
+h1 { font-size: 1.4rem; } h2 { font-size: 1.1rem; margin-top: 2rem; }
+table { border-collapse: collapse; font-size: 0.85rem; }
+th, td { border-bottom: 1px solid #ddd; padding: 0.3rem 0.6rem; text-align: right; white-space: nowrap; }
+th:first-child, td:first-child { text-align: left; }
+.meta { color: #555; font-size: 0.9rem; }
+.chart { margin: 1rem 0; overflow-x: auto; }
+.best { font-weight: bold; background: #eef7ee; }
+`;
+
+function page(title: string, body: string): string {
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${escapeHtml(title)}</title>
+<style>${STYLE}</style>
+</head>
+<body>
+${body}
+</body>
+</html>
+`;
+}
+
+function htmlTable(header: string[], rows: string[][], rowClass?: (i: number) => string): string {
+  const th = header.map((h) => `<th>${escapeHtml(h)}</th>`).join('');
+  const trs = rows
+    .map((r, i) => {
+      const cls = rowClass?.(i) ?? '';
+      return `<tr${cls ? ` class="${cls}"` : ''}>${r.map((c) => `<td>${escapeHtml(c)}</td>`).join('')}</tr>`;
+    })
+    .join('\n');
+  return `<table>\n<thead><tr>${th}</tr></thead>\n<tbody>\n${trs}\n</tbody>\n</table>`;
+}
+
+async function chart(spec: TopLevelSpec): Promise<string> {
+  return `<div class="chart">${await renderSvg(spec)}</div>`;
+}
+
+export async function renderRunHtml(
+  report: RunReport,
+  samples: readonly PolicySamples[],
+): Promise<string> {
+  const title = `kvroute-sim: ${report.scenario}`;
+  const header = [
+    'policy',
+    'hit rate',
+    'TTFT p50',
+    'p90',
+    'p99',
+    'mean',
+    'cold mean (n)',
+    'steady p50',
+    'req/s',
+    'tok/s',
+    'imbalance',
+    'evicted tok',
+    'queue mean',
+  ];
+  const rows = report.policies.map((p) => [
+    policyLabel(p),
+    fmtPct(p.hitRate),
+    fmtMs(p.ttftMs.p50),
+    fmtMs(p.ttftMs.p90),
+    fmtMs(p.ttftMs.p99),
+    fmtMs(p.ttftMs.mean),
+    p.coldTtftMs ? `${fmtMs(p.coldTtftMs.mean)} (${p.coldTtftMs.count})` : '-',
+    p.steadyTtftMs ? fmtMs(p.steadyTtftMs.p50) : '-',
+    fmtNum(p.throughputRps, 3),
+    fmtInt(p.throughputTokPerS),
+    fmtNum(p.imbalance, 2),
+    fmtInt(p.evictions),
+    fmtMs(p.queueingMs.mean),
+  ]);
+  const meta = `${report.command === 'replay' ? 'Replay of' : 'Scenario'} <b>${escapeHtml(report.scenario)}</b>, ${report.ranks} ranks, cost profile <b>${escapeHtml(report.profile)}</b>, seed ${escapeHtml(String(report.seed))}.${report.skippedLines ? ` ${report.skippedLines} invalid trace lines skipped.` : ''} Times in ms of simulated time.`;
+  const body = [
+    `<h1>${escapeHtml(title)}</h1>`,
+    `<p class="meta">${meta}</p>`,
+    htmlTable(header, rows),
+    '<h2>Time to first token</h2>',
+    await chart(ttftCdfSpec(report.policies, samples)),
+    '<h2>Cache hit rate</h2>',
+    await chart(hitRateSpec(report.policies)),
+    '<h2>Per-rank load</h2>',
+    await chart(rankLoadSpec(report.policies)),
+  ].join('\n');
+  return page(title, body);
+}
+
+export async function renderSweepHtml(report: SweepReport): Promise<string> {
+  const title = `kvroute-sim sweep: ${report.policy} on ${report.scenario}`;
+  const header = [
+    'window',
+    'prefix length',
+    'hit rate',
+    'TTFT p50',
+    'p99',
+    'mean',
+    'req/s',
+    'imbalance',
+  ];
+  const bestIndex = report.grid.findIndex(
+    (c) => c.window === report.best.window && c.prefixLength === report.best.prefixLength,
+  );
+  const rows = report.grid.map((c) => [
+    String(c.window),
+    String(c.prefixLength),
+    fmtPct(c.result.hitRate),
+    fmtMs(c.result.ttftMs.p50),
+    fmtMs(c.result.ttftMs.p99),
+    fmtMs(c.result.ttftMs.mean),
+    fmtNum(c.result.throughputRps, 3),
+    fmtNum(c.result.imbalance, 2),
+  ]);
+  const best = report.grid[bestIndex];
+  const body = [
+    `<h1>${escapeHtml(title)}</h1>`,
+    `<p class="meta">${report.ranks} ranks, cost profile <b>${escapeHtml(report.profile)}</b>, seed ${escapeHtml(String(report.seed))}, objective <b>${report.objective}</b>.</p>`,
+    `<p><b>Best: window=${report.best.window}, prefix length=${report.best.prefixLength}.</b> ${escapeHtml(report.reason)}</p>`,
+    '<h2>Grid</h2>',
+    await chart(sweepHeatmapSpec(report, 'ttftP99')),
+    await chart(sweepHeatmapSpec(report, 'ttftMean')),
+    await chart(sweepHeatmapSpec(report, 'hitRate')),
+    htmlTable(header, rows, (i) => (i === bestIndex ? 'best' : '')),
+    ...(best
+      ? ['<h2>Per-rank load at the best setting</h2>', await chart(rankLoadSpec([best.result]))]
+      : []),
+  ].join('\n');
+  return page(title, body);
+}

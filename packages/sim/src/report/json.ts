@@ -1,0 +1,15 @@
+// JSON output. Numbers that are not integers are rounded to 6 decimals so the output is
+// readable and does not carry float noise; NaN and infinities (e.g. a percentile over no
+// requests) become null, as JSON.stringify does anyway.
+import type { RunReport, SweepReport } from './types.ts';
+
+function round6(_key: string, value: unknown): unknown {
+  if (typeof value === 'number' && !Number.isInteger(value) && Number.isFinite(value)) {
+    return Math.round(value * 1e6) / 1e6;
+  }
+  return value;
+}
+
+export function toJson(report: RunReport | SweepReport): string {
+  return `${JSON.stringify(report, round6, 2)}\n`;
+}

@@ -1,0 +1,78 @@
+// Hand-made report objects for renderer tests: the renderers must not depend on the engine.
+import type { PolicyReport, RunReport, SweepCell, SweepReport } from '../src/report/types.ts';
+
+export function policyReport(policy: string, over: Partial<PolicyReport> = {}): PolicyReport {
+  return {
+    policy,
+    options: {},
+    requests: 30,
+    hitRate: 0.5,
+    ttftMs: { p50: 1000, p90: 2000, p99: 3000, mean: 1500 },
+    coldTtftMs: { count: 2, p50: 7400, p90: 7400, p99: 7400, mean: 7400 },
+    steadyTtftMs: { count: 28, p50: 1290, p90: 1400, p99: 1500, mean: 1300 },
+    throughputRps: 0.1666666667,
+    throughputTokPerS: 3800.123,
+    imbalance: 1.25,
+    evictions: 0,
+    queueingMs: { p50: 0, p90: 1, p99: 2, mean: 0.5 },
+    perRank: [
+      { rank: 0, requests: 20, prefillTokens: 30000, cachedTokens: 400000 },
+      { rank: 1, requests: 10, prefillTokens: 20000, cachedTokens: 100000 },
+    ],
+    reasons: { 'round-robin': 30 },
+    durationMs: 180000,
+    ...over,
+  };
+}
+
+export function runReport(policies: PolicyReport[]): RunReport {
+  return {
+    format: 'kvroute-sim-report/v1',
+    command: 'run',
+    scenario: 'seed-sequential',
+    scenarioOptions: { requests: 30 },
+    ranks: 2,
+    profile: 'seed-qwen3-moe-dp16',
+    seed: 1,
+    policies,
+  };
+}
+
+export function sweepCell(
+  window: number,
+  prefixLength: number,
+  p99: number,
+  mean: number,
+  hitRate: number,
+  imbalance = 1,
+): SweepCell {
+  return {
+    window,
+    prefixLength,
+    result: policyReport('prefix_match', {
+      options: { window, prefixLength },
+      hitRate,
+      imbalance,
+      ttftMs: { p50: mean, p90: p99, p99, mean },
+    }),
+  };
+}
+
+export function sweepReport(grid: SweepCell[], best: SweepCell, reason = 'because'): SweepReport {
+  return {
+    format: 'kvroute-sim-sweep/v1',
+    command: 'sweep',
+    scenario: 'agentic',
+    scenarioOptions: {},
+    ranks: 16,
+    profile: 'h200-llama-3.1-8b',
+    seed: 1,
+    policy: 'prefix_match',
+    objective: 'ttft-p99',
+    windows: [...new Set(grid.map((c) => c.window))],
+    prefixLengths: [...new Set(grid.map((c) => c.prefixLength))],
+    grid,
+    best: { window: best.window, prefixLength: best.prefixLength },
+    reason,
+  };
+}

@@ -1,0 +1,262 @@
+import { describe, expect, it } from 'vitest';
+import { ecdfPoints } from '../src/report/charts.ts';
+import { runToCsv, sweepToCsv } from '../src/report/csv.ts';
+import { renderRunHtml, renderSweepHtml } from '../src/report/html.ts';
+import { toJson } from '../src/report/json.ts';
+import { chooseBest } from '../src/report/sweep-choice.ts';
+import { renderRunTable, renderSweepTable } from '../src/report/table.ts';
+import { policyReport, runReport, sweepCell, sweepReport } from './report-fixtures.ts';
+
+const three = () =>
+  runReport([
+    policyReport('round_robin', { hitRate: 0.03 }),
+    policyReport('total_tokens', { hitRate: 0.5 }),
+    policyReport('prefix_match', { hitRate: 0.9, options: { window: 256, prefixLength: 4096 } }),
+  ]);
+
+describe('text table', () => {
+  it('has one row per policy with formatted figures and a labelled header', () => {
+    const out = renderRunTable(three());
+    const lines = out.trimEnd().split('\n');
+    expect(lines[0]).toContain('seed-sequential');
+    const header = lines.find((l) => l.startsWith('policy'))!;
+    for (const col of [
+      'hit rate',
+      'TTFT p50',
+      'p90',
+      'p99',
+      'mean',
+      'cold mean',
+      'steady p50',
+      'req/s',
+      'tok/s',
+      'imbalance',
+      'evicted tok',
+      'queue mean',
+    ]) {
+      expect(header).toContain(col);
+    }
+    const rows = lines.slice(lines.indexOf(header) + 2);
+    expect(rows).toHaveLength(3);
+    expect(rows[0]).toMatch(
+      /^round_robin\s+3\.0%\s+1000\s+2000\s+3000\s+1500\s+7400 \(2\)\s+1290\s+0\.167\s+3,800\s+1\.25\s+0\s+0\.5$/,
+    );
+    expect(rows[2]).toContain('prefix_match (window=256, prefixLength=4096)');
+    expect(rows[2]).toContain('90.0%');
+  });
+
+  it('drops the cold and steady columns when no policy has them', () => {
+    const out = renderRunTable(
+      runReport([policyReport('round_robin', { coldTtftMs: null, steadyTtftMs: null })]),
+    );
+    expect(out).not.toContain('cold mean');
+    expect(out).not.toContain('steady p50');
+  });
+
+  it('marks the best sweep cell and prints the reason', () => {
+    const a = sweepCell(64, 1024, 900, 500, 0.8);
+    const b = sweepCell(128, 1024, 800, 450, 0.7);
+    const out = renderSweepTable(sweepReport([a, b], b, 'lowest p99'));
+    const bestLine = out.split('\n').find((l) => l.includes('<- best'))!;
+    expect(bestLine).toMatch(/^128\s+1024\s+70\.0%/);
+    expect(out).toContain('best: window=128 prefix-length=1024');
+    expect(out).toContain('lowest p99');
+  });
+});
+
+describe('JSON', () => {
+  it('keeps the documented keys in a stable order', () => {
+    const parsed = JSON.parse(toJson(three()));
+    expect(Object.keys(parsed)).toEqual([
+      'format',
+      'command',
+      'scenario',
+      'scenarioOptions',
+      'ranks',
+      'profile',
+      'seed',
+      'policies',
+    ]);
+    const p = parsed.policies[0];
+    for (const k of [
+      'policy',
+      'options',
+      'hitRate',
+      'ttftMs',
+      'coldTtftMs',
+      'steadyTtftMs',
+      'throughputRps',
+      'imbalance',
+      'requests',
+    ]) {
+      expect(p).toHaveProperty(k);
+    }
+    expect(Object.keys(p.ttftMs)).toEqual(['p50', 'p90', 'p99', 'mean']);
+  });
+
+  it('rounds float noise to 6 decimals and turns non-finite numbers into null', () => {
+    const r = runReport([
+      policyReport('round_robin', { throughputRps: 1 / 3, imbalance: Number.NaN }),
+    ]);
+    const parsed = JSON.parse(toJson(r));
+    expect(parsed.policies[0].throughputRps).toBe(0.333333);
+    expect(parsed.policies[0].imbalance).toBeNull();
+  });
+
+  it('is byte-identical for equal input', () => {
+    expect(toJson(three())).toBe(toJson(three()));
+  });
+});
+
+describe('CSV', () => {
+  it('writes a header and one row per policy, quoting JSON options', () => {
+    const lines = runToCsv(three()).trimEnd().split('\n');
+    expect(lines).toHaveLength(4);
+    expect(lines[0]!.split(',').slice(0, 8)).toEqual([
+      'scenario',
+      'ranks',
+      'profile',
+      'seed',
+      'policy',
+      'options',
+      'requests',
+      'hit_rate',
+    ]);
+    expect(lines[3]).toContain('"{""window"":256,""prefixLength"":4096}"');
+    expect(lines[1]!.split(',')[7]).toBe('0.03');
+  });
+
+  it('writes one sweep row per cell with the best flagged', () => {
+    const a = sweepCell(64, 1024, 900, 500, 0.8);
+    const b = sweepCell(128, 1024, 800, 450, 0.7);
+    const lines = sweepToCsv(sweepReport([a, b], b))
+      .trimEnd()
+      .split('\n');
+    expect(lines).toHaveLength(3);
+    const header = lines[0]!.split(',');
+    const bestCol = header.indexOf('best');
+    expect(lines.slice(1).map((l) => l.split(',')[bestCol])).toEqual(['0', '1']);
+  });
+});
+
+describe('sweep choice', () => {
+  it('picks the lowest p99 and shows the hit-rate trade-off', () => {
+    const grid = [
+      sweepCell(64, 1024, 900, 500, 0.95, 2.0),
+      sweepCell(128, 1024, 800, 450, 0.7, 1.1),
+      sweepCell(256, 2048, 1200, 600, 0.6),
+    ];
+    const { best, reason } = chooseBest(grid, 'ttft-p99');
+    expect([best.window, best.prefixLength]).toEqual([128, 1024]);
+    expect(reason).toContain('lowest TTFT p99, 800 ms, of 3 settings');
+    expect(reason).toContain('highest: 1200 ms at window=256 prefix-length=2048');
+    expect(reason).toContain(
+      'Trade-off: window=64 prefix-length=1024 caches more (hit rate 95.0% vs 70.0%)',
+    );
+    expect(reason).toContain('concentrate work on fewer ranks');
+  });
+
+  it('breaks near-ties on the primary metric by the secondary one', () => {
+    const grid = [
+      sweepCell(64, 1024, 6000, 2000, 0.9),
+      sweepCell(128, 1024, 6010, 1500, 0.9),
+      sweepCell(256, 1024, 7000, 1000, 0.9),
+    ];
+    const { best, reason } = chooseBest(grid, 'ttft-p99');
+    expect(best.window).toBe(128);
+    expect(reason).toContain('2 settings are within 1% of it');
+    expect(reason).toContain('nothing is traded away');
+  });
+
+  it('optimises hit rate when asked, then prefers the lower p99', () => {
+    const grid = [
+      sweepCell(64, 1024, 900, 500, 0.95),
+      sweepCell(128, 8192, 700, 450, 0.9505),
+      sweepCell(256, 2048, 300, 300, 0.5),
+    ];
+    const { best, reason } = chooseBest(grid, 'hit-rate');
+    expect([best.window, best.prefixLength]).toEqual([128, 8192]);
+    expect(reason).toContain('highest token hit rate');
+    expect(reason).toContain(
+      'Trade-off: window=256 prefix-length=2048 has a lower TTFT p99 (300 ms vs 700 ms)',
+    );
+  });
+
+  it('rejects an empty grid', () => {
+    expect(() => chooseBest([], 'ttft-mean')).toThrow(/empty/);
+  });
+});
+
+describe('ECDF points', () => {
+  it('is monotone, ends at 1 and keeps the extremes while capping the size', () => {
+    const values = Array.from({ length: 1001 }, (_, i) => (i * 7919) % 1001);
+    const pts = ecdfPoints(values, 100);
+    expect(pts.length).toBeLessThanOrEqual(101);
+    expect(pts[0]).toEqual({ x: 0, y: 1 / 1001 });
+    expect(pts.at(-1)).toEqual({ x: 1000, y: 1 });
+    for (let i = 1; i < pts.length; i++) {
+      expect(pts[i]!.x).toBeGreaterThanOrEqual(pts[i - 1]!.x);
+      expect(pts[i]!.y).toBeGreaterThan(pts[i - 1]!.y);
+    }
+    expect(ecdfPoints([])).toEqual([]);
+  });
+});
+
+function assertSelfContained(html: string): void {
+  expect(html.startsWith('<!doctype html>')).toBe(true);
+  expect(html).not.toMatch(/<script/i);
+  expect(html).not.toMatch(/<link/i);
+  expect(html).not.toMatch(/\b(src|href)\s*=\s*["']?https?:/i);
+  expect(html).not.toMatch(/@import|url\(\s*["']?https?:/i);
+}
+
+describe('HTML', () => {
+  it('renders a self-contained page with inline SVG charts for every policy', async () => {
+    const report = three();
+    const samples = report.policies.map((p, i) => ({
+      policy: p.policy,
+      ttftMs: [7400, 1290 + i * 100, 1300 + i * 100, 2740],
+    }));
+    const html = await renderRunHtml(report, samples);
+    assertSelfContained(html);
+    expect(html.match(/<svg/g)?.length).toBe(3);
+    expect(html).toContain('TTFT distribution per policy');
+    expect(html).toContain('Token hit rate per policy');
+    expect(html).toContain('Per-rank load');
+    for (const name of [
+      'round_robin',
+      'total_tokens',
+      'prefix_match (window=256, prefixLength=4096)',
+    ])
+      expect(html).toContain(name);
+    // The hit-rate bars are labelled with their values.
+    expect(html).toContain('90.0%');
+  });
+
+  it('escapes names so a scenario cannot inject markup', async () => {
+    const r = three();
+    r.scenario = '<img onerror=x>';
+    const html = await renderRunHtml(
+      r,
+      r.policies.map((p) => ({ policy: p.policy, ttftMs: [1] })),
+    );
+    expect(html).not.toContain('<img');
+    expect(html).toContain('&#60;img onerror=x&#62;');
+  });
+
+  it('renders the sweep as heatmaps with the best cell outlined', async () => {
+    const grid = [
+      sweepCell(64, 1024, 900, 500, 0.8),
+      sweepCell(128, 1024, 800, 450, 0.7),
+      sweepCell(64, 2048, 950, 520, 0.85),
+      sweepCell(128, 2048, 1000, 530, 0.9),
+    ];
+    const html = await renderSweepHtml(sweepReport(grid, grid[1]!, 'lowest p99'));
+    assertSelfContained(html);
+    expect(html.match(/<svg/g)?.length).toBe(4);
+    expect(html).toContain('prefix_match sweep: TTFT p99 (ms)');
+    expect(html).toContain('<tr class="best"><td>128</td><td>1024</td>');
+    // Heatmap cells are labelled with their values.
+    expect(html).toContain('>800<');
+  });
+});
