@@ -31,10 +31,13 @@
 // indexed. Several dispatcher instances (router replicas) each learn only their own
 // decisions. Load is the host's in-flight token accounting, which counts cached prompt tokens
 // and unfinished outputs as work.
+
+import { defineMethod } from '../define-method.ts';
 import { chainedWindowHashes } from '../hashing/chained.ts';
 import { ChainedPrefixIndex } from '../hashing/chained-index.ts';
+import { validateTokenIds } from '../hashing/prefix-digest.ts';
 import { readInt, readNumber } from '../options.ts';
-import type { Decision, Method, MethodContext, MethodFactory, RankState } from '../types.ts';
+import type { Decision, Method, MethodContext, RankState } from '../types.ts';
 import { leastLoaded } from './consistent-hash.ts';
 
 export interface CacheAwareOptions {
@@ -104,26 +107,30 @@ export function createCacheAwareCore(
     for (const r of ctx.ranks) if (!r.healthy && index.size(r.rank) > 0) index.clear(r.rank);
   }
 
+  function keysOf(ctx: MethodContext): readonly number[] {
+    const ids = ctx.request.inputIds;
+    if (!ids || ids.length < window) {
+      if (ids) validateTokenIds(ids);
+      keys.length = 0;
+      lastRequest = undefined;
+      return keys;
+    }
+    if (ctx.request !== lastRequest || ids !== lastIds || ids.length !== lastLength) {
+      validateTokenIds(ids, Math.min(ids.length, maxPrefixTokens));
+      chainedWindowHashes(ids, window, maxPrefixTokens, keys);
+      lastRequest = ctx.request;
+      lastIds = ids;
+      lastLength = ids.length;
+    }
+    return keys;
+  }
+
   return {
     window,
     index,
     maxPrefixTokens,
     capacityTokens,
-    keysOf(ctx) {
-      const ids = ctx.request.inputIds;
-      if (!ids || ids.length < window) {
-        keys.length = 0;
-        lastRequest = undefined;
-        return keys;
-      }
-      if (ctx.request !== lastRequest || ids !== lastIds || ids.length !== lastLength) {
-        chainedWindowHashes(ids, window, maxPrefixTokens, keys);
-        lastRequest = ctx.request;
-        lastIds = ids;
-        lastLength = ids.length;
-      }
-      return keys;
-    },
+    keysOf,
     matchAll(ctx, k) {
       sync(ctx);
       healthyRanks.length = 0;
@@ -136,7 +143,7 @@ export function createCacheAwareCore(
     },
     learn(ctx, decision) {
       sync(ctx);
-      const k = this.keysOf(ctx);
+      const k = keysOf(ctx);
       if (k.length === 0) return;
       const state = ctx.ranks[decision.rank];
       const capTokens = state?.kvCapacityTokens ?? capacityTokens;
@@ -145,11 +152,27 @@ export function createCacheAwareCore(
   };
 }
 
-export const cacheAware: MethodFactory = Object.assign(
+export const CACHE_AWARE_OPTION_NAMES = [
+  'window',
+  'maxPrefixTokens',
+  'epsilon',
+  'slackTokens',
+  'loadWeight',
+  'capacityTokens',
+] as const;
+
+export const createCacheAware = defineMethod(
+  CACHE_AWARE_OPTION_NAMES,
   (options: Record<string, unknown>): Method => {
     const core = createCacheAwareCore(NAME, options);
     const epsilon = readNumber(NAME, options, 'epsilon', CACHE_AWARE_DEFAULTS.epsilon, 0);
-    const slackTokens = readNumber(NAME, options, 'slackTokens', CACHE_AWARE_DEFAULTS.slackTokens, 0);
+    const slackTokens = readNumber(
+      NAME,
+      options,
+      'slackTokens',
+      CACHE_AWARE_DEFAULTS.slackTokens,
+      0,
+    );
     const loadWeight = readNumber(NAME, options, 'loadWeight', CACHE_AWARE_DEFAULTS.loadWeight, 0);
     const counts = { hits: 0, overloaded: 0, misses: 0, matchedTokens: 0 };
     const holders: RankState[] = [];
@@ -182,18 +205,19 @@ export const cacheAware: MethodFactory = Object.assign(
           return { rank: holder.rank, reason: 'cache-hit', matchedTokens: best };
         }
         // The holder is overloaded: cheapest of the others (uncached prefill + queued work).
-        let choice: RankState | undefined;
+        holders.length = 0;
         let choiceCost = Number.POSITIVE_INFINITY;
         for (const r of healthy) {
           if (r.inFlightTokens > bound) continue;
           const cost = w - (matched[r.rank] as number) + loadWeight * r.inFlightTokens;
           if (cost < choiceCost) {
             choiceCost = cost;
-            choice = r;
+            holders.length = 0;
           }
+          if (cost === choiceCost) holders.push(r);
         }
-        // Unreachable while the bound is >= the mean (the least-loaded rank passes).
-        const target = choice ?? leastLoaded(ctx, healthy);
+        // Empty only if the bound were below the mean (it never is: the least-loaded passes).
+        const target = holders.length > 0 ? ctx.tieBreak(holders) : leastLoaded(ctx, healthy);
         counts.overloaded++;
         const m = matched[target.rank] as number;
         counts.matchedTokens += m;
@@ -210,15 +234,5 @@ export const cacheAware: MethodFactory = Object.assign(
         };
       },
     };
-  },
-  {
-    optionNames: [
-      'window',
-      'maxPrefixTokens',
-      'epsilon',
-      'slackTokens',
-      'loadWeight',
-      'capacityTokens',
-    ] as const,
   },
 );

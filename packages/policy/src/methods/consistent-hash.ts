@@ -27,10 +27,12 @@
 // but differ later look like one key (KubeAI's weakness); cache_aware indexes the whole
 // prompt instead. Knows nothing about what ranks actually cache.
 
+import { defineMethod } from '../define-method.ts';
 import { PolicyConfigError } from '../errors.ts';
 import { chainedWindowHashes, rendezvousScore, stringKey } from '../hashing/chained.ts';
+import { prefixKeyLength, validateTokenIds } from '../hashing/prefix-digest.ts';
 import { readInt, readNumber } from '../options.ts';
-import type { Decision, Method, MethodContext, MethodFactory, RankState } from '../types.ts';
+import type { Decision, Method, MethodContext, RankState } from '../types.ts';
 
 export interface ConsistentHashOptions {
   /** Tokens per window; the key is whole windows of the prefix. Default 256. */
@@ -85,7 +87,8 @@ export function leastLoaded(ctx: MethodContext, candidates: readonly RankState[]
   return best.length === 1 ? (best[0] as RankState) : ctx.tieBreak(best);
 }
 
-export const consistentHash: MethodFactory = Object.assign(
+export const createConsistentHash = defineMethod(
+  ['window', 'prefixLength', 'epsilon', 'load'],
   (options: Record<string, unknown>): Method => {
     const window = readInt(NAME, options, 'window', CONSISTENT_HASH_DEFAULTS.window, 1);
     const prefixLength = readInt(
@@ -106,10 +109,8 @@ export const consistentHash: MethodFactory = Object.assign(
       const ids = ctx.request.inputIds;
       if (ids && ids.length > 0) {
         // Whole windows of the prefix, or the whole input when shorter than one window.
-        const len =
-          ids.length < window
-            ? ids.length
-            : Math.floor(Math.min(ids.length, prefixLength) / window) * window;
+        const len = prefixKeyLength(ids.length, window, prefixLength);
+        validateTokenIds(ids, len);
         return chainedWindowHashes(ids, len, len, keyScratch)[0];
       }
       if (ctx.request.routingKey !== undefined) return stringKey(ctx.request.routingKey);
@@ -172,5 +173,4 @@ export const consistentHash: MethodFactory = Object.assign(
       },
     };
   },
-  { optionNames: ['window', 'prefixLength', 'epsilon', 'load'] as const },
 );
