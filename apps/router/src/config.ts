@@ -1,0 +1,590 @@
+// The router's configuration from three sources with one option table: CLI flags (SGLang's
+// names where SGLang has one), KVROUTE_* environment variables and a YAML file. Precedence,
+// lowest first: defaults, YAML (--config), environment, flags. One table means the README,
+// the parser and the error messages cannot disagree about an option's name or type.
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+import { RouterConfigError } from './errors.ts';
+
+export interface HealthConfig {
+  /** Active check period; 0 turns active checks off (passive marking still applies). */
+  intervalMs: number;
+  timeoutMs: number;
+  /** Consecutive failed checks (or upstream 5xx) before a worker is marked down. */
+  failureThreshold: number;
+  /** Consecutive good checks before a down worker is marked up again. */
+  successThreshold: number;
+  endpoint: string;
+}
+
+export interface RouterConfig {
+  host: string;
+  port: number;
+  workerUrls: string[];
+  dpAware: boolean;
+  /** DP ranks per worker in --dp-aware mode; undefined = ask each worker's /get_server_info. */
+  dpSize?: number;
+  loadBalanceMethod: string;
+  /** 'routing_key' turns on the affinity table keyed by X-Routing-Key / routing_key. */
+  dpCacheAffinity?: 'routing_key';
+  affinityMaxEntries: number;
+  affinityTtlMs: number;
+  prefixWindow?: number;
+  prefixLength?: number;
+  /** Extra method options passed to the dispatcher as `options` (from --policy-option k=v). */
+  policyOptions: Record<string, unknown>;
+  allowRankOverride: boolean;
+  adminToken?: string;
+  /** 0 = off. Otherwise poll /v1/loads (SGLang) or /metrics (vLLM) this often. */
+  loadPollIntervalMs: number;
+  health: HealthConfig;
+  requestTimeoutMs: number;
+  maxRetries: number;
+  maxBodyBytes: number;
+  /** Path of a Hugging Face tokenizer.json; undefined = the approximate byte tokenizer. */
+  tokenizer?: string;
+  mockWorkers: number;
+  mockTimeScale: number;
+  mockProfile?: string;
+  mockDpSize: number;
+  logLevel: string;
+}
+
+export const DEFAULT_CONFIG: RouterConfig = {
+  host: '127.0.0.1',
+  port: 30000,
+  workerUrls: [],
+  dpAware: false,
+  loadBalanceMethod: 'prefix_match',
+  affinityMaxEntries: 100_000,
+  affinityTtlMs: 3_600_000,
+  policyOptions: {},
+  allowRankOverride: false,
+  loadPollIntervalMs: 0,
+  health: {
+    intervalMs: 5_000,
+    timeoutMs: 2_000,
+    failureThreshold: 3,
+    successThreshold: 2,
+    endpoint: '/health',
+  },
+  requestTimeoutMs: 1_800_000,
+  maxRetries: 2,
+  maxBodyBytes: 32 * 1024 * 1024,
+  mockWorkers: 0,
+  mockTimeScale: 1,
+  mockDpSize: 1,
+  logLevel: 'info',
+};
+
+type Kind = 'string' | 'int' | 'number' | 'bool' | 'duration' | 'list' | 'kv';
+
+export interface OptionSpec {
+  /** Flag name without the dashes; also the YAML key (camelCase `key` is accepted too). */
+  flag: string;
+  /** Path in RouterConfig, dotted for nested fields. */
+  key: string;
+  kind: Kind;
+  help: string;
+  aliases?: string[];
+  /** Flags that are spelled differently in SGLang's router and mean the same with a unit change. */
+  scale?: number;
+  choices?: readonly string[];
+  min?: number;
+}
+
+export const OPTIONS: readonly OptionSpec[] = [
+  { flag: 'host', key: 'host', kind: 'string', help: 'Address to listen on' },
+  { flag: 'port', key: 'port', kind: 'int', min: 0, help: 'Port to listen on (0 = any free port)' },
+  {
+    flag: 'worker-urls',
+    key: 'workerUrls',
+    kind: 'list',
+    help: 'Worker base URLs; each one rank, or each one DP server with --dp-aware',
+  },
+  {
+    flag: 'dp-aware',
+    key: 'dpAware',
+    kind: 'bool',
+    help: 'Workers are SGLang servers with DP attention: route to (url, dp rank) and set routed_dp_rank',
+  },
+  {
+    flag: 'dp-size',
+    key: 'dpSize',
+    kind: 'int',
+    min: 1,
+    help: 'DP ranks per worker with --dp-aware (default: from /get_server_info)',
+  },
+  {
+    flag: 'load-balance-method',
+    key: 'loadBalanceMethod',
+    kind: 'string',
+    aliases: ['policy'],
+    help: 'Policy method (SGLang names: round_robin, total_requests, total_tokens, prefix_match, ...)',
+  },
+  {
+    flag: 'dp-cache-affinity',
+    key: 'dpCacheAffinity',
+    kind: 'string',
+    choices: ['routing_key'],
+    help: 'Cache affinity: routing_key pins a routing key to the rank that served it first',
+  },
+  {
+    flag: 'affinity-max-entries',
+    key: 'affinityMaxEntries',
+    kind: 'int',
+    min: 1,
+    help: 'Affinity table size (LRU)',
+  },
+  {
+    flag: 'affinity-ttl-ms',
+    key: 'affinityTtlMs',
+    kind: 'duration',
+    min: 1,
+    help: 'Affinity entry lifetime',
+  },
+  {
+    flag: 'prefix-window',
+    key: 'prefixWindow',
+    kind: 'int',
+    min: 1,
+    help: 'prefix_match: tokens hashed per window',
+  },
+  {
+    flag: 'prefix-length',
+    key: 'prefixLength',
+    kind: 'int',
+    min: 1,
+    help: 'prefix_match: prompt tokens considered',
+  },
+  {
+    flag: 'policy-option',
+    key: 'policyOptions',
+    kind: 'kv',
+    help: 'Extra method option key=value (repeatable); YAML: a map',
+  },
+  {
+    flag: 'allow-rank-override',
+    key: 'allowRankOverride',
+    kind: 'bool',
+    help: 'Honour X-Data-Parallel-Rank / routed_dp_rank from clients (otherwise 403)',
+  },
+  {
+    flag: 'admin-token',
+    key: 'adminToken',
+    kind: 'string',
+    help: 'Bearer token for GET/POST /ranks; without it those routes do not exist',
+  },
+  {
+    flag: 'load-poll-interval',
+    key: 'loadPollIntervalMs',
+    kind: 'duration',
+    min: 0,
+    help: 'Poll /v1/loads (or vLLM /metrics) this often to correct load; 0 = off',
+  },
+  {
+    flag: 'health-check-interval-ms',
+    key: 'health.intervalMs',
+    kind: 'duration',
+    min: 0,
+    help: 'Active /health period; 0 = off',
+  },
+  {
+    flag: 'health-check-interval-secs',
+    key: 'health.intervalMs',
+    kind: 'number',
+    scale: 1000,
+    min: 0,
+    help: 'SGLang spelling of --health-check-interval-ms, in seconds',
+  },
+  {
+    flag: 'health-check-timeout-ms',
+    key: 'health.timeoutMs',
+    kind: 'duration',
+    min: 1,
+    help: 'Active check timeout',
+  },
+  {
+    flag: 'health-check-timeout-secs',
+    key: 'health.timeoutMs',
+    kind: 'number',
+    scale: 1000,
+    min: 0,
+    help: 'SGLang spelling of --health-check-timeout-ms, in seconds',
+  },
+  {
+    flag: 'health-failure-threshold',
+    key: 'health.failureThreshold',
+    kind: 'int',
+    min: 1,
+    help: 'Consecutive failures to mark a worker down',
+  },
+  {
+    flag: 'health-success-threshold',
+    key: 'health.successThreshold',
+    kind: 'int',
+    min: 1,
+    help: 'Consecutive successes to mark it up',
+  },
+  {
+    flag: 'health-check-endpoint',
+    key: 'health.endpoint',
+    kind: 'string',
+    help: 'Path probed by active checks',
+  },
+  {
+    flag: 'request-timeout-ms',
+    key: 'requestTimeoutMs',
+    kind: 'duration',
+    min: 1,
+    help: 'Per-request upstream timeout (504 beyond)',
+  },
+  {
+    flag: 'request-timeout-secs',
+    key: 'requestTimeoutMs',
+    kind: 'number',
+    scale: 1000,
+    min: 0,
+    help: 'SGLang spelling of --request-timeout-ms, in seconds',
+  },
+  {
+    flag: 'max-retries',
+    key: 'maxRetries',
+    kind: 'int',
+    min: 0,
+    help: 'Other ranks tried when a request fails before any byte reached the client',
+  },
+  {
+    flag: 'max-body-bytes',
+    key: 'maxBodyBytes',
+    kind: 'int',
+    min: 1,
+    help: 'Request body limit (413 beyond)',
+  },
+  {
+    flag: 'tokenizer',
+    key: 'tokenizer',
+    kind: 'string',
+    help: 'Hugging Face tokenizer.json for routing tokens (default: approximate byte tokenizer)',
+  },
+  {
+    flag: 'mock-workers',
+    key: 'mockWorkers',
+    kind: 'int',
+    min: 0,
+    help: 'Start N mock workers on loopback and route to them',
+  },
+  {
+    flag: 'mock-time-scale',
+    key: 'mockTimeScale',
+    kind: 'number',
+    min: 0,
+    help: 'Mock workers: cost-model time scale (0 = instant)',
+  },
+  {
+    flag: 'mock-profile',
+    key: 'mockProfile',
+    kind: 'string',
+    help: 'Mock workers: sim cost profile name',
+  },
+  {
+    flag: 'mock-dp-size',
+    key: 'mockDpSize',
+    kind: 'int',
+    min: 1,
+    help: 'Mock workers: internal DP ranks each (use with --dp-aware)',
+  },
+  {
+    flag: 'log-level',
+    key: 'logLevel',
+    kind: 'string',
+    choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'],
+    help: 'Log level',
+  },
+];
+
+const BY_FLAG = new Map<string, OptionSpec>();
+for (const o of OPTIONS) {
+  BY_FLAG.set(o.flag, o);
+  // Two flags may share a key (ms and SGLang's secs spelling): the key means the first, unscaled one.
+  if (!BY_FLAG.has(o.key)) BY_FLAG.set(o.key, o);
+  for (const a of o.aliases ?? []) BY_FLAG.set(a, o);
+}
+
+export function envName(o: OptionSpec): string {
+  return `KVROUTE_${o.flag.toUpperCase().replaceAll('-', '_')}`;
+}
+
+function parseDuration(raw: string, what: string): number {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$/.exec(raw);
+  if (!m)
+    throw new RouterConfigError(
+      `${what}: expected a duration like 500, 500ms, 2s or 1m, got "${raw}"`,
+    );
+  const n = Number(m[1]);
+  const unit = m[2] ?? 'ms';
+  return unit === 'ms' ? n : unit === 's' ? n * 1000 : n * 60_000;
+}
+
+function convert(o: OptionSpec, value: unknown, what: string): unknown {
+  const asString = (): string => {
+    if (typeof value === 'string') return value;
+    if (typeof value === 'number' || typeof value === 'boolean') return String(value);
+    throw new RouterConfigError(`${what}: expected a ${o.kind}, got ${JSON.stringify(value)}`);
+  };
+  let out: unknown;
+  switch (o.kind) {
+    case 'string': {
+      out = asString();
+      if (o.choices && !o.choices.includes(out as string)) {
+        throw new RouterConfigError(
+          `${what}: must be one of ${o.choices.join(', ')}, got "${out}"`,
+        );
+      }
+      return out;
+    }
+    case 'bool': {
+      if (typeof value === 'boolean') return value;
+      const s = asString().toLowerCase();
+      if (['1', 'true', 'yes', 'on', ''].includes(s)) return true;
+      if (['0', 'false', 'no', 'off'].includes(s)) return false;
+      throw new RouterConfigError(`${what}: expected true or false, got "${s}"`);
+    }
+    case 'int':
+    case 'number': {
+      const n = typeof value === 'number' ? value : Number(asString().trim());
+      if (!Number.isFinite(n) || asString().trim() === '') {
+        throw new RouterConfigError(`${what}: expected a number, got "${asString()}"`);
+      }
+      if (o.kind === 'int' && !Number.isInteger(n))
+        throw new RouterConfigError(`${what}: expected an integer, got ${n}`);
+      if (o.min !== undefined && n < o.min)
+        throw new RouterConfigError(`${what}: must be >= ${o.min}, got ${n}`);
+      return o.scale ? n * o.scale : n;
+    }
+    case 'duration': {
+      const n = typeof value === 'number' ? value : parseDuration(asString(), what);
+      if (!Number.isFinite(n)) throw new RouterConfigError(`${what}: expected a duration`);
+      if (o.min !== undefined && n < o.min)
+        throw new RouterConfigError(`${what}: must be >= ${o.min} ms, got ${n}`);
+      return n;
+    }
+    case 'list': {
+      if (Array.isArray(value)) return value.map((v) => String(v));
+      return asString()
+        .split(/[\s,]+/)
+        .filter((s) => s.length > 0);
+    }
+    case 'kv': {
+      if (value !== null && typeof value === 'object' && !Array.isArray(value)) return { ...value };
+      const s = asString();
+      const eq = s.indexOf('=');
+      if (eq <= 0) throw new RouterConfigError(`${what}: expected key=value, got "${s}"`);
+      return { [s.slice(0, eq)]: parseScalar(s.slice(eq + 1)) };
+    }
+  }
+}
+
+// key=value options reach method factories typed as YAML would type them.
+function parseScalar(s: string): unknown {
+  if (s === 'true') return true;
+  if (s === 'false') return false;
+  if (s !== '' && Number.isFinite(Number(s))) return Number(s);
+  return s;
+}
+
+type Partial = Map<string, unknown>;
+
+function put(acc: Partial, o: OptionSpec, value: unknown): void {
+  if (o.kind === 'kv') {
+    acc.set(o.key, {
+      ...((acc.get(o.key) as Record<string, unknown>) ?? {}),
+      ...(value as object),
+    });
+  } else if (o.kind === 'list' && acc.has(o.key)) {
+    acc.set(o.key, [...(acc.get(o.key) as string[]), ...(value as string[])]);
+  } else {
+    acc.set(o.key, value);
+  }
+}
+
+/** Parses argv (without node and script). Returns the options set, and --config if given. */
+export function parseArgs(argv: readonly string[]): { values: Partial; configFile?: string } {
+  const values: Partial = new Map();
+  let configFile: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (!arg.startsWith('--'))
+      throw new RouterConfigError(`unexpected argument "${arg}" (flags start with --)`);
+    let name = arg.slice(2);
+    let inline: string | undefined;
+    const eq = name.indexOf('=');
+    if (eq >= 0) {
+      inline = name.slice(eq + 1);
+      name = name.slice(0, eq);
+    }
+    if (name === 'config') {
+      configFile = inline ?? argv[++i];
+      if (!configFile) throw new RouterConfigError('--config needs a file path');
+      continue;
+    }
+    const o = BY_FLAG.get(name);
+    if (!o || (name !== o.flag && !(o.aliases ?? []).includes(name))) {
+      throw new RouterConfigError(`unknown flag --${name} (see --help)`);
+    }
+    const what = `--${name}`;
+    if (o.kind === 'bool') {
+      const next = argv[i + 1];
+      if (inline !== undefined) put(values, o, convert(o, inline, what));
+      else if (next !== undefined && /^(true|false)$/i.test(next))
+        put(values, o, convert(o, argv[++i], what));
+      else put(values, o, true);
+      continue;
+    }
+    if (o.kind === 'list') {
+      // SGLang style: --worker-urls A B C (values up to the next flag).
+      const items: string[] = inline !== undefined ? (convert(o, inline, what) as string[]) : [];
+      while (inline === undefined && i + 1 < argv.length && !argv[i + 1]!.startsWith('--')) {
+        items.push(...(convert(o, argv[++i], what) as string[]));
+      }
+      if (items.length === 0) throw new RouterConfigError(`${what} needs at least one value`);
+      put(values, o, items);
+      continue;
+    }
+    const raw = inline ?? argv[++i];
+    if (raw === undefined) throw new RouterConfigError(`${what} needs a value`);
+    put(values, o, convert(o, raw, what));
+  }
+  return { values, configFile };
+}
+
+export function readEnv(env: NodeJS.ProcessEnv): Partial {
+  const values: Partial = new Map();
+  for (const o of OPTIONS) {
+    const name = envName(o);
+    const raw = env[name];
+    if (raw === undefined || raw === '') continue;
+    if (o.kind === 'kv') {
+      for (const part of raw.split(',').filter((s) => s.trim()))
+        put(values, o, convert(o, part.trim(), name));
+    } else {
+      put(values, o, convert(o, raw, name));
+    }
+  }
+  return values;
+}
+
+export function readYaml(text: string, source: string): Partial {
+  let doc: unknown;
+  try {
+    doc = parseYaml(text);
+  } catch (err) {
+    throw new RouterConfigError(`${source}: not valid YAML: ${(err as Error).message}`);
+  }
+  const values: Partial = new Map();
+  if (doc === null || doc === undefined) return values;
+  if (typeof doc !== 'object' || Array.isArray(doc))
+    throw new RouterConfigError(`${source}: expected a map of options`);
+  const visit = (obj: Record<string, unknown>, prefix: string): void => {
+    for (const [k, v] of Object.entries(obj)) {
+      const o = BY_FLAG.get(prefix + k);
+      // `health: { interval-ms: ... }` is accepted as a nested spelling of health-check-*.
+      if (!o && prefix === '' && k === 'health' && v && typeof v === 'object') {
+        visit(v as Record<string, unknown>, 'health.');
+        continue;
+      }
+      if (!o) throw new RouterConfigError(`${source}: unknown key "${prefix}${k}"`);
+      if (v === null) continue;
+      put(values, o, convert(o, v, `${source}: ${prefix}${k}`));
+    }
+  };
+  visit(doc as Record<string, unknown>, '');
+  return values;
+}
+
+function setPath(target: Record<string, unknown>, path: string, value: unknown): void {
+  const parts = path.split('.');
+  let obj = target;
+  for (const p of parts.slice(0, -1)) obj = obj[p] as Record<string, unknown>;
+  obj[parts[parts.length - 1]!] = value;
+}
+
+function stripTrailingSlash(url: string): string {
+  return url.replace(/\/+$/, '');
+}
+
+/** Merges the sources (defaults < YAML < env < flags) and checks the result as a whole. */
+export function resolveConfig(
+  argv: readonly string[],
+  env: NodeJS.ProcessEnv = {},
+  readFile: (path: string) => string = (p) => readFileSync(p, 'utf8'),
+): RouterConfig {
+  const cli = parseArgs(argv);
+  const configFile = cli.configFile ?? env.KVROUTE_CONFIG;
+  const layers: Partial[] = [];
+  if (configFile) {
+    let text: string;
+    try {
+      text = readFile(configFile);
+    } catch (err) {
+      throw new RouterConfigError(`--config ${configFile}: ${(err as Error).message}`);
+    }
+    layers.push(readYaml(text, configFile));
+  }
+  layers.push(readEnv(env), cli.values);
+  const cfg = structuredClone(DEFAULT_CONFIG) as unknown as Record<string, unknown>;
+  for (const layer of layers) {
+    for (const [key, value] of layer) {
+      const prev = key === 'policyOptions' ? (cfg.policyOptions as object) : undefined;
+      setPath(cfg, key, prev ? { ...prev, ...(value as object) } : value);
+    }
+  }
+  return validateConfig(cfg as unknown as RouterConfig);
+}
+
+export function validateConfig(cfg: RouterConfig): RouterConfig {
+  const urls: string[] = [];
+  for (const u of cfg.workerUrls) {
+    let parsed: URL;
+    try {
+      parsed = new URL(u);
+    } catch {
+      throw new RouterConfigError(`--worker-urls: "${u}" is not a URL (expected http://host:port)`);
+    }
+    if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
+      throw new RouterConfigError(`--worker-urls: "${u}" must be http:// or https://`);
+    }
+    urls.push(stripTrailingSlash(u));
+  }
+  if (new Set(urls).size !== urls.length)
+    throw new RouterConfigError('--worker-urls: a URL is listed twice');
+  if (urls.length === 0 && cfg.mockWorkers === 0 && !cfg.adminToken) {
+    throw new RouterConfigError(
+      'no workers: give --worker-urls URL... or --mock-workers N (or --admin-token to add them later)',
+    );
+  }
+  if (cfg.dpSize !== undefined && !cfg.dpAware)
+    throw new RouterConfigError('--dp-size only applies with --dp-aware');
+  if (cfg.health.successThreshold < 1 || cfg.health.failureThreshold < 1) {
+    throw new RouterConfigError('health thresholds must be >= 1');
+  }
+  if (!cfg.health.endpoint.startsWith('/'))
+    throw new RouterConfigError('--health-check-endpoint must start with /');
+  return { ...cfg, workerUrls: urls };
+}
+
+/** The effective config as logged at start: the admin token is never printed. */
+export function redactConfig(cfg: RouterConfig): Record<string, unknown> {
+  return { ...cfg, adminToken: cfg.adminToken ? '<set>' : undefined };
+}
+
+export function helpText(): string {
+  const lines = ['Usage: kvroute-router [--config file.yaml] [flags]', ''];
+  for (const o of OPTIONS) {
+    lines.push(`  --${o.flag.padEnd(28)} ${o.help} [env ${envName(o)}]`);
+  }
+  lines.push(
+    `  --${'config'.padEnd(28)} YAML file whose keys are these flag names [env KVROUTE_CONFIG]`,
+  );
+  return lines.join('\n');
+}

@@ -1,0 +1,51 @@
+// Every error the router answers with, in one place, so a status or code is found by name and
+// never invented at a call site. RouterError is a @kvroute/protocol ProtocolError, so parse
+// errors (400s from the protocol package) and the router's own render through one path, in
+// OpenAI's shape {"error": {"message", "type", "param", "code"}}.
+import { ProtocolError } from '@kvroute/protocol';
+
+const STATUS = {
+  /** X-Data-Parallel-Rank / routed_dp_rank without --allow-rank-override. */
+  rank_override_forbidden: 403,
+  /** An explicit rank outside 0..n-1 or a removed one. */
+  invalid_rank: 400,
+  /** Admin route without an Authorization header. */
+  unauthorized: 401,
+  /** Admin route with the wrong bearer token. */
+  invalid_token: 403,
+  /** POST /ranks with a body we cannot act on. */
+  invalid_admin_request: 400,
+  payload_too_large: 413,
+  unknown_url: 404,
+  /** Every rank is down (or removed): nothing to try. */
+  no_healthy_rank: 503,
+  /** The chosen worker could not be reached and no other rank was left to retry on. */
+  upstream_unavailable: 502,
+  /** The per-request timeout (--request-timeout-ms) passed before the worker answered. */
+  upstream_timeout: 504,
+  internal_error: 500,
+} as const;
+
+export type RouterErrorCode = keyof typeof STATUS;
+
+export class RouterError extends ProtocolError {
+  override readonly code: RouterErrorCode;
+  constructor(code: RouterErrorCode, message: string, param: string | null = null) {
+    super(STATUS[code], message, { code, param });
+    this.name = 'RouterError';
+    this.code = code;
+  }
+}
+
+export function statusOf(code: RouterErrorCode): number {
+  return STATUS[code];
+}
+
+/** Thrown while reading flags, env or YAML; the message names the option that is wrong. */
+export class RouterConfigError extends Error {
+  readonly code = 'ROUTER_CONFIG';
+  constructor(message: string) {
+    super(`kvroute-router: ${message}`);
+    this.name = 'RouterConfigError';
+  }
+}

@@ -1,0 +1,565 @@
+// buildRouter(config): the fastify app. It only wires things together: the rank table and its
+// monitors, the policy, the protocol parsers, the proxy and the metrics. Listening is
+// server.ts's job, so tests use app.inject() or a loopback port. Worker discovery (dp_size
+// from /get_server_info) runs in onReady, so the builder stays synchronous.
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import {
+  createDispatcher,
+  type Decision,
+  type Dispatcher,
+  type DispatcherConfig,
+  NoHealthyRankError,
+  RoutedRankError,
+} from '@kvroute/policy';
+import {
+  badRequest,
+  buildRouteRequest,
+  createRoutingTokenizer,
+  isProtocolError,
+  openAIErrorBody,
+  type ParsedRequest,
+  parseJsonBody,
+  parseRequest,
+  payloadTooLarge,
+  type RequestKind,
+  type RoutingTokenizer,
+  routeNotFound,
+} from '@kvroute/protocol';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { Agent } from 'undici';
+import type { RouterConfig } from './config.ts';
+import { RouterError } from './errors.ts';
+import { HealthMonitor } from './health.ts';
+import { LoadPoller } from './load-poller.ts';
+import { createRouterMetrics, type RouterMetrics } from './metrics.ts';
+import { type AttemptFailure, attempt, pipeResponse, upstreamRequestHeaders } from './proxy.ts';
+import { RankTable, type Worker } from './rank-table.ts';
+import { addWorker } from './topology.ts';
+import { describeError, getText } from './upstream.ts';
+
+export interface BuildRouterOptions {
+  /** fastify logger option; false (default) keeps tests quiet, server.ts passes a level. */
+  logger?: boolean | { level: string };
+  /** A ready tokenizer (tests, embedders); default from config.tokenizer. */
+  tokenizer?: RoutingTokenizer;
+}
+
+/** What the router exposes to embedders and tests as `app.kvroute`. */
+export interface RouterState {
+  readonly config: RouterConfig;
+  readonly table: RankTable;
+  readonly dispatcher: Dispatcher;
+  readonly health: HealthMonitor;
+  readonly loadPoller: LoadPoller;
+  readonly metrics: RouterMetrics;
+  readonly tokenizer: RoutingTokenizer;
+  /** Adds a worker at runtime (the admin POST /ranks path). */
+  addWorker(url: string, dpSize?: number): Promise<Worker>;
+  removeWorker(url: string): Worker | undefined;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    kvroute: RouterState;
+  }
+}
+
+const PROXIED: Readonly<Record<string, RequestKind>> = {
+  '/v1/chat/completions': 'chat',
+  '/v1/completions': 'completion',
+  '/generate': 'generate',
+};
+
+/** The policy config the CLI flags describe (S-1 plain object). */
+export function dispatcherConfig(config: RouterConfig): DispatcherConfig {
+  const out: DispatcherConfig = { method: config.loadBalanceMethod };
+  if (config.prefixWindow !== undefined) out.window = config.prefixWindow;
+  if (config.prefixLength !== undefined) out.prefixLength = config.prefixLength;
+  if (Object.keys(config.policyOptions).length > 0) out.options = { ...config.policyOptions };
+  if (config.dpCacheAffinity === 'routing_key') {
+    out.affinity = {
+      kind: 'routing_key',
+      maxEntries: config.affinityMaxEntries,
+      ttlMs: config.affinityTtlMs,
+    };
+  }
+  return out;
+}
+
+function tokenDigest(token: string): Buffer {
+  return createHash('sha256').update(token).digest();
+}
+
+export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {}): FastifyInstance {
+  const app = Fastify({
+    logger: opts.logger ?? false,
+    bodyLimit: config.maxBodyBytes,
+    disableRequestLogging: true,
+    // Streams may run for minutes; the per-request timer (--request-timeout-ms) governs instead.
+    requestTimeout: 0,
+    return503OnClosing: false,
+  });
+  const dispatcher = createDispatcher(dispatcherConfig(config));
+  const tokenizer =
+    opts.tokenizer ??
+    createRoutingTokenizer(config.tokenizer ? { tokenizerJsonPath: config.tokenizer } : {});
+  const table = new RankTable();
+  const agent = new Agent({ keepAliveTimeout: 30_000, connections: null, pipelining: 1 });
+  const log = app.log;
+  const health = new HealthMonitor(table, agent, config.health, log);
+  const loadPoller = new LoadPoller(
+    table,
+    agent,
+    config.loadPollIntervalMs,
+    Math.max(100, Math.min(config.health.timeoutMs, config.loadPollIntervalMs || 1000)),
+  );
+  const metrics = createRouterMetrics({
+    ranks: () => table.info(),
+    affinity: () => {
+      const a = dispatcher.stats().affinity;
+      return a && { ...a, evictions: a.evictions + a.expirations };
+    },
+  });
+
+  const state: RouterState = {
+    config,
+    table,
+    dispatcher,
+    health,
+    loadPoller,
+    metrics,
+    tokenizer,
+    addWorker: (url, dpSize) =>
+      addWorker(table, agent, url, {
+        dpAware: config.dpAware,
+        dpSize: dpSize ?? config.dpSize,
+        timeoutMs: Math.max(config.health.timeoutMs, 5_000),
+      }),
+    removeWorker: (url) => table.removeWorker(url),
+  };
+  app.decorate('kvroute', state);
+
+  app.addHook('onReady', async () => {
+    for (const url of config.workerUrls) await state.addWorker(url);
+    health.start();
+    loadPoller.start();
+  });
+  app.addHook('onClose', async () => {
+    health.stop();
+    loadPoller.stop();
+    await agent.destroy();
+  });
+
+  // Bodies are kept as raw bytes: parsed once by @kvroute/protocol for routing, and forwarded
+  // as received (no re-serialization) unless the router has to set routed_dp_rank.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
+
+  app.setNotFoundHandler((req, reply) => {
+    const err = routeNotFound(req.method, req.url);
+    reply.code(err.status).send(err.toJSON());
+  });
+
+  app.setErrorHandler((err, req, reply) => {
+    if (isProtocolError(err)) {
+      reply.code(err.status).send(err.toJSON());
+      return;
+    }
+    const e = err as { statusCode?: number; code?: string; message: string };
+    if (e.statusCode === 413 || e.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+      reply.code(413).send(payloadTooLarge(config.maxBodyBytes, { param: 'body' }).toJSON());
+      return;
+    }
+    if (e.statusCode && e.statusCode >= 400 && e.statusCode < 500) {
+      reply
+        .code(e.statusCode)
+        .send(openAIErrorBody(e.statusCode, e.message, { code: e.code ?? 'invalid_request' }));
+      return;
+    }
+    req.log.error({ err }, 'unhandled router error');
+    reply
+      .code(500)
+      .send(new RouterError('internal_error', `internal router error: ${e.message}`).toJSON());
+  });
+
+  const countRejected = (route: string, status: number): void => {
+    metrics.requests.inc({ route, rank: 'none', reason: 'none', status: String(status) });
+  };
+
+  for (const [path, kind] of Object.entries(PROXIED)) {
+    app.post(path, async (req, reply) => {
+      try {
+        await handleProxy(req, reply, kind, path);
+      } catch (err) {
+        if (!reply.sent && !reply.raw.headersSent) {
+          countRejected(path, isProtocolError(err) ? err.status : 500);
+        }
+        throw err;
+      }
+    });
+  }
+
+  async function handleProxy(
+    req: FastifyRequest,
+    reply: FastifyReply,
+    kind: RequestKind,
+    route: string,
+  ): Promise<void> {
+    const raw = req.body as Buffer | undefined;
+    if (!raw || raw.length === 0) {
+      throw badRequest('Request body is empty: expected a JSON object', { code: 'invalid_json' });
+    }
+    const body = parseJsonBody(raw);
+    const parsed: ParsedRequest = parseRequest(kind, body);
+    const route_ = buildRouteRequest(parsed, tokenizer, req.headers);
+    const routed = route_.routedRank;
+    if (routed !== undefined) checkRoutedRank(routed, parsed, req);
+    const tokens = route_.inputIds.length + route_.maxTokens;
+    const policyRequest = {
+      inputIds: route_.inputIds,
+      ...(route_.routingKey !== undefined ? { routingKey: route_.routingKey } : {}),
+      ...(routed !== undefined ? { routedRank: routed } : {}),
+      ...(route_.bootstrapRoom !== undefined ? { bootstrapRoom: route_.bootstrapRoom } : {}),
+    };
+
+    // One timer and one abort signal for the whole request, across retries.
+    const ac = new AbortController();
+    let timedOut = false;
+    let clientGone = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      ac.abort(new Error('request timeout'));
+    }, config.requestTimeoutMs);
+    const res = reply.raw;
+    const onEarlyClose = (): void => {
+      if (!res.writableFinished && !res.headersSent) {
+        clientGone = true;
+        ac.abort(new Error('client closed the connection'));
+      }
+    };
+    res.on('close', onEarlyClose);
+
+    const excluded = new Set<number>();
+    let lastFailure: { rank: number; failure: AttemptFailure } | undefined;
+    try {
+      for (let attemptNo = 0; ; attemptNo++) {
+        const view = table.view(excluded);
+        let decision: Decision;
+        const t0 = performance.now();
+        try {
+          decision = dispatcher.dispatch(policyRequest, view, { nowMs: Date.now() });
+        } catch (err) {
+          if (err instanceof NoHealthyRankError || err instanceof RoutedRankError) {
+            throw noRankLeft(lastFailure, err.message);
+          }
+          throw err;
+        }
+        metrics.decisionSeconds.observe(
+          { method: dispatcher.method },
+          (performance.now() - t0) / 1e3,
+        );
+        const slot = table.slot(decision.rank);
+        if (!slot)
+          throw new RouterError(
+            'internal_error',
+            `policy chose rank ${decision.rank}, which does not exist`,
+          );
+        const worker = slot.worker;
+        const rankLabel = String(decision.rank);
+
+        let outBody = raw;
+        if (slot.dpRank !== undefined) {
+          outBody = Buffer.from(JSON.stringify({ ...body, routed_dp_rank: slot.dpRank }));
+        } else if (body.routed_dp_rank !== undefined) {
+          // The client's override chose a router rank; a replica must not read it as its own.
+          const { routed_dp_rank: _ignored, ...rest } = body;
+          outBody = Buffer.from(JSON.stringify(rest));
+        }
+        const headers = upstreamRequestHeaders(req.headers, outBody.length, slot.dpRank);
+
+        table.tracker.onDispatch(decision.rank, tokens);
+        let released = false;
+        const release = (): void => {
+          if (released) return;
+          released = true;
+          table.tracker.onComplete(decision.rank, tokens);
+        };
+        const sentAt = performance.now();
+        let result: Awaited<ReturnType<typeof attempt>>;
+        try {
+          result = await attempt({
+            agent,
+            url: worker.url + route,
+            headers,
+            body: outBody,
+            signal: ac.signal,
+          });
+        } catch (err) {
+          release();
+          if (timedOut) {
+            health.reportServerError(worker, 'request timed out');
+            throw timeoutError(worker.url);
+          }
+          if (clientGone) {
+            metrics.requests.inc({
+              route,
+              rank: rankLabel,
+              reason: decision.reason,
+              status: '499',
+            });
+            return;
+          }
+          throw err;
+        }
+
+        if (!result.ok) {
+          const failure = result.failure;
+          if (failure.kind === 'connect') health.reportConnectError(worker, failure.detail);
+          else health.reportServerError(worker, failure.detail);
+          excluded.add(decision.rank);
+          lastFailure = { rank: decision.rank, failure };
+          const canRetry =
+            routed === undefined && attemptNo < config.maxRetries && table.hasHealthy(excluded);
+          if (canRetry) {
+            if (failure.kind === 'status') await failure.response.body.dump().catch(() => {});
+            release();
+            metrics.retries.inc({ rank: rankLabel, cause: failure.kind });
+            req.log.warn(
+              { rank: decision.rank, worker: worker.url, failure: failure.detail },
+              'retrying on another rank',
+            );
+            continue;
+          }
+          if (failure.kind !== 'status') {
+            release();
+            throw noRankLeft(lastFailure, undefined);
+          }
+          // Out of retries with a 5xx in hand: the worker's own error body is the clearest answer.
+          result = { ok: true, response: failure.response };
+        } else {
+          health.reportSuccess(worker);
+        }
+
+        const response = result.response;
+        reply.hijack();
+        const streaming = String(response.headers['content-type'] ?? '').startsWith(
+          'text/event-stream',
+        );
+        const outcome = await pipeResponse(
+          response,
+          res,
+          { 'x-kvroute-rank': rankLabel, 'x-kvroute-reason': decision.reason },
+          () => {
+            metrics.ttftSeconds.observe(
+              { rank: rankLabel, stream: streaming ? 'true' : 'false' },
+              (performance.now() - sentAt) / 1e3,
+            );
+          },
+        );
+        release();
+        if (outcome.usage) {
+          metrics.promptTokens.inc({ rank: rankLabel }, outcome.usage.promptTokens);
+          metrics.cachedTokens.inc({ rank: rankLabel }, outcome.usage.cachedTokens);
+        }
+        let status = String(response.statusCode);
+        if (outcome.end === 'client-closed') status = '499';
+        else if (outcome.end === 'upstream-error') {
+          status = timedOut ? '504' : '502';
+          if (!timedOut && !clientGone)
+            health.reportServerError(worker, describeError(outcome.error));
+        }
+        metrics.requests.inc({ route, rank: rankLabel, reason: decision.reason, status });
+        return;
+      }
+    } finally {
+      clearTimeout(timer);
+      res.off('close', onEarlyClose);
+    }
+  }
+
+  function checkRoutedRank(routed: number, _parsed: ParsedRequest, req: FastifyRequest): void {
+    const source =
+      req.headers['x-data-parallel-rank'] !== undefined ? 'X-Data-Parallel-Rank' : 'routed_dp_rank';
+    if (!config.allowRankOverride) {
+      throw new RouterError(
+        'rank_override_forbidden',
+        `Explicit rank selection (${source}) is disabled on this router; start it with --allow-rank-override to honour it`,
+        source,
+      );
+    }
+    const slot = table.slot(routed);
+    if (!slot || slot.worker.removed) {
+      throw new RouterError(
+        'invalid_rank',
+        `${source} ${routed} is not a rank of this router: it has ranks 0..${table.size - 1}`,
+        source,
+      );
+    }
+    if (!slot.worker.healthy) {
+      throw new RouterError(
+        'no_healthy_rank',
+        `${source} ${routed} is down (${slot.worker.url}: ${slot.worker.lastError ?? 'marked unhealthy'})`,
+        source,
+      );
+    }
+  }
+
+  function noRankLeft(
+    last: { rank: number; failure: AttemptFailure } | undefined,
+    policyMessage: string | undefined,
+  ): RouterError {
+    if (last) {
+      const worker = table.slot(last.rank)?.worker.url ?? '?';
+      return new RouterError(
+        'upstream_unavailable',
+        `rank ${last.rank} (${worker}) failed: ${last.failure.detail}; no other healthy rank to retry on`,
+      );
+    }
+    return new RouterError(
+      'no_healthy_rank',
+      `No healthy rank to route to (${policyMessage ?? 'all workers are down'}); check the workers' /health`,
+    );
+  }
+
+  function timeoutError(url: string): RouterError {
+    return new RouterError(
+      'upstream_timeout',
+      `The worker ${url} did not answer within ${config.requestTimeoutMs} ms (--request-timeout-ms)`,
+    );
+  }
+
+  // GET /v1/models: any healthy worker knows the model list; no load accounting.
+  let modelsCursor = 0;
+  app.get('/v1/models', async (_req, reply) => {
+    const workers = table.workers().filter((w) => w.healthy);
+    for (let i = 0; i < workers.length; i++) {
+      const w = workers[(modelsCursor + i) % workers.length]!;
+      try {
+        const res = await getText(agent, `${w.url}/v1/models`, config.health.timeoutMs);
+        if (res.status >= 500) continue;
+        modelsCursor = (modelsCursor + i + 1) % workers.length;
+        reply.code(res.status).header('content-type', 'application/json').send(res.text);
+        return;
+      } catch (err) {
+        health.reportConnectError(w, describeError(err));
+      }
+    }
+    throw noRankLeft(undefined, 'no worker answered /v1/models');
+  });
+
+  app.get('/health', async (_req, reply) => {
+    const healthy = table.info().filter((r) => r.healthy).length;
+    reply.code(healthy > 0 ? 200 : 503).send({
+      status: healthy > 0 ? 'ok' : 'unavailable',
+      healthy_ranks: healthy,
+      ranks: table.size,
+    });
+  });
+
+  app.get('/metrics', async (_req, reply) => {
+    reply
+      .header('content-type', metrics.registry.contentType)
+      .send(await metrics.registry.metrics());
+  });
+
+  if (config.adminToken !== undefined) registerAdmin(app, state, tokenDigest(config.adminToken));
+  return app;
+}
+
+function registerAdmin(app: FastifyInstance, state: RouterState, expected: Buffer): void {
+  const authorize = async (req: FastifyRequest): Promise<void> => {
+    const auth = req.headers.authorization;
+    if (!auth) {
+      throw new RouterError(
+        'unauthorized',
+        'Missing Authorization header: send "Authorization: Bearer <admin token>"',
+        'Authorization',
+      );
+    }
+    const m = /^Bearer\s+(.+)$/i.exec(auth);
+    // Compare digests so neither the length nor the content leaks through timing.
+    if (!m || !timingSafeEqual(tokenDigest(m[1]!.trim()), expected)) {
+      throw new RouterError('invalid_token', 'Invalid admin token', 'Authorization');
+    }
+  };
+  const snapshot = () => ({
+    method: state.dispatcher.method,
+    dp_aware: state.config.dpAware,
+    ranks: state.table.info().map((r) => ({
+      rank: r.rank,
+      url: r.url,
+      dp_rank: r.dpRank,
+      healthy: r.healthy,
+      removed: r.removed,
+      in_flight_requests: r.inFlightRequests,
+      in_flight_tokens: r.inFlightTokens,
+      external_requests: r.externalRequests,
+      consecutive_failures: r.consecutiveFailures,
+      last_error: r.lastError,
+    })),
+    policy: state.dispatcher.stats(),
+  });
+
+  app.get('/ranks', { onRequest: authorize }, async () => snapshot());
+  app.post('/ranks', { onRequest: authorize }, async (req) => {
+    const body = parseJsonBody((req.body as Buffer | undefined) ?? Buffer.alloc(0));
+    const { action, url, dp_size: dpSize } = body;
+    if (action !== 'add' && action !== 'remove') {
+      throw new RouterError(
+        'invalid_admin_request',
+        `'action' must be "add" or "remove", got ${JSON.stringify(action)}`,
+        'action',
+      );
+    }
+    if (typeof url !== 'string')
+      throw new RouterError(
+        'invalid_admin_request',
+        "'url' must be a worker base URL string",
+        'url',
+      );
+    let normalized: string;
+    try {
+      const u = new URL(url);
+      if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error('scheme');
+      normalized = url.replace(/\/+$/, '');
+    } catch {
+      throw new RouterError(
+        'invalid_admin_request',
+        `'url' is not an http(s) URL: ${JSON.stringify(url)}`,
+        'url',
+      );
+    }
+    if (
+      dpSize !== undefined &&
+      (typeof dpSize !== 'number' || !Number.isInteger(dpSize) || dpSize < 1)
+    ) {
+      throw new RouterError(
+        'invalid_admin_request',
+        "'dp_size' must be an integer >= 1",
+        'dp_size',
+      );
+    }
+    if (action === 'add') {
+      if (state.table.worker(normalized)) {
+        throw new RouterError(
+          'invalid_admin_request',
+          `worker ${normalized} is already routed to`,
+          'url',
+        );
+      }
+      try {
+        await state.addWorker(normalized, dpSize as number | undefined);
+      } catch (err) {
+        throw new RouterError('invalid_admin_request', (err as Error).message, 'url');
+      }
+    } else if (!state.removeWorker(normalized)) {
+      throw new RouterError(
+        'invalid_admin_request',
+        `worker ${normalized} is not routed to`,
+        'url',
+      );
+    }
+    return snapshot();
+  });
+}
