@@ -66,9 +66,9 @@ export function chainedWindowHashes(
 }
 
 /**
- * One 53-bit key for the first `length` tokens (the whole prefix, any length); equal to
- * `chainedWindowHashes(ids, length)[0]` when `length` tokens exist. Used by methods that key
- * on a single prefix (consistent hashing) rather than on every window.
+ * One 53-bit key for the first `length` tokens. A prefix's key does not depend on the window
+ * size: it equals `chainedWindowHashes(ids, w)[length / w - 1]` for any w dividing `length`.
+ * Used by methods that key on a single prefix (consistent hashing) rather than every window.
  */
 export function prefixKey(inputIds: ArrayLike<number>, length: number): number {
   if (length === 0) return toKey(0x9747b28c, 0x5bd1e995, 0);

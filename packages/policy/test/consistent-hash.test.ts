@@ -1,0 +1,158 @@
+import { describe, expect, it } from 'vitest';
+import {
+  createDispatcher,
+  createLoadTracker,
+  PolicyConfigError,
+  PolicyRangeError,
+  TokenIdRangeError,
+} from '../src/index.ts';
+import { makeRanks, prng, randomIds } from './helpers.ts';
+
+const prompts = (seed: number, count: number, length = 600): number[][] => {
+  const rand = prng(seed);
+  return Array.from({ length: count }, () => randomIds(rand, length));
+};
+
+/** Rank of every prompt on an idle cluster of `n` ranks (`down` unhealthy). */
+function mapping(prompts: readonly number[][], n: number, down: number[] = []): number[] {
+  const d = createDispatcher({ method: 'consistent_hash' });
+  const ranks = makeRanks(n, down);
+  return prompts.map((p) => d.dispatch({ inputIds: p }, ranks).rank);
+}
+
+const movedFraction = (a: readonly number[], b: readonly number[]): number =>
+  a.filter((rank, i) => rank !== b[i]).length / a.length;
+
+describe('consistent_hash', () => {
+  it('keys on the prefix like prefix_match: same leading windows, same rank', () => {
+    const d = createDispatcher({ method: 'consistent_hash', window: 256, prefixLength: 1024 });
+    const ranks = makeRanks(16);
+    const rand = prng(7);
+    const prefix = randomIds(rand, 1024);
+    const first = d.dispatch({ inputIds: [...prefix, ...randomIds(rand, 50)] }, ranks);
+    expect(first.reason).toBe('consistent-hash');
+    for (let i = 0; i < 20; i++) {
+      const tail = randomIds(rand, 1 + Math.floor(rand() * 3000));
+      expect(d.dispatch({ inputIds: [...prefix, ...tail] }, ranks).rank).toBe(first.rank);
+    }
+  });
+
+  it('spreads keys evenly: 10,000 prefixes, no rank over 1.3x the mean, all 16 used', () => {
+    const counts = new Array<number>(16).fill(0);
+    for (const r of mapping(prompts(8, 10_000, 300), 16)) counts[r] = (counts[r] as number) + 1;
+    expect(Math.max(...counts)).toBeLessThanOrEqual(1.3 * 625);
+    expect(Math.min(...counts)).toBeGreaterThan(0);
+  });
+
+  it('moves about 1/N of keys when one rank is added, and only its own when one is lost', () => {
+    const ps = prompts(9, 4000, 300);
+    const at16 = mapping(ps, 16);
+    const at17 = mapping(ps, 17);
+    const added = movedFraction(at16, at17);
+    expect(added).toBeGreaterThan(0.03);
+    expect(added).toBeLessThan(0.09); // 1/17 = 0.059
+    // Every moved key moved to the new rank.
+    at17.forEach((r, i) => {
+      if (r !== at16[i]) expect(r).toBe(16);
+    });
+    const lost = mapping(ps, 16, [5]);
+    at16.forEach((r, i) => {
+      if (r !== 5) expect(lost[i]).toBe(r);
+      else expect(lost[i]).not.toBe(5);
+    });
+    // The dead rank's keys spread: no single survivor takes more than a fifth of them.
+    const heirs = new Map<number, number>();
+    lost.forEach((r, i) => {
+      if (at16[i] === 5) heirs.set(r, (heirs.get(r) ?? 0) + 1);
+    });
+    const orphaned = at16.filter((r) => r === 5).length;
+    expect(heirs.size).toBeGreaterThanOrEqual(10);
+    expect(Math.max(...heirs.values())).toBeLessThan(orphaned / 5);
+  });
+
+  it('moves at most 1.5x the ideal share of keys from 8 to 12 ranks (modulo moves 2/3)', () => {
+    const ps = prompts(10, 4000, 300);
+    const moved = movedFraction(mapping(ps, 8), mapping(ps, 12));
+    expect(moved).toBeLessThanOrEqual(1.5 * (4 / 12));
+    expect(moved).toBeGreaterThan(0.25);
+  });
+
+  it('walks a key to its next rank while the first is over (1 + epsilon) x mean', () => {
+    const d = createDispatcher({ method: 'consistent_hash', epsilon: 0.25 });
+    const tracker = createLoadTracker(8);
+    const prompt = randomIds(prng(11), 512);
+    const home = d.dispatch({ inputIds: prompt }, tracker.ranks).rank;
+    // Load the home rank far above the mean: the key overflows, always to the same next rank.
+    tracker.onDispatch(home, 100_000);
+    const next = d.dispatch({ inputIds: prompt }, tracker.ranks);
+    expect(next.reason).toBe('consistent-hash-overflow');
+    expect(next.rank).not.toBe(home);
+    expect(d.dispatch({ inputIds: prompt }, tracker.ranks).rank).toBe(next.rank);
+    // Back under the bound, the key returns home.
+    tracker.onComplete(home, 100_000);
+    expect(d.dispatch({ inputIds: prompt }, tracker.ranks)).toEqual({
+      rank: home,
+      reason: 'consistent-hash',
+    });
+  });
+
+  it('keeps a hot key within the bound: no rank above (1 + epsilon) x mean + one request', () => {
+    const d = createDispatcher({ method: 'consistent_hash', epsilon: 0.25 });
+    const tracker = createLoadTracker(16);
+    const hot = randomIds(prng(12), 2000);
+    const rand = prng(13);
+    const cold = prompts(14, 200, 2000);
+    for (let i = 0; i < 2000; i++) {
+      const ids = rand() < 0.4 ? hot : (cold[i % 200] as number[]);
+      const rank = d.dispatch({ inputIds: ids }, tracker.ranks).rank;
+      tracker.onDispatch(rank, ids.length);
+    }
+    const loads = tracker.ranks.map((r) => r.inFlightTokens);
+    const mean = loads.reduce((a, b) => a + b, 0) / loads.length;
+    expect(Math.max(...loads)).toBeLessThanOrEqual(1.25 * mean + 2000);
+    // The hot key walked over several ranks, but not all of them.
+    const stats = d.stats();
+    expect(stats.reasons['consistent-hash-overflow']).toBeGreaterThan(0);
+  });
+
+  it('counts load in requests when asked', () => {
+    const d = createDispatcher({ method: 'consistent_hash', options: { load: 'requests' } });
+    const tracker = createLoadTracker(4);
+    const prompt = randomIds(prng(15), 300);
+    const home = d.dispatch({ inputIds: prompt }, tracker.ranks).rank;
+    // One huge request on home: tokens would overflow, requests see 1 <= 1.25 * (4 + 1) / 4.
+    for (const r of tracker.ranks) tracker.onDispatch(r.rank, r.rank === home ? 1_000_000 : 1);
+    expect(d.dispatch({ inputIds: prompt }, tracker.ranks)).toEqual({
+      rank: home,
+      reason: 'consistent-hash',
+    });
+    tracker.onDispatch(home, 1); // 2 > 1.25 * 6 / 4
+    expect(d.dispatch({ inputIds: prompt }, tracker.ranks).reason).toBe('consistent-hash-overflow');
+  });
+
+  it('falls back to the least-loaded rank without a key, and hashes routing keys', () => {
+    const d = createDispatcher({ method: 'consistent_hash' });
+    const tracker = createLoadTracker(4);
+    tracker.onDispatch(0, 10);
+    tracker.onDispatch(1, 5);
+    tracker.onDispatch(3, 7);
+    expect(d.dispatch({}, tracker.ranks)).toEqual({ rank: 2, reason: 'least-tokens' });
+    const a = d.dispatch({ routingKey: 'agent-1' }, makeRanks(8));
+    expect(a.reason).toBe('consistent-hash');
+    expect(d.dispatch({ routingKey: 'agent-1' }, makeRanks(8)).rank).toBe(a.rank);
+  });
+
+  it('rejects bad options and token ids with errors naming them', () => {
+    expect(() => createDispatcher({ method: 'consistent_hash', epsilon: -1 })).toThrow(
+      PolicyRangeError,
+    );
+    expect(() => createDispatcher({ method: 'consistent_hash', epsilon: -1 })).toThrow(/epsilon/);
+    expect(() => createDispatcher({ method: 'consistent_hash', window: 0 })).toThrow(/window/);
+    expect(() =>
+      createDispatcher({ method: 'consistent_hash', options: { load: 'watts' } }),
+    ).toThrow(PolicyConfigError);
+    const d = createDispatcher({ method: 'consistent_hash' });
+    expect(() => d.dispatch({ inputIds: [1, 2.5, 3] }, makeRanks(2))).toThrow(TokenIdRangeError);
+    expect(() => d.dispatch({ inputIds: [1, -1] }, makeRanks(2))).toThrow(/inputIds\[1\]/);
+  });
+});
