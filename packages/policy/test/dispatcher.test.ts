@@ -1,0 +1,103 @@
+// Dispatcher: config handling, precedence, errors and counters (methods have their own tests).
+import { describe, expect, it } from 'vitest';
+import {
+  createDispatcher,
+  methodNames,
+  methodRegistry,
+  PolicyConfigError,
+  RoutedRankError,
+} from '../src/index.ts';
+import { makeRanks } from './helpers.ts';
+
+describe('createDispatcher config', () => {
+  it('registers the SGLang method names', () => {
+    expect(methodNames()).toEqual(
+      expect.arrayContaining([
+        'round_robin',
+        'total_requests',
+        'total_tokens',
+        'follow_bootstrap_room',
+        'prefix_match',
+      ]),
+    );
+    expect(methodNames()).toEqual(Object.keys(methodRegistry));
+  });
+
+  it('rejects an unknown or missing method, listing the valid names', () => {
+    for (const method of ['prefix-match', 'random', undefined, 'toString', '__proto__']) {
+      try {
+        createDispatcher({ method } as never);
+        expect.unreachable();
+      } catch (error) {
+        expect(error).toBeInstanceOf(PolicyConfigError);
+        expect((error as PolicyConfigError).code).toBe('POLICY_CONFIG');
+        for (const name of methodNames()) expect((error as Error).message).toContain(name);
+      }
+    }
+    expect(() => createDispatcher(null as never)).toThrow(PolicyConfigError);
+    expect(() => createDispatcher('prefix_match' as never)).toThrow(/valid methods/);
+  });
+
+  it('rejects unknown options with the valid ones, but tolerates other methods options on top', () => {
+    expect(() => createDispatcher({ method: 'prefix_match', windw: 3 })).toThrow(
+      /prefix_match: unknown option 'windw'; valid options: window, prefixLength/,
+    );
+    expect(() => createDispatcher({ method: 'round_robin', options: { window: 256 } })).toThrow(
+      /round_robin: unknown option 'window'/,
+    );
+    expect(createDispatcher({ method: 'round_robin', window: 256 }).method).toBe('round_robin');
+    expect(() => createDispatcher({ method: 'round_robin', options: [] as never })).toThrow(
+      /options must be an object/,
+    );
+  });
+
+  it('merges options: `options` wins over the top level', () => {
+    const d = createDispatcher({ method: 'prefix_match', window: 8, options: { window: 16 } });
+    expect(d.options).toEqual({ window: 16 });
+  });
+});
+
+describe('dispatch', () => {
+  it('checks that ranks are indexed by rank', () => {
+    const d = createDispatcher({ method: 'round_robin' });
+    const ranks = makeRanks(3);
+    const swapped = [ranks[1], ranks[0], ranks[2]] as typeof ranks;
+    expect(() => d.dispatch({}, swapped)).toThrow(/ranks\[0\]\.rank must be 0/);
+  });
+
+  it('gives routed-rank errors a code and a message naming the range', () => {
+    const d = createDispatcher({ method: 'total_tokens' });
+    try {
+      d.dispatch({ routedRank: 9 }, makeRanks(4));
+      expect.unreachable();
+    } catch (error) {
+      expect(error).toBeInstanceOf(RoutedRankError);
+      expect((error as RoutedRankError).code).toBe('ROUTED_RANK_INVALID');
+      expect((error as Error).message).toMatch(/routed rank 9 is out of range: there are 4 ranks/);
+    }
+  });
+
+  it('counts decisions per reason', () => {
+    const d = createDispatcher({ method: 'prefix_match', affinity: 'routing_key' });
+    const ranks = makeRanks(4);
+    d.dispatch({ inputIds: [1, 2] }, ranks);
+    d.dispatch({}, ranks);
+    d.dispatch({ routedRank: 1 }, ranks);
+    d.dispatch({ routingKey: 'a', inputIds: [3] }, ranks);
+    d.dispatch({ routingKey: 'a', inputIds: [3] }, ranks);
+    expect(d.stats()).toMatchObject({
+      decisions: 5,
+      reasons: { 'prefix-hash': 2, 'fallback-round-robin': 1, routed: 1, affinity: 1 },
+      affinity: { size: 1, hits: 1, misses: 1 },
+    });
+  });
+
+  it('rotates ties across methods with one cursor per dispatcher', () => {
+    const a = createDispatcher({ method: 'total_tokens' });
+    const b = createDispatcher({ method: 'total_tokens' });
+    const ranks = makeRanks(3);
+    expect([1, 2, 3, 4].map(() => a.dispatch({}, ranks).rank)).toEqual([0, 1, 2, 0]);
+    // A fresh dispatcher starts its own rotation: state, not globals, decides.
+    expect(b.dispatch({}, ranks).rank).toBe(0);
+  });
+});
