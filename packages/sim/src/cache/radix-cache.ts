@@ -1,0 +1,245 @@
+// A token-level radix tree of cached KV, as SGLang's RadixCache keeps one per rank.
+// Edges are segments (Uint32Array views), never per-token objects, so a 100k-token prompt
+// is one node until another prompt diverges inside it. LRU is over a logical access
+// counter rather than wall or simulated time, so ties cannot depend on event timing.
+
+export interface RadixNode {
+  key: Uint32Array;
+  parent: RadixNode | null;
+  children: Map<number | string, RadixNode>;
+  lockRef: number;
+  lastAccess: number;
+}
+
+/** Opaque to callers: the node where a match or insert ended. */
+export type RadixHandle = RadixNode;
+
+export interface RadixCacheOptions {
+  capacityTokens: number;
+  pageSize?: number;
+}
+
+export interface MatchResult {
+  matchedTokens: number;
+  handle: RadixHandle;
+}
+
+function toU32(ids: ArrayLike<number>): Uint32Array {
+  return ids instanceof Uint32Array ? ids : Uint32Array.from(ids as ArrayLike<number>);
+}
+
+export class RadixCache {
+  readonly capacity: number;
+  readonly pageSize: number;
+  private readonly root: RadixNode;
+  private readonly leaves = new Set<RadixNode>();
+  private tick = 0;
+  private size = 0;
+  private evictableSize = 0;
+  /** Tokens and nodes removed by evict() since creation. */
+  evictedTokens = 0;
+  evictedNodes = 0;
+
+  constructor(opts: RadixCacheOptions) {
+    const pageSize = opts.pageSize ?? 1;
+    if (!Number.isInteger(opts.capacityTokens) || opts.capacityTokens <= 0) {
+      throw new RangeError(`capacityTokens must be a positive integer, got ${opts.capacityTokens}`);
+    }
+    if (!Number.isInteger(pageSize) || pageSize < 1) {
+      throw new RangeError(`pageSize must be an integer >= 1, got ${pageSize}`);
+    }
+    this.capacity = opts.capacityTokens;
+    this.pageSize = pageSize;
+    this.root = {
+      key: new Uint32Array(0),
+      parent: null,
+      children: new Map(),
+      lockRef: 1,
+      lastAccess: 0,
+    };
+  }
+
+  /** Tokens held in the tree (locked and unlocked). */
+  get used(): number {
+    return this.size;
+  }
+
+  /** Tokens in unlocked nodes: what eviction could free. */
+  get evictable(): number {
+    return this.evictableSize;
+  }
+
+  /** Tokens in locked nodes (in use by running requests). */
+  get protectedSize(): number {
+    return this.size - this.evictableSize;
+  }
+
+  get nodeCount(): number {
+    let n = 0;
+    const stack = [this.root];
+    while (stack.length > 0) {
+      const node = stack.pop()!;
+      n++;
+      for (const c of node.children.values()) stack.push(c);
+    }
+    return n - 1;
+  }
+
+  private childKey(ids: Uint32Array, offset: number): number | string {
+    if (this.pageSize === 1) return ids[offset]!;
+    return ids.subarray(offset, offset + this.pageSize).join(',');
+  }
+
+  private floorPage(n: number): number {
+    return this.pageSize === 1 ? n : n - (n % this.pageSize);
+  }
+
+  /** Splits `child` after `at` tokens; returns the new upper node. */
+  private split(child: RadixNode, at: number): RadixNode {
+    const parent = child.parent!;
+    const upper: RadixNode = {
+      key: child.key.subarray(0, at),
+      parent,
+      children: new Map(),
+      lockRef: child.lockRef,
+      lastAccess: child.lastAccess,
+    };
+    parent.children.set(this.childKey(child.key, 0), upper);
+    child.key = child.key.subarray(at);
+    child.parent = upper;
+    upper.children.set(this.childKey(child.key, 0), child);
+    return upper;
+  }
+
+  /** Walks the common prefix of `ids` (page-aligned); splits so the result ends on a node. */
+  private walk(ids: Uint32Array, len: number): { node: RadixNode; pos: number } {
+    const t = ++this.tick;
+    let node = this.root;
+    let pos = 0;
+    while (pos < len) {
+      const child = node.children.get(this.childKey(ids, pos));
+      if (child === undefined) break;
+      const key = child.key;
+      const lim = Math.min(key.length, len - pos);
+      let m = 0;
+      while (m < lim && key[m] === ids[pos + m]) m++;
+      m = this.floorPage(m);
+      if (m === 0) break;
+      child.lastAccess = t;
+      if (m < key.length) {
+        node = this.split(child, m);
+        pos += m;
+        break;
+      }
+      pos += m;
+      node = child;
+    }
+    return { node, pos };
+  }
+
+  /** Longest cached prefix of `ids`, rounded down to whole pages. Touches it for LRU. */
+  match(ids: ArrayLike<number>): MatchResult {
+    const u = toU32(ids);
+    const { node, pos } = this.walk(u, this.floorPage(u.length));
+    return { matchedTokens: pos, handle: node };
+  }
+
+  /** Inserts `ids[0:length]` (whole pages); returns the handle of the node it ends at. */
+  insert(ids: ArrayLike<number>, length = ids.length): RadixHandle {
+    const u = toU32(ids);
+    const len = this.floorPage(Math.min(length, u.length));
+    const { node, pos } = this.walk(u, len);
+    if (pos >= len) return node;
+    // Copy: a view would pin the caller's whole buffer for as long as the node lives.
+    const leaf: RadixNode = {
+      key: u.slice(pos, len),
+      parent: node,
+      children: new Map(),
+      lockRef: 0,
+      lastAccess: this.tick,
+    };
+    if (node !== this.root && node.children.size === 0) this.leaves.delete(node);
+    node.children.set(this.childKey(leaf.key, 0), leaf);
+    this.leaves.add(leaf);
+    this.size += leaf.key.length;
+    this.evictableSize += leaf.key.length;
+    return leaf;
+  }
+
+  lock(handle: RadixHandle): void {
+    for (let n: RadixNode | null = handle; n !== null && n !== this.root; n = n.parent) {
+      if (n.lockRef++ === 0) this.evictableSize -= n.key.length;
+    }
+  }
+
+  unlock(handle: RadixHandle): void {
+    for (let n: RadixNode | null = handle; n !== null && n !== this.root; n = n.parent) {
+      if (n.lockRef <= 0) throw new Error('RadixCache.unlock: node is not locked');
+      if (--n.lockRef === 0) this.evictableSize += n.key.length;
+    }
+  }
+
+  /** Evicts least-recently-used unlocked leaves until `tokens` are freed; returns tokens freed. */
+  evict(tokens: number): number {
+    if (tokens <= 0 || this.evictableSize === 0) return 0;
+    const heap: RadixNode[] = [];
+    for (const leaf of this.leaves) if (leaf.lockRef === 0) heapPush(heap, leaf);
+    let freed = 0;
+    while (freed < tokens) {
+      const leaf = heapPop(heap);
+      if (leaf === undefined) break;
+      const parent = leaf.parent!;
+      parent.children.delete(this.childKey(leaf.key, 0));
+      this.leaves.delete(leaf);
+      leaf.parent = null;
+      this.size -= leaf.key.length;
+      this.evictableSize -= leaf.key.length;
+      freed += leaf.key.length;
+      this.evictedNodes++;
+      if (parent !== this.root && parent.children.size === 0) {
+        this.leaves.add(parent);
+        if (parent.lockRef === 0) heapPush(heap, parent);
+      }
+    }
+    this.evictedTokens += freed;
+    return freed;
+  }
+
+  /** Drops everything (a rank restart); locked nodes included. */
+  reset(): void {
+    this.root.children.clear();
+    this.leaves.clear();
+    this.size = 0;
+    this.evictableSize = 0;
+  }
+}
+
+function heapPush(h: RadixNode[], n: RadixNode): void {
+  let i = h.length;
+  h.push(n);
+  while (i > 0) {
+    const p = (i - 1) >> 1;
+    if (h[p]!.lastAccess <= n.lastAccess) break;
+    h[i] = h[p]!;
+    i = p;
+  }
+  h[i] = n;
+}
+
+function heapPop(h: RadixNode[]): RadixNode | undefined {
+  const top = h[0];
+  const last = h.pop();
+  if (top === undefined || last === undefined || h.length === 0) return top;
+  let i = 0;
+  for (;;) {
+    const l = 2 * i + 1;
+    if (l >= h.length) break;
+    const r = l + 1;
+    const c = r < h.length && h[r]!.lastAccess < h[l]!.lastAccess ? r : l;
+    if (h[c]!.lastAccess >= last.lastAccess) break;
+    h[i] = h[c]!;
+    i = c;
+  }
+  h[i] = last;
+  return top;
+}

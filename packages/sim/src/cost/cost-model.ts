@@ -1,0 +1,157 @@
+// The cost model interface and the profile file format. One formula serves the built-in
+// profiles and profiles written by the GPU worker's `--calibrate`, so a measured profile
+// and a fitted one are interchangeable.
+import { readFileSync } from 'node:fs';
+
+export interface CostModel {
+  readonly name: string;
+  readonly description: string;
+  /** KV pool size of one rank, in tokens. */
+  readonly kvCapacityTokens: number;
+  /** Token budget of one prefill step (SGLang's --chunked-prefill-size). */
+  readonly chunkedPrefillSize: number;
+  /** One request's prefill chunk of `newTokens` on top of `cachedTokens`, alone on the GPU. */
+  prefillMs(newTokens: number, cachedTokens: number): number;
+  /** One decode step of `batchSize` sequences holding `totalContextTokens` in all. */
+  decodeStepMs(batchSize: number, totalContextTokens: number): number;
+}
+
+/**
+ * Prefill: `max(launchFloorMs, floorMs + perTokenMs*new + attnMsPerMTokenPairs*new*(cached+new)/1e6
+ *   + perKCachedTokenMs*cached/1000)`.
+ * `launchFloorMs` and `perKCachedTokenMs` are optional (default 0), so the spec's three-term
+ * form is the special case without them. They exist because the calibration needs them: small
+ * prefills are launch-bound (a flat floor, not floor + linear), and reading a long cached
+ * prefix costs time even for a few new tokens.
+ */
+export interface PrefillCoefficients {
+  floorMs: number;
+  perTokenMs: number;
+  attnMsPerMTokenPairs: number;
+  launchFloorMs?: number;
+  perKCachedTokenMs?: number;
+}
+
+/** Decode step: `floorMs + perSeqMs*batch + perKContextTokenMs*context/1000`. */
+export interface DecodeCoefficients {
+  floorMs: number;
+  perSeqMs: number;
+  perKContextTokenMs: number;
+}
+
+/** The `kvroute-cost-profile/v1` JSON file. */
+export interface CostProfileSpec {
+  format: 'kvroute-cost-profile/v1';
+  name: string;
+  description: string;
+  source?: string;
+  prefill: PrefillCoefficients;
+  decode: DecodeCoefficients;
+  kvCapacityTokens: number;
+  chunkedPrefillSize: number;
+}
+
+export const PROFILE_FORMAT = 'kvroute-cost-profile/v1';
+
+export function costModelFromSpec(spec: CostProfileSpec): CostModel {
+  const p = spec.prefill;
+  const d = spec.decode;
+  const launch = p.launchFloorMs ?? 0;
+  const perCached = p.perKCachedTokenMs ?? 0;
+  return {
+    name: spec.name,
+    description: spec.description,
+    kvCapacityTokens: spec.kvCapacityTokens,
+    chunkedPrefillSize: spec.chunkedPrefillSize,
+    prefillMs(newTokens: number, cachedTokens: number): number {
+      const t =
+        p.floorMs +
+        p.perTokenMs * newTokens +
+        (p.attnMsPerMTokenPairs * newTokens * (cachedTokens + newTokens)) / 1e6 +
+        (perCached * cachedTokens) / 1000;
+      return Math.max(t, launch);
+    },
+    decodeStepMs(batchSize: number, totalContextTokens: number): number {
+      return (
+        d.floorMs + d.perSeqMs * batchSize + (d.perKContextTokenMs * totalContextTokens) / 1000
+      );
+    },
+  };
+}
+
+function fail(where: string, message: string): never {
+  throw new Error(`cost profile ${where}: ${message}`);
+}
+
+function num(where: string, obj: Record<string, unknown>, field: string, optional = false) {
+  const v = obj[field];
+  if (v === undefined && optional) return undefined;
+  if (typeof v !== 'number' || !Number.isFinite(v)) {
+    fail(where, `${field} must be a finite number, got ${JSON.stringify(v)}`);
+  }
+  return v;
+}
+
+/** Validates a parsed profile object; `where` names the file in errors. */
+export function parseProfileSpec(raw: unknown, where: string): CostProfileSpec {
+  if (typeof raw !== 'object' || raw === null) fail(where, 'expected a JSON object');
+  const o = raw as Record<string, unknown>;
+  if (o.format !== PROFILE_FORMAT) {
+    fail(where, `format must be '${PROFILE_FORMAT}', got ${JSON.stringify(o.format)}`);
+  }
+  if (typeof o.name !== 'string' || o.name === '') fail(where, 'name must be a non-empty string');
+  const prefill = o.prefill as Record<string, unknown> | undefined;
+  const decode = o.decode as Record<string, unknown> | undefined;
+  if (typeof prefill !== 'object' || prefill === null) fail(where, 'prefill must be an object');
+  if (typeof decode !== 'object' || decode === null) fail(where, 'decode must be an object');
+  const kv = num(where, o, 'kvCapacityTokens') as number;
+  const chunk = num(where, o, 'chunkedPrefillSize') as number;
+  if (!Number.isInteger(kv) || kv <= 0) fail(where, 'kvCapacityTokens must be a positive integer');
+  if (!Number.isInteger(chunk) || chunk <= 0) {
+    fail(where, 'chunkedPrefillSize must be a positive integer');
+  }
+  const spec: CostProfileSpec = {
+    format: PROFILE_FORMAT,
+    name: o.name,
+    description: typeof o.description === 'string' ? o.description : '',
+    prefill: {
+      floorMs: num(`${where} prefill`, prefill, 'floorMs') as number,
+      perTokenMs: num(`${where} prefill`, prefill, 'perTokenMs') as number,
+      attnMsPerMTokenPairs: num(`${where} prefill`, prefill, 'attnMsPerMTokenPairs') as number,
+    },
+    decode: {
+      floorMs: num(`${where} decode`, decode, 'floorMs') as number,
+      perSeqMs: num(`${where} decode`, decode, 'perSeqMs') as number,
+      perKContextTokenMs: num(`${where} decode`, decode, 'perKContextTokenMs') as number,
+    },
+    kvCapacityTokens: kv,
+    chunkedPrefillSize: chunk,
+  };
+  if (typeof o.source === 'string') spec.source = o.source;
+  const launch = num(`${where} prefill`, prefill, 'launchFloorMs', true);
+  const perCached = num(`${where} prefill`, prefill, 'perKCachedTokenMs', true);
+  if (launch !== undefined) spec.prefill.launchFloorMs = launch;
+  if (perCached !== undefined) spec.prefill.perKCachedTokenMs = perCached;
+  const model = costModelFromSpec(spec);
+  if (!(model.prefillMs(1, 0) > 0) || !(model.decodeStepMs(1, 1) > 0)) {
+    fail(where, 'coefficients give a non-positive time for one token');
+  }
+  return spec;
+}
+
+/** Loads a `kvroute-cost-profile/v1` JSON file (e.g. written by the GPU worker's --calibrate). */
+export function loadProfileFile(path: string): CostModel {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new Error(`cost profile ${path}: cannot read (${(err as Error).message})`);
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    throw new Error(`cost profile ${path}: invalid JSON (${(err as Error).message})`);
+  }
+  return costModelFromSpec(parseProfileSpec(raw, path));
+}

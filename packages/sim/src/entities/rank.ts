@@ -1,0 +1,438 @@
+// One SGLang data-parallel rank: waiting queue, continuous batching with chunked prefill,
+// a KV pool and a radix cache. Driven by an injected Scheduler, so the simulator runs it in
+// simulated time and the mock worker in real time with the same code.
+//
+// A step takes prefill chunks up to `chunkedPrefillSize` tokens (the in-progress chunked
+// request first, then newly admitted ones) plus one token for every running decode (mixed
+// chunk). When there is nothing to prefill, the decode steps until the next completion are
+// identical in shape, so they run as one event (`coalesceDecode`); a new arrival or abort
+// cuts that run at the next step boundary, exactly where SGLang would pick the new request up.
+import { RadixCache } from '../cache/radix-cache.ts';
+import type { CostModel } from '../cost/cost-model.ts';
+import type { ScheduledEvent, Scheduler } from '../engine/event-queue.ts';
+import { ActiveRequest, type RankRequest } from './request.ts';
+
+export type { RankRequest } from './request.ts';
+
+export interface RankModelOptions {
+  rank: number;
+  profile: CostModel;
+  scheduler: Scheduler;
+  kvCapacityTokens?: number;
+  chunkedPrefillSize?: number;
+  pageSize?: number;
+  schedulePolicy?: 'fcfs' | 'lpm';
+  /** Run identical decode steps as one event (default true). False: one event per step. */
+  coalesceDecode?: boolean;
+}
+
+export interface RankLoad {
+  runningRequests: number;
+  waitingRequests: number;
+  usedTokens: number;
+  capacityTokens: number;
+}
+
+export interface RankStats {
+  /** Input tokens computed by prefill (not served from cache). */
+  prefillTokens: number;
+  /** Input tokens served from cache at admission. */
+  cachedTokens: number;
+  prefillBusyMs: number;
+  decodeBusyMs: number;
+  steps: number;
+  events: number;
+  evictedTokens: number;
+  evictedNodes: number;
+  admitted: number;
+  finished: number;
+  aborted: number;
+}
+
+/** SGLang falls back from lpm to fcfs past this queue length (the sort is O(n) matches). */
+const LPM_MAX_QUEUE = 128;
+
+interface DecodeRun {
+  t0: number;
+  batch: number;
+  ctx0: number;
+  steps: number;
+  event: ScheduledEvent;
+}
+
+export class RankModel {
+  readonly rank: number;
+  readonly cache: RadixCache;
+  readonly capacityTokens: number;
+  readonly chunkedPrefillSize: number;
+  private readonly profile: CostModel;
+  private readonly scheduler: Scheduler;
+  private readonly lpm: boolean;
+  private readonly coalesce: boolean;
+  private readonly prefillBaseMs: number;
+
+  private waiting: ActiveRequest[] = [];
+  private chunked: ActiveRequest | null = null;
+  private decoding: ActiveRequest[] = [];
+  private readonly byId = new Map<number | string, ActiveRequest>();
+  private reservedTotal = 0;
+  private busy = false;
+  private kick: ScheduledEvent | null = null;
+  private run: DecodeRun | null = null;
+  private readonly statsData: RankStats = {
+    prefillTokens: 0,
+    cachedTokens: 0,
+    prefillBusyMs: 0,
+    decodeBusyMs: 0,
+    steps: 0,
+    events: 0,
+    evictedTokens: 0,
+    evictedNodes: 0,
+    admitted: 0,
+    finished: 0,
+    aborted: 0,
+  };
+
+  constructor(opts: RankModelOptions) {
+    this.rank = opts.rank;
+    this.profile = opts.profile;
+    this.scheduler = opts.scheduler;
+    this.capacityTokens = opts.kvCapacityTokens ?? opts.profile.kvCapacityTokens;
+    this.chunkedPrefillSize = opts.chunkedPrefillSize ?? opts.profile.chunkedPrefillSize;
+    if (!Number.isInteger(this.chunkedPrefillSize) || this.chunkedPrefillSize < 1) {
+      throw new RangeError(
+        `chunkedPrefillSize must be an integer >= 1, got ${this.chunkedPrefillSize}`,
+      );
+    }
+    const policy = opts.schedulePolicy ?? 'fcfs';
+    if (policy !== 'fcfs' && policy !== 'lpm') {
+      throw new RangeError(`schedulePolicy must be 'fcfs' or 'lpm', got '${String(policy)}'`);
+    }
+    this.lpm = policy === 'lpm';
+    this.coalesce = opts.coalesceDecode ?? true;
+    this.cache = new RadixCache({
+      capacityTokens: this.capacityTokens,
+      pageSize: opts.pageSize ?? 1,
+    });
+    this.prefillBaseMs = this.profile.prefillMs(0, 0);
+  }
+
+  submit(req: RankRequest): void {
+    if (this.byId.has(req.id))
+      throw new Error(`rank ${this.rank}: request id ${req.id} is already active`);
+    if (!Number.isInteger(req.maxNewTokens) || req.maxNewTokens < 1) {
+      throw new RangeError(
+        `rank ${this.rank}: maxNewTokens must be an integer >= 1, got ${req.maxNewTokens}`,
+      );
+    }
+    const r = new ActiveRequest(req, this.scheduler.now());
+    if (r.inputLen < 1)
+      throw new RangeError(`rank ${this.rank}: request ${req.id} has no input tokens`);
+    if (r.inputLen + req.maxNewTokens > this.capacityTokens) {
+      throw new RangeError(
+        `rank ${this.rank}: request ${req.id} needs ${r.inputLen + req.maxNewTokens} KV tokens, more than the pool's ${this.capacityTokens}`,
+      );
+    }
+    this.byId.set(req.id, r);
+    this.waiting.push(r);
+    this.wake();
+  }
+
+  /** Drops a request wherever it is; its callbacks are not called again. */
+  abort(id: number | string): boolean {
+    const r = this.byId.get(id);
+    if (r === undefined) return false;
+    this.byId.delete(id);
+    this.statsData.aborted++;
+    if (r.phase === 'waiting') {
+      this.waiting.splice(this.waiting.indexOf(r), 1);
+    } else {
+      this.cutRun();
+      if (this.chunked === r) this.chunked = null;
+      const i = this.decoding.indexOf(r);
+      if (i >= 0) this.decoding.splice(i, 1);
+      this.release(r);
+    }
+    r.phase = 'aborted';
+    this.wake();
+    return true;
+  }
+
+  load(): RankLoad {
+    return {
+      runningRequests: this.byId.size - this.waiting.length,
+      waitingRequests: this.waiting.length,
+      usedTokens: this.cache.protectedSize + this.reservedTotal,
+      capacityTokens: this.capacityTokens,
+    };
+  }
+
+  stats(): RankStats {
+    return {
+      ...this.statsData,
+      evictedTokens: this.cache.evictedTokens,
+      evictedNodes: this.cache.evictedNodes,
+    };
+  }
+
+  /** Requests submitted and not finished or aborted, by id. */
+  activeIds(): (number | string)[] {
+    return [...this.byId.keys()];
+  }
+
+  // --- scheduling -------------------------------------------------------------------------
+
+  /** Something changed: make the scheduler look at the next step boundary. */
+  private wake(): void {
+    if (this.run !== null) {
+      this.cutRun();
+      return;
+    }
+    if (this.busy || this.kick !== null) return;
+    // Same-time arrivals join the same step, as SGLang drains its input queue per iteration.
+    this.kick = this.scheduler.at(this.scheduler.now(), () => {
+      this.kick = null;
+      this.step();
+    });
+  }
+
+  private free(): number {
+    return this.capacityTokens - this.cache.used - this.reservedTotal;
+  }
+
+  /** Matches, locks and reserves for `r`; false (and nothing held) when the pool has no room. */
+  private admit(r: ActiveRequest): boolean {
+    // SGLang matches at most input-1 tokens: the last token must run to produce logits.
+    const { matchedTokens, handle } = this.cache.match(r.ids.subarray(0, r.inputLen - 1));
+    this.cache.lock(handle);
+    const need = r.inputLen - matchedTokens + r.spec.maxNewTokens;
+    let free = this.free();
+    if (need > free) {
+      this.cache.evict(need - free);
+      free = this.free();
+    }
+    if (need > free) {
+      this.cache.unlock(handle);
+      return false;
+    }
+    r.handle = handle;
+    r.cachedTokens = matchedTokens;
+    r.prefilled = matchedTokens;
+    r.inTree = matchedTokens;
+    r.reserved = need;
+    this.reservedTotal += need;
+    r.phase = 'prefill';
+    this.statsData.admitted++;
+    this.statsData.cachedTokens += matchedTokens;
+    r.spec.onAdmit?.(this.scheduler.now(), matchedTokens);
+    return true;
+  }
+
+  private orderWaiting(): void {
+    if (!this.lpm || this.waiting.length < 2 || this.waiting.length > LPM_MAX_QUEUE) return;
+    const keyed = this.waiting.map((r, i) => ({
+      r,
+      i,
+      m: this.cache.match(r.ids.subarray(0, r.inputLen - 1)).matchedTokens,
+    }));
+    keyed.sort((a, b) => b.m - a.m || a.i - b.i);
+    this.waiting = keyed.map((k) => k.r);
+  }
+
+  private step(): void {
+    const now = this.scheduler.now();
+    const items: { r: ActiveRequest; n: number }[] = [];
+    let budget = this.chunkedPrefillSize;
+    if (this.chunked !== null) {
+      const r = this.chunked;
+      const n = Math.min(r.inputLen - r.prefilled, budget);
+      items.push({ r, n });
+      budget -= n;
+    }
+    if (budget > 0 && this.waiting.length > 0) {
+      this.orderWaiting();
+      let taken = 0;
+      while (budget > 0 && taken < this.waiting.length) {
+        const r = this.waiting[taken]!;
+        if (!this.admit(r)) break;
+        taken++;
+        const n = Math.min(r.inputLen - r.prefilled, budget);
+        items.push({ r, n });
+        budget -= n;
+      }
+      if (taken > 0) this.waiting.splice(0, taken);
+    }
+    const batch = this.decoding.length;
+    if (items.length > 0) {
+      let ms = 0;
+      for (const it of items) ms += this.profile.prefillMs(it.n, it.r.prefilled);
+      ms -= (items.length - 1) * this.prefillBaseMs; // the fixed step cost is paid once
+      let ctx = 0;
+      if (batch > 0) {
+        for (const r of this.decoding) ctx += r.inputLen + r.generated;
+        const d = this.profile.decodeStepMs(batch, ctx);
+        ms += d;
+        this.statsData.decodeBusyMs += d;
+      }
+      this.statsData.prefillBusyMs += ms - (batch > 0 ? this.profile.decodeStepMs(batch, ctx) : 0);
+      const last = items[items.length - 1]!;
+      this.chunked = last.r.prefilled + last.n < last.r.inputLen ? last.r : null;
+      this.busy = true;
+      this.statsData.steps++;
+      const decoders = this.decoding.slice();
+      this.scheduler.at(now + ms, () => this.endPrefillStep(items, decoders));
+      return;
+    }
+    if (batch > 0) {
+      this.startDecodeRun(now);
+      return;
+    }
+    this.busy = false;
+  }
+
+  private endPrefillStep(
+    items: { r: ActiveRequest; n: number }[],
+    decoders: ActiveRequest[],
+  ): void {
+    const now = this.scheduler.now();
+    this.statsData.events++;
+    for (const { r, n } of items) {
+      if (r.phase !== 'prefill') continue;
+      r.prefilled += n;
+      this.statsData.prefillTokens += n;
+      this.moveIntoTree(r, r.ids, r.prefilled);
+      if (r.prefilled >= r.inputLen) {
+        r.generated = 1;
+        r.spec.onFirstToken?.(now, r.cachedTokens);
+        r.spec.onToken?.(0, now);
+        if (r.generated >= r.spec.maxNewTokens) this.finish(r, now);
+        else {
+          r.phase = 'decode';
+          this.decoding.push(r);
+        }
+      }
+    }
+    for (const r of decoders) {
+      if (r.phase !== 'decode') continue;
+      r.spec.onToken?.(r.generated, now);
+      r.generated++;
+      if (r.generated >= r.spec.maxNewTokens) this.finish(r, now);
+    }
+    this.compactDecoding();
+    this.busy = false;
+    this.step();
+  }
+
+  private compactDecoding(): void {
+    let w = 0;
+    for (const r of this.decoding) if (r.phase === 'decode') this.decoding[w++] = r;
+    this.decoding.length = w;
+  }
+
+  private startDecodeRun(now: number): void {
+    const batch = this.decoding.length;
+    let steps = Number.POSITIVE_INFINITY;
+    let ctx0 = 0;
+    for (const r of this.decoding) {
+      const left = r.spec.maxNewTokens - r.generated;
+      if (left < steps) steps = left;
+      ctx0 += r.inputLen + r.generated;
+    }
+    if (!this.coalesce) steps = 1;
+    let ms = 0;
+    for (let j = 0; j < steps; j++) ms += this.profile.decodeStepMs(batch, ctx0 + j * batch);
+    this.busy = true;
+    const event = this.scheduler.at(now + ms, () => this.endDecodeRun());
+    this.run = { t0: now, batch, ctx0, steps, event };
+  }
+
+  /** Shortens the running decode run to the first step boundary at or after now. */
+  private cutRun(): void {
+    const run = this.run;
+    if (run === null || run.steps <= 1) return;
+    const now = this.scheduler.now();
+    let t = run.t0;
+    let j = 0;
+    while (j < run.steps) {
+      t += this.profile.decodeStepMs(run.batch, run.ctx0 + j * run.batch);
+      j++;
+      if (t >= now) break;
+    }
+    if (j >= run.steps) return;
+    run.event.cancel();
+    run.steps = j;
+    run.event = this.scheduler.at(t, () => this.endDecodeRun());
+  }
+
+  private endDecodeRun(): void {
+    const run = this.run!;
+    this.run = null;
+    this.statsData.events++;
+    this.statsData.steps += run.steps;
+    const now = this.scheduler.now();
+    this.statsData.decodeBusyMs += now - run.t0;
+    const wantsTokens = this.decoding.some((r) => r.spec.onToken !== undefined);
+    let times: number[] | null = null;
+    if (wantsTokens) {
+      times = [];
+      let t = run.t0;
+      for (let j = 0; j < run.steps; j++) {
+        t += this.profile.decodeStepMs(run.batch, run.ctx0 + j * run.batch);
+        times.push(t);
+      }
+    }
+    for (const r of this.decoding) {
+      if (r.phase !== 'decode') continue;
+      if (times !== null && r.spec.onToken) {
+        for (let j = 0; j < run.steps; j++) r.spec.onToken(r.generated + j, times[j]!);
+      }
+      r.generated += run.steps;
+      if (r.generated >= r.spec.maxNewTokens) this.finish(r, now);
+    }
+    this.compactDecoding();
+    this.busy = false;
+    this.step();
+  }
+
+  /** Inserts `ids[0:len]` and moves the request's lock to the new end; frees its reservation. */
+  private moveIntoTree(r: ActiveRequest, ids: ArrayLike<number>, len: number): void {
+    const handle = this.cache.insert(ids, len);
+    this.cache.lock(handle);
+    if (r.handle !== null) this.cache.unlock(r.handle);
+    r.handle = handle;
+    const inTree = len - (len % this.cache.pageSize);
+    const moved = Math.max(0, Math.min(inTree - r.inTree, r.reserved));
+    r.inTree = Math.max(r.inTree, inTree);
+    r.reserved -= moved;
+    this.reservedTotal -= moved;
+  }
+
+  private finish(r: ActiveRequest, now: number): void {
+    const out = r.spec.outputIds;
+    if (out !== undefined && out.length > 0) {
+      // SGLang caches input + output of a finished request (minus the last sampled token,
+      // whose KV was never written).
+      const n = Math.min(out.length, r.generated - 1);
+      if (n > 0) {
+        const all = new Uint32Array(r.inputLen + n);
+        all.set(r.ids, 0);
+        for (let i = 0; i < n; i++) all[r.inputLen + i] = out[i]!;
+        this.moveIntoTree(r, all, all.length);
+      }
+    }
+    r.phase = 'done';
+    this.release(r);
+    this.byId.delete(r.spec.id);
+    this.statsData.finished++;
+    r.spec.onFinish?.(now, { cachedTokens: r.cachedTokens, outputTokens: r.generated });
+  }
+
+  private release(r: ActiveRequest): void {
+    if (r.handle !== null) {
+      this.cache.unlock(r.handle);
+      r.handle = null;
+    }
+    this.reservedTotal -= r.reserved;
+    r.reserved = 0;
+  }
+}

@@ -1,0 +1,70 @@
+import { describe, expect, it } from 'vitest';
+import { RadixCache } from '../src/cache/radix-cache.ts';
+
+const seq = (from: number, n: number) => Uint32Array.from({ length: n }, (_, i) => from + i);
+const cat = (...parts: Uint32Array[]) => {
+  const out = new Uint32Array(parts.reduce((a, p) => a + p.length, 0));
+  let o = 0;
+  for (const p of parts) {
+    out.set(p, o);
+    o += p.length;
+  }
+  return out;
+};
+
+describe('RadixCache', () => {
+  it('matches the longest cached prefix and splits segments where prompts diverge', () => {
+    const c = new RadixCache({ capacityTokens: 1000 });
+    const a = cat(seq(1, 100), seq(1000, 20));
+    const b = cat(seq(1, 100), seq(2000, 30));
+    expect(c.match(a).matchedTokens).toBe(0);
+    c.insert(a);
+    expect(c.used).toBe(120);
+    expect(c.match(b).matchedTokens).toBe(100);
+    c.insert(b);
+    expect(c.used).toBe(150);
+    expect(c.nodeCount).toBe(3);
+    expect(c.match(seq(1, 50)).matchedTokens).toBe(50);
+    expect(c.match(cat(seq(1, 100), seq(1000, 5), seq(9, 3))).matchedTokens).toBe(105);
+  });
+
+  it('rounds matches and inserts down to whole pages', () => {
+    const c = new RadixCache({ capacityTokens: 1000, pageSize: 16 });
+    c.insert(seq(1, 40));
+    expect(c.used).toBe(32);
+    expect(c.match(cat(seq(1, 20), seq(500, 20))).matchedTokens).toBe(16);
+  });
+
+  it('never evicts locked nodes and evicts least recently used leaves first', () => {
+    const c = new RadixCache({ capacityTokens: 1000 });
+    const shared = seq(1, 50);
+    const x = cat(shared, seq(100, 10));
+    const y = cat(shared, seq(200, 10));
+    const z = cat(shared, seq(300, 10));
+    c.insert(x);
+    c.insert(y);
+    c.insert(z);
+    const locked = c.match(y).handle;
+    c.lock(locked);
+    expect(c.evictable).toBe(20); // x and z leaves; y's path incl. shared is locked
+    c.match(x); // x is now more recent than z
+    expect(c.evict(5)).toBe(10);
+    expect(c.match(z).matchedTokens).toBe(50);
+    expect(c.match(x).matchedTokens).toBe(60);
+    expect(c.evict(1000)).toBe(10);
+    expect(c.used).toBe(60);
+    c.unlock(locked);
+    expect(c.evictable).toBe(60);
+    expect(c.evict(1000)).toBe(60);
+    expect(c.used).toBe(0);
+    expect(c.evictedTokens).toBe(80);
+  });
+
+  it('rejects bad options and unbalanced unlocks', () => {
+    expect(() => new RadixCache({ capacityTokens: 0 })).toThrow(/capacityTokens/);
+    expect(() => new RadixCache({ capacityTokens: 10, pageSize: 0 })).toThrow(/pageSize/);
+    const c = new RadixCache({ capacityTokens: 10 });
+    const h = c.insert(seq(1, 5));
+    expect(() => c.unlock(h)).toThrow(/not locked/);
+  });
+});
