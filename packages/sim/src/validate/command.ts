@@ -1,0 +1,329 @@
+// `kvroute-sim validate`: play a scenario against a live endpoint, simulate the same requests
+// with the endpoint's policy, and print predicted vs observed. Bad input exits 2 before any
+// request is sent; an unreachable target exits 1 naming the URL; an interrupted run (SIGINT)
+// still writes every output for what completed and exits 130.
+import { writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import type { CliIo, Subcommand } from '../cli/command.ts';
+import { defaultProfileName } from '../cli/common.ts';
+import { UsageError } from '../cli/errors.ts';
+import { createProgress } from '../cli/progress.ts';
+import { renderValidateHtml } from './html.ts';
+import { createHttpDriver, endpointUrl, getJson } from './http-driver.ts';
+import { parseValidateArgs, VALIDATE_USAGE, type ValidateOptions } from './options.ts';
+import { restrictPlan, scalePlan } from './plan.ts';
+import { loadRecord, openRecord, type RecordWriter } from './record.ts';
+import { renderComparison } from './render.ts';
+import { buildReport, type ValidateReport } from './report.ts';
+import { drivePlan, planSize } from './runner.ts';
+import { defaultBackend, type SimBackend, type SimPlan } from './sim-backend.ts';
+import type { PlanRequest } from './types.ts';
+
+export interface ValidateIo extends CliIo {
+  /** Aborts the live run (the CLI wires SIGINT to it); outputs are still written. */
+  signal?: AbortSignal;
+}
+
+interface TargetInfo {
+  dpSize?: number;
+  maxTotalNumTokens?: number;
+  pageSize?: number;
+  chunkedPrefillSize?: number;
+  engine?: string;
+}
+
+function intField(o: unknown, key: string): number | undefined {
+  if (typeof o !== 'object' || o === null) return undefined;
+  const v = (o as Record<string, unknown>)[key];
+  return typeof v === 'number' && Number.isInteger(v) && v > 0 ? v : undefined;
+}
+
+/** Reads what the target says about itself; fails only when it cannot be reached at all. */
+async function probeTarget(target: string): Promise<{ info: TargetInfo } | { error: string }> {
+  const r = await getJson(target, '/get_server_info');
+  if ('error' in r) return { error: r.error };
+  if (r.status !== 200) return { info: {} };
+  const b = r.body;
+  const info: TargetInfo = {};
+  const set = (k: keyof Omit<TargetInfo, 'engine'>, v: number | undefined) => {
+    if (v !== undefined) info[k] = v;
+  };
+  set('dpSize', intField(b, 'dp_size'));
+  set('maxTotalNumTokens', intField(b, 'max_total_num_tokens'));
+  set('pageSize', intField(b, 'page_size'));
+  set('chunkedPrefillSize', intField(b, 'chunked_prefill_size'));
+  const engine = (b as { engine?: unknown } | undefined)?.engine;
+  if (typeof engine === 'string') info.engine = engine;
+  return { info };
+}
+
+async function firstModel(target: string): Promise<string | undefined> {
+  const r = await getJson(target, '/v1/models');
+  if ('error' in r || r.status !== 200) return undefined;
+  const data = (r.body as { data?: { id?: unknown }[] } | undefined)?.data;
+  const id = Array.isArray(data) ? data[0]?.id : undefined;
+  return typeof id === 'string' ? id : undefined;
+}
+
+function pick(
+  flag: number | undefined,
+  fromTarget: number | undefined,
+  fallback: number,
+  fallbackSource: string,
+): { value: number; source: string } {
+  if (flag !== undefined) return { value: flag, source: 'flag' };
+  if (fromTarget !== undefined) return { value: fromTarget, source: 'target /get_server_info' };
+  return { value: fallback, source: fallbackSource };
+}
+
+export async function runValidate(
+  argv: readonly string[],
+  io: ValidateIo,
+  backend: SimBackend = defaultBackend,
+): Promise<number> {
+  const opts = parseValidateArgs(argv, backend.methodNames());
+  const path = (p: string) => resolve(io.cwd, p);
+  const say = (s: string) => io.stderr.write(`${s}\n`);
+  const jsonToStdout = opts.json === '-';
+  const out = (s: string) => (jsonToStdout ? io.stderr : io.stdout).write(s);
+  const notes: string[] = [];
+
+  // Everything that can be wrong with the input is checked before a request leaves.
+  endpointUrl(opts.target, '/');
+  const profile = backend.loadProfile(
+    opts.profileFile !== undefined
+      ? { profileFile: path(opts.profileFile) }
+      : { profile: opts.profile ?? defaultProfileName(opts.scenario ?? '') },
+  );
+  if (opts.profile === undefined && opts.profileFile === undefined) {
+    notes.push(
+      `predicted with the default profile ${profile.name}; pass --profile or --profile-file for the target's hardware`,
+    );
+  }
+  backend.checkPolicy(opts.policy);
+  let plan: SimPlan;
+  if (opts.replay !== undefined) {
+    const rec = loadRecord(path(opts.replay));
+    plan = { ...rec.plan, events: [] };
+  } else {
+    plan = backend.buildPlan(opts.scenario!, opts.scenarioOptions, opts.seed);
+  }
+  if ((plan.events?.length ?? 0) > 0) {
+    notes.push(
+      `ignored ${plan.events!.length} cluster events of the scenario (rank failures, scale changes): a live target's ranks are not the harness's to change, so neither side models them`,
+    );
+    plan = { ...plan, events: [] };
+  }
+  plan = scalePlan(plan, { requests: opts.requests, concurrency: opts.concurrency });
+  const planned = planSize(plan);
+  if (planned === 0)
+    throw new UsageError('the plan has no requests (check --requests and --set)', 'validate');
+
+  const probe = await probeTarget(opts.target);
+  if ('error' in probe) {
+    say(`kvroute-sim validate: error: ${probe.error} (is the target running? nothing was sent)`);
+    return 1;
+  }
+  const info = probe.info;
+  const ranks = pick(opts.ranks, info.dpSize, plan.ranks, `scenario default`);
+  if (opts.ranks === undefined && info.dpSize === undefined) {
+    notes.push(
+      `the target did not report dp_size; predicted with the scenario's ${plan.ranks} ranks (pass --ranks N if it runs a different number)`,
+    );
+  }
+  const rankModel = {
+    kvCapacityTokens: pick(
+      opts.kvCapacityTokens,
+      info.maxTotalNumTokens,
+      profile.kvCapacityTokens,
+      'profile',
+    ),
+    pageSize: pick(opts.pageSize, info.pageSize, 1, 'default'),
+    chunkedPrefillSize: pick(
+      opts.chunkedPrefillSize,
+      info.chunkedPrefillSize,
+      profile.chunkedPrefillSize,
+      'profile',
+    ),
+  };
+  let model = opts.model;
+  if (model === undefined && opts.api !== 'generate') model = await firstModel(opts.target);
+
+  const driver = createHttpDriver({
+    target: opts.target,
+    api: opts.api,
+    model,
+    timeoutMs: opts.timeoutMs,
+    headers: opts.headers,
+  });
+  const byId = new Map<number, PlanRequest>();
+  for (const r of plan.mode === 'closed' ? plan.clients.flat() : plan.requests) byId.set(r.id, r);
+
+  let recorder: RecordWriter | undefined;
+  if (opts.record !== undefined) {
+    recorder = openRecord(
+      path(opts.record),
+      {
+        format: 'kvroute-validate-record/v1',
+        scenario: plan.scenario,
+        mode: plan.mode,
+        ranks: ranks.value,
+        seed: opts.seed,
+        target: opts.target,
+        api: opts.api,
+        timeScale: opts.timeScale,
+        startedAt: new Date().toISOString(),
+      },
+      plan,
+    );
+  }
+
+  const progress = createProgress(io);
+  let done = 0;
+  let failed = 0;
+  let firstError: string | undefined;
+  say(
+    `validate: sending ${planned} requests (${plan.mode} loop) of '${plan.scenario}' to ${driver.url}`,
+  );
+  const drive = await drivePlan(plan, driver, {
+    timeScale: opts.timeScale,
+    maxInFlight: plan.mode === 'open' ? opts.concurrency : undefined,
+    signal: io.signal,
+    onResult(obs, req) {
+      done++;
+      if (!obs.ok) {
+        failed++;
+        firstError ??= obs.error;
+      }
+      recorder?.write(req, obs);
+      progress.update(done / planned, `${done}/${planned} requests, ${failed} failed`);
+    },
+  }).finally(() => {
+    progress.done();
+    recorder?.close();
+    driver.close();
+  });
+  if (drive.interrupted) {
+    notes.push(
+      `interrupted: ${drive.observations.length} of ${planned} requests completed; the prediction covers the same ${drive.observations.length}`,
+    );
+  }
+  if (drive.delayedByConcurrency > 0) {
+    notes.push(
+      `${drive.delayedByConcurrency} requests left later than planned because --concurrency ${opts.concurrency} was reached; the simulator does not model that cap`,
+    );
+  }
+  const mismatched = drive.observations.filter(
+    (o) =>
+      o.ok && o.promptTokens !== undefined && o.promptTokens !== byId.get(o.id)?.inputIds.length,
+  ).length;
+  if (mismatched > 0) {
+    notes.push(
+      `${mismatched} responses reported a prompt length different from the request's token count (a chat template or tokenizer in between): hit rates compare approximately`,
+    );
+  }
+  const noCached = drive.observations.filter((o) => o.ok && o.cachedTokens === undefined).length;
+  if (noCached > 0) {
+    notes.push(
+      `${noCached} responses did not report cached tokens (SGLang: meta_info.cached_tokens; vLLM: start with --enable-prompt-tokens-details); counted as 0`,
+    );
+  }
+  if (failed > 0 && firstError !== undefined) notes.push(`first error: ${firstError}`);
+
+  const simPlan = drive.interrupted
+    ? restrictPlan(plan, new Set(drive.observations.map((o) => o.id)))
+    : plan;
+  const predicted =
+    planSize(simPlan) > 0
+      ? backend.simulate(simPlan, {
+          policy: opts.policy,
+          ranks: ranks.value,
+          profile,
+          seed: opts.seed,
+          rank: {
+            kvCapacityTokens: rankModel.kvCapacityTokens.value,
+            pageSize: rankModel.pageSize.value,
+            chunkedPrefillSize: rankModel.chunkedPrefillSize.value,
+          },
+        })
+      : [];
+
+  const report: ValidateReport = buildReport({
+    head: {
+      target: opts.target,
+      endpoint: driver.url,
+      api: opts.api,
+      scenario: plan.scenario,
+      scenarioOptions: opts.scenarioOptions,
+      seed: opts.seed,
+      ...(opts.replay !== undefined ? { replayOf: opts.replay } : {}),
+      ranks: ranks.value,
+      profile: profile.name,
+      timeScale: opts.timeScale,
+      policy: { label: opts.policyLabel, config: opts.policy },
+      rankModel,
+      interrupted: drive.interrupted,
+      notes,
+    },
+    planned,
+    plan: byId,
+    observations: drive.observations,
+    predicted,
+  });
+
+  out(formatSummary(report, opts));
+  if (opts.json !== undefined) {
+    const text = `${JSON.stringify(report, null, 2)}\n`;
+    if (jsonToStdout) io.stdout.write(text);
+    else writeFileSync(path(opts.json), text);
+  }
+  if (opts.html !== undefined) writeFileSync(path(opts.html), await renderValidateHtml(report));
+
+  if (drive.interrupted) return 130;
+  if (report.observed.ok === 0) {
+    say(
+      `kvroute-sim validate: error: no request succeeded against ${driver.url}: ${firstError ?? 'unknown error'}`,
+    );
+    return 1;
+  }
+  return 0;
+}
+
+export function formatSummary(
+  report: ValidateReport,
+  opts: Pick<ValidateOptions, 'policyLabel'>,
+): string {
+  const lines = [
+    `scenario ${report.scenario}, seed ${report.seed}: ${report.requests.completed} ok, ${report.requests.failed} failed of ${report.requests.planned} planned; target ${report.endpoint}`,
+    `prediction: ${report.policy.label} on ${report.ranks} ranks, profile ${report.profile}, kv ${report.rankModel.kvCapacityTokens?.value} tokens/rank`,
+    '',
+    renderComparison(report.comparison, opts.policyLabel),
+    '',
+  ];
+  const ra = report.rankAgreement;
+  if (ra.compared > 0) {
+    lines.push(`rank agreement: ${ra.same}/${ra.compared} requests on the predicted rank`);
+  }
+  for (const n of report.notes) lines.push(`note: ${n}`);
+  return `${lines.join('\n')}\n`;
+}
+
+export const command: Subcommand = {
+  name: 'validate',
+  summary: 'send a scenario to a live endpoint and compare what it did with the prediction',
+  usage: `${VALIDATE_USAGE}\n`,
+  async run(argv, io) {
+    // SIGINT stops sending; what completed is still reported and recorded.
+    const ac = new AbortController();
+    const onSig = () => {
+      io.stderr.write('\nvalidate: interrupted, writing results for what completed...\n');
+      ac.abort();
+    };
+    process.once('SIGINT', onSig);
+    try {
+      return await runValidate(argv, { ...io, signal: ac.signal });
+    } finally {
+      process.off('SIGINT', onSig);
+    }
+  },
+};

@@ -1,0 +1,47 @@
+// Cutting a scenario's plan down to what a validation run sends. Both the live run and the
+// simulation get the same cut plan, so the comparison stays like for like.
+import type { PlanRequest, ValidatePlan } from './types.ts';
+
+export interface ScaleOptions {
+  /** Keep the first N requests: closed loop round by round (every client's first request,
+   * then every client's second, ...), open loop by arrival. */
+  requests?: number;
+  /** Closed loop: keep the first C clients. Open loop: not a cut (it bounds in-flight requests). */
+  concurrency?: number;
+}
+
+export function scalePlan<P extends ValidatePlan>(plan: P, opts: ScaleOptions): P {
+  if (plan.mode === 'closed') {
+    let clients = plan.clients;
+    if (opts.concurrency !== undefined) clients = clients.slice(0, opts.concurrency);
+    if (opts.requests !== undefined) {
+      const keep = new Set<PlanRequest>();
+      const longest = Math.max(0, ...clients.map((c) => c.length));
+      outer: for (let round = 0; round < longest; round++) {
+        for (const c of clients) {
+          const r = c[round];
+          if (r === undefined) continue;
+          if (keep.size >= opts.requests) break outer;
+          keep.add(r);
+        }
+      }
+      clients = clients.map((c) => c.filter((r) => keep.has(r))).filter((c) => c.length > 0);
+    }
+    const kept = new Set(clients.flat().map((r) => r.id));
+    return { ...plan, clients, requests: plan.requests.filter((r) => kept.has(r.id)) };
+  }
+  const requests =
+    opts.requests !== undefined ? plan.requests.slice(0, opts.requests) : plan.requests;
+  return { ...plan, requests };
+}
+
+/** The plan restricted to the given request ids (an interrupted run's completed requests). */
+export function restrictPlan<P extends ValidatePlan>(plan: P, ids: ReadonlySet<number>): P {
+  if (plan.mode === 'closed') {
+    const clients = plan.clients
+      .map((c) => c.filter((r) => ids.has(r.id)))
+      .filter((c) => c.length > 0);
+    return { ...plan, clients, requests: plan.requests.filter((r) => ids.has(r.id)) };
+  }
+  return { ...plan, requests: plan.requests.filter((r) => ids.has(r.id)) };
+}

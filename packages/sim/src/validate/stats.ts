@@ -1,0 +1,148 @@
+// Summaries of the observed and the predicted run, computed by one function from the same
+// per-request form, so a difference between the columns is a difference in behaviour and
+// never a difference in how two reports define a percentile or a time window.
+import type { OutcomeRecord } from './types.ts';
+
+export interface Distribution {
+  p50: number;
+  p90: number;
+  p99: number;
+  mean: number;
+}
+
+export interface RunSummary {
+  requests: number;
+  ok: number;
+  errors: number;
+  /** Cached prompt tokens / prompt tokens over successful requests (0..1). */
+  hitRate: number;
+  promptTokens: number;
+  cachedTokens: number;
+  /** Over successful requests that produced content; NaN fields when there are none. */
+  ttftMs: Distribution;
+  e2eMs: Distribution;
+  /** Successful requests per second between the first send and the last completion. */
+  throughputRps: number;
+  durationS: number;
+}
+
+/** Linear interpolation between closest ranks (numpy's default), on a sorted copy. */
+export function percentile(values: readonly number[], p: number): number {
+  if (values.length === 0) return Number.NaN;
+  const s = [...values].sort((a, b) => a - b);
+  const pos = (s.length - 1) * (p / 100);
+  const lo = Math.floor(pos);
+  const hi = Math.ceil(pos);
+  const a = s[lo]!;
+  const b = s[hi]!;
+  return a + (b - a) * (pos - lo);
+}
+
+export function distribution(values: readonly number[]): Distribution {
+  if (values.length === 0)
+    return { p50: Number.NaN, p90: Number.NaN, p99: Number.NaN, mean: Number.NaN };
+  let sum = 0;
+  for (const v of values) sum += v;
+  return {
+    p50: percentile(values, 50),
+    p90: percentile(values, 90),
+    p99: percentile(values, 99),
+    mean: sum / values.length,
+  };
+}
+
+export function summarize(records: readonly OutcomeRecord[]): RunSummary {
+  const ok = records.filter((r) => r.ok);
+  let prompt = 0;
+  let cached = 0;
+  for (const r of ok) {
+    prompt += r.promptTokens;
+    cached += Math.min(r.cachedTokens, r.promptTokens);
+  }
+  const ttfts = ok.filter((r) => r.ttftMs !== undefined).map((r) => r.ttftMs!);
+  const e2es = ok.map((r) => r.endMs - r.startMs);
+  let first = Number.POSITIVE_INFINITY;
+  let last = Number.NEGATIVE_INFINITY;
+  for (const r of records) {
+    first = Math.min(first, r.startMs);
+    last = Math.max(last, r.endMs);
+  }
+  const durationS = records.length > 0 ? Math.max(0, last - first) / 1000 : 0;
+  return {
+    requests: records.length,
+    ok: ok.length,
+    errors: records.length - ok.length,
+    hitRate: prompt > 0 ? cached / prompt : 0,
+    promptTokens: prompt,
+    cachedTokens: cached,
+    ttftMs: distribution(ttfts),
+    e2eMs: distribution(e2es),
+    throughputRps: durationS > 0 ? ok.length / durationS : 0,
+    durationS,
+  };
+}
+
+export interface ComparisonRow {
+  key: string;
+  label: string;
+  unit: 'ratio' | 'ms' | 'rps' | 'count';
+  predicted: number;
+  observed: number;
+  /** (predicted - observed) / observed; NaN when observed is 0 and predicted is not. */
+  relError: number;
+  /** predicted - observed (for the hit rate: in percentage points). */
+  absError: number;
+}
+
+export function relativeError(predicted: number, observed: number): number {
+  if (observed === predicted) return 0;
+  if (observed === 0 || !Number.isFinite(observed)) return Number.NaN;
+  return (predicted - observed) / Math.abs(observed);
+}
+
+export function compareSummaries(predicted: RunSummary, observed: RunSummary): ComparisonRow[] {
+  const row = (
+    key: string,
+    label: string,
+    unit: ComparisonRow['unit'],
+    p: number,
+    o: number,
+  ): ComparisonRow => ({
+    key,
+    label,
+    unit,
+    predicted: p,
+    observed: o,
+    relError: relativeError(p, o),
+    absError: unit === 'ratio' ? (p - o) * 100 : p - o,
+  });
+  return [
+    row('hitRate', 'hit rate', 'ratio', predicted.hitRate, observed.hitRate),
+    row('ttftP50', 'TTFT p50', 'ms', predicted.ttftMs.p50, observed.ttftMs.p50),
+    row('ttftP90', 'TTFT p90', 'ms', predicted.ttftMs.p90, observed.ttftMs.p90),
+    row('ttftP99', 'TTFT p99', 'ms', predicted.ttftMs.p99, observed.ttftMs.p99),
+    row('ttftMean', 'TTFT mean', 'ms', predicted.ttftMs.mean, observed.ttftMs.mean),
+    row('e2eP50', 'e2e latency p50', 'ms', predicted.e2eMs.p50, observed.e2eMs.p50),
+    row('throughput', 'throughput', 'rps', predicted.throughputRps, observed.throughputRps),
+    row('errors', 'errors', 'count', predicted.errors, observed.errors),
+  ];
+}
+
+/** Share of requests both sides placed on the same rank, over those where the target said. */
+export function rankAgreement(
+  predicted: readonly OutcomeRecord[],
+  observed: readonly OutcomeRecord[],
+): { compared: number; same: number } {
+  const byId = new Map<number, number | undefined>();
+  for (const r of predicted) byId.set(r.id, r.rank);
+  let compared = 0;
+  let same = 0;
+  for (const o of observed) {
+    if (o.rank === undefined) continue;
+    const p = byId.get(o.id);
+    if (p === undefined) continue;
+    compared++;
+    if (p === o.rank) same++;
+  }
+  return { compared, same };
+}

@@ -1,0 +1,57 @@
+import { describe, expect, it } from 'vitest';
+import { restrictPlan, scalePlan } from '../src/validate/plan.ts';
+import { planSize } from '../src/validate/runner.ts';
+import type { PlanRequest, ValidatePlan } from '../src/validate/types.ts';
+
+const r = (id: number, clientId: number, arrivalMs?: number): PlanRequest => ({
+  id,
+  clientId,
+  inputIds: Uint32Array.of(id),
+  outputTokens: 1,
+  sessionKey: `c${clientId}`,
+  ...(arrivalMs !== undefined ? { arrivalMs } : {}),
+});
+
+function closed(): ValidatePlan {
+  const clients = [0, 1, 2].map((c) => [0, 1, 2, 3].map((k) => r(c * 10 + k, c)));
+  return { scenario: 's', mode: 'closed', ranks: 4, clients, requests: clients.flat() };
+}
+
+describe('scalePlan', () => {
+  it('closed loop: --requests keeps whole rounds first, each client in its own order', () => {
+    const p = scalePlan(closed(), { requests: 7 });
+    expect(p.clients.map((c) => c.map((q) => q.id))).toEqual([
+      [0, 1, 2],
+      [10, 11],
+      [20, 21],
+    ]);
+    expect(planSize(p)).toBe(7);
+    expect(p.requests.map((q) => q.id).sort((a, b) => a - b)).toEqual([0, 1, 2, 10, 11, 20, 21]);
+  });
+  it('closed loop: --concurrency keeps the first clients', () => {
+    const p = scalePlan(closed(), { concurrency: 2, requests: 3 });
+    expect(p.clients.map((c) => c.map((q) => q.id))).toEqual([[0, 1], [10]]);
+  });
+  it('open loop: --requests keeps the earliest arrivals; --concurrency cuts nothing', () => {
+    const requests = [r(0, 0, 0), r(1, 1, 5), r(2, 2, 9)];
+    const open: ValidatePlan = { scenario: 's', mode: 'open', ranks: 2, clients: [], requests };
+    expect(scalePlan(open, { requests: 2 }).requests.map((q) => q.id)).toEqual([0, 1]);
+    expect(planSize(scalePlan(open, { concurrency: 1 }))).toBe(3);
+  });
+  it('keeps fields it does not know (events, durations) for the simulator', () => {
+    const p = scalePlan(
+      { ...closed(), events: [], warmupMs: 5 } as ValidatePlan & { warmupMs: number },
+      {
+        requests: 1,
+      },
+    );
+    expect(p.warmupMs).toBe(5);
+  });
+});
+
+describe('restrictPlan', () => {
+  it('keeps only the given ids and drops emptied clients', () => {
+    const p = restrictPlan(closed(), new Set([0, 1, 20]));
+    expect(p.clients.map((c) => c.map((q) => q.id))).toEqual([[0, 1], [20]]);
+  });
+});
