@@ -1,0 +1,149 @@
+"""python3 -m kvroute_gpu_worker [--shape tiny] [--port 0] ... | --calibrate --out profile.json"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from typing import List, Optional
+
+import torch
+
+from .engine import Engine, EngineConfig
+from .model import SHAPES, LlamaModel, get_shape
+
+# Per-shape defaults: tiny is for CPU tests; the real shapes assume a GPU shared by a few workers.
+DEFAULTS = {
+    "tiny": {"max_total_tokens": 32768, "chunked_prefill_size": 512, "context_length": 4096},
+    "llama-3.2-1b": {"max_total_tokens": 200000, "chunked_prefill_size": 8192, "context_length": 32768},
+    "llama-3.1-8b": {"max_total_tokens": 200000, "chunked_prefill_size": 8192, "context_length": 32768},
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python3 -m kvroute_gpu_worker",
+                                description="kvroute GPU worker: a minimal real engine for validating routing.")
+    p.add_argument("--shape", default="tiny", choices=sorted(SHAPES), help="model shape (random weights)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000, help="0 picks a free port (printed on the first stdout line)")
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="auto: bfloat16 on GPU, float32 on CPU")
+    p.add_argument("--attention", default="auto", choices=["auto", "sdpa", "explicit"],
+                   help="auto: SDPA where torch has it (>= 2.0), explicit softmax otherwise")
+    p.add_argument("--seed", type=int, default=0, help="weight seed")
+    p.add_argument("--page-size", type=int, default=1)
+    p.add_argument("--max-total-tokens", type=int, help="KV capacity in tokens (radix tree + running requests)")
+    p.add_argument("--chunked-prefill-size", type=int)
+    p.add_argument("--context-length", type=int, help="longest prompt + max new tokens accepted")
+    p.add_argument("--max-running-requests", type=int, default=64)
+    p.add_argument("--served-model-name", help="model id in /v1/models and responses")
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up forward before listening")
+    p.add_argument("--calibrate", action="store_true", help="measure prefill/decode times, write a cost profile, exit")
+    p.add_argument("--out", help="--calibrate: profile file to write (kvroute-cost-profile/v1)")
+    p.add_argument("--calibrate-budget-s", type=float, default=60.0, help="--calibrate: stop measuring after this")
+    return p
+
+
+def _fail(msg: str) -> None:
+    print(f"kvroute_gpu_worker: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def build_engine(args: argparse.Namespace) -> Engine:
+    shape = get_shape(args.shape)
+    d = DEFAULTS[args.shape]
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        _fail(f"--device {device}: CUDA is not available in this torch ({torch.__version__})")
+    dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    for name in ("page_size", "max_running_requests"):
+        if getattr(args, name) <= 0:
+            _fail(f"--{name.replace('_', '-')} must be > 0")
+    cap = args.max_total_tokens or d["max_total_tokens"]
+    chunk = args.chunked_prefill_size or d["chunked_prefill_size"]
+    ctx = args.context_length or d["context_length"]
+    if cap <= 0 or chunk <= 0 or ctx <= 0:
+        _fail("--max-total-tokens, --chunked-prefill-size and --context-length must be > 0")
+    try:
+        model = LlamaModel(shape, device=device, dtype=dtype, seed=args.seed, attention=args.attention)
+    except ValueError as exc:
+        _fail(str(exc))
+    cfg = EngineConfig(capacity_tokens=cap, page_size=args.page_size, chunked_prefill_size=chunk,
+                       max_running_requests=args.max_running_requests, context_length=ctx)
+    return Engine(model, cfg)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.calibrate and not args.out:
+        _fail("--calibrate needs --out FILE")
+    t0 = time.time()
+    engine = build_engine(args)
+    model = engine.model
+    load_s = time.time() - t0
+    if args.calibrate:
+        from .calibrate import calibrate
+
+        print(f"calibrating {model.shape.name} on {model.device} ({model.dtype}, {model.attention})", file=sys.stderr,
+              flush=True)
+        profile, details = calibrate(engine, args.calibrate_budget_s, log=lambda s: print(s, file=sys.stderr, flush=True))
+        with open(args.out, "w") as f:
+            json.dump(profile, f, indent=2)
+            f.write("\n")
+        base = args.out[:-5] if args.out.endswith(".json") else args.out
+        with open(base + ".points.json", "w") as f:
+            json.dump(details, f, indent=2)
+            f.write("\n")
+        print(json.dumps(profile), flush=True)
+        print(f"wrote {args.out} and {base}.points.json in {time.time() - t0:.1f} s", file=sys.stderr, flush=True)
+        return 0
+
+    from .server import WorkerServer, server_info
+
+    if not args.no_warmup:
+        # First CUDA kernels are slow (hundreds of ms); pay that before the first request's TTFT.
+        from .engine import Request
+
+        engine.submit(Request(ids=list(range(1, 65)), max_new_tokens=3))
+        engine.run_until_idle()
+        engine.cache.reset()
+        engine.metrics.clear()
+    name = args.served_model_name or f"kvroute-gpu-worker/{model.shape.name}"
+    info = {"shape": model.shape.name, "device": str(model.device), "dtype": str(model.dtype).replace("torch.", ""),
+            "attention": model.attention, "params": model.param_count(), "load_seconds": round(load_s, 2),
+            "decode": "batched"}
+    try:
+        srv = WorkerServer((args.host, args.port), engine, name, server_info(engine, name, info))
+    except OSError as exc:
+        _fail(f"cannot listen on {args.host}:{args.port}: {exc}")
+    engine.start()
+    print(f"listening {srv.url}", flush=True)
+    print(f"kvroute-gpu-worker {model.shape.name} on {model.device} ({info['dtype']}, {model.attention}); "
+          f"{model.param_count() / 1e6:.1f}M params; capacity {engine.config.capacity_tokens} tokens; pid {os.getpid()}",
+          file=sys.stderr, flush=True)
+
+    def _stop(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        srv.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.server_close()
+        engine.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
