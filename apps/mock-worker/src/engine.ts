@@ -1,0 +1,163 @@
+// The worker's engine without HTTP: one @kvroute/sim RankModel per internal DP rank, an
+// internal @kvroute/policy dispatcher in front of them (as SGLang's DP controller), and the
+// real-time scheduler that drives them. The HTTP layer (app.ts) only parses, calls start()
+// and formats what the callbacks report.
+import {
+  createDispatcher,
+  createLoadTracker,
+  type Dispatcher,
+  type LoadTracker,
+} from '@kvroute/policy';
+import { type CostModel, getProfile, loadProfileFile, RankModel } from '@kvroute/sim';
+import type { ResolvedOptions } from './options.ts';
+import { RealtimeScheduler } from './scheduler.ts';
+
+export interface EngineRequest {
+  inputIds: Uint32Array;
+  /** >= 1 (the RankModel always produces the first token with the prefill). */
+  maxNewTokens: number;
+  routingKey?: string;
+  routedRank?: number;
+  bootstrapRoom?: number;
+}
+
+export interface EngineCallbacks {
+  onFirstToken?(cachedTokens: number): void;
+  onToken?(index: number): void;
+  onFinish?(info: { cachedTokens: number; outputTokens: number }): void;
+}
+
+export interface EngineHandle {
+  readonly id: string;
+  readonly rank: number;
+  readonly reason: string;
+  /** Drops the request from its rank (frees its KV and load); false if it already finished. */
+  abort(): boolean;
+}
+
+export interface RankLoadInfo {
+  dp_rank: number;
+  num_running_reqs: number;
+  num_waiting_reqs: number;
+  num_used_tokens: number;
+  max_total_num_tokens: number;
+}
+
+export class MockEngine {
+  readonly scheduler: RealtimeScheduler;
+  readonly ranks: RankModel[];
+  readonly dispatcher: Dispatcher;
+  readonly tracker: LoadTracker;
+  readonly profile: CostModel;
+  readonly kvCapacity: number;
+  readonly chunkedPrefillSize: number;
+  private nextId = 0;
+  private active = 0;
+
+  constructor(readonly opts: ResolvedOptions) {
+    this.profile = opts.profileFile ? loadProfileFile(opts.profileFile) : getProfile(opts.profile);
+    this.kvCapacity = opts.kvCapacity ?? this.profile.kvCapacityTokens;
+    this.chunkedPrefillSize = opts.chunkedPrefillSize ?? this.profile.chunkedPrefillSize;
+    this.scheduler = new RealtimeScheduler(opts.timeScale);
+    this.ranks = Array.from(
+      { length: opts.dpSize },
+      (_, rank) =>
+        new RankModel({
+          rank,
+          profile: this.profile,
+          scheduler: this.scheduler,
+          kvCapacityTokens: this.kvCapacity,
+          chunkedPrefillSize: this.chunkedPrefillSize,
+          pageSize: opts.pageSize,
+          // Instant mode needs no per-step events; in real time one event per decode step is
+          // what makes a stream emit its tokens one by one instead of in bursts.
+          coalesceDecode: opts.timeScale === 0,
+        }),
+    );
+    this.dispatcher = createDispatcher({
+      ...opts.policyOptions,
+      method: opts.loadBalanceMethod,
+    });
+    this.tracker = createLoadTracker(opts.dpSize, { kvCapacityTokens: this.kvCapacity });
+  }
+
+  /** Requests submitted and not yet finished or aborted. */
+  get activeRequests(): number {
+    return this.active;
+  }
+
+  start(req: EngineRequest, cb: EngineCallbacks): EngineHandle {
+    const route: {
+      inputIds: Uint32Array;
+      routingKey?: string;
+      routedRank?: number;
+      bootstrapRoom?: number;
+    } = {
+      inputIds: req.inputIds,
+    };
+    if (req.routingKey !== undefined) route.routingKey = req.routingKey;
+    if (req.routedRank !== undefined) route.routedRank = req.routedRank;
+    if (req.bootstrapRoom !== undefined) route.bootstrapRoom = req.bootstrapRoom;
+    const decision = this.dispatcher.dispatch(route, this.tracker.ranks, {
+      nowMs: this.scheduler.now(),
+    });
+    const rank = decision.rank;
+    const model = this.ranks[rank] as RankModel;
+    // S-1 accounting rule: input tokens + max new tokens, removed on finish or abort.
+    const tokens = req.inputIds.length + req.maxNewTokens;
+    const id = `mock-${this.nextId++}`;
+    let done = false;
+    const complete = () => {
+      if (done) return false;
+      done = true;
+      this.active--;
+      this.tracker.onComplete(rank, tokens);
+      return true;
+    };
+    this.tracker.onDispatch(rank, tokens);
+    this.active++;
+    try {
+      model.submit({
+        id,
+        inputIds: req.inputIds,
+        maxNewTokens: req.maxNewTokens,
+        onFirstToken: (_t, cached) => cb.onFirstToken?.(cached),
+        onToken: (index) => cb.onToken?.(index),
+        onFinish: (_t, info) => {
+          complete();
+          cb.onFinish?.(info);
+        },
+      });
+    } catch (err) {
+      complete();
+      throw err;
+    }
+    return {
+      id,
+      rank,
+      reason: decision.reason,
+      abort: () => {
+        if (done) return false;
+        model.abort(id);
+        return complete();
+      },
+    };
+  }
+
+  loads(): RankLoadInfo[] {
+    return this.ranks.map((r, i) => {
+      const l = r.load();
+      return {
+        dp_rank: i,
+        num_running_reqs: l.runningRequests,
+        num_waiting_reqs: l.waitingRequests,
+        num_used_tokens: l.usedTokens,
+        max_total_num_tokens: l.capacityTokens,
+      };
+    });
+  }
+
+  close(): void {
+    this.scheduler.close();
+  }
+}

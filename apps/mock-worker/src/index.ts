@@ -1,0 +1,22 @@
+export { buildMockWorker } from './app.ts';
+export {
+  type EngineCallbacks,
+  type EngineHandle,
+  type EngineRequest,
+  MockEngine,
+  type RankLoadInfo,
+} from './engine.ts';
+export { fillerText, fillerToken, promptSeed } from './filler.ts';
+export {
+  type CliArgs,
+  DEFAULTS,
+  type FailMode,
+  MockWorkerConfigError,
+  type MockWorkerOptions,
+  parseMockWorkerArgs,
+  type ResolvedOptions,
+  resolveOptions,
+  USAGE,
+} from './options.ts';
+export { type ModelScheduler, RealtimeScheduler } from './scheduler.ts';
+export { type RunningMockWorker, type StartMockWorkerOptions, startMockWorker } from './start.ts';

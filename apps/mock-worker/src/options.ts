@@ -1,0 +1,250 @@
+// Mock worker options: one object for the programmatic API, filled from CLI flags by
+// parseMockWorkerArgs. Defaults live here and nowhere else.
+import { parseArgs } from 'node:util';
+
+export type FailMode = 'http500' | 'reset';
+
+export interface MockWorkerOptions {
+  /** Internal data-parallel ranks (SGLang --dp-size). Default 1. */
+  dpSize?: number;
+  /** Built-in cost profile name (@kvroute/sim profileNames()). Default 'h200-llama-3.1-8b'. */
+  profile?: string;
+  /** A kvroute-cost-profile/v1 JSON file; wins over `profile`. */
+  profileFile?: string;
+  /** Model ms to wall ms: 1 real time, 0.1 ten times faster, 0 instant. Default 1. */
+  timeScale?: number;
+  /** Internal dispatcher method (any @kvroute/policy method). Default 'round_robin'. */
+  loadBalanceMethod?: string;
+  /** Extra dispatcher options (e.g. { window: 64 } for prefix_match). */
+  policyOptions?: Record<string, unknown>;
+  /** KV pool per rank in tokens. Default: the profile's kvCapacityTokens. */
+  kvCapacity?: number;
+  /** Radix cache page size in tokens. Default 1. */
+  pageSize?: number;
+  /** Chunked prefill budget. Default: the profile's. */
+  chunkedPrefillSize?: number;
+  /** Context limit in tokens: prompts this long or longer get 400 context_length_exceeded. Default 131072. */
+  maxContext?: number;
+  /** Model name reported by /v1/models and in responses. Default 'kvroute-mock'. */
+  modelName?: string;
+  /** Hugging Face tokenizer.json for text prompts; default the approximate routing tokenizer. */
+  tokenizer?: string;
+  /** Probability in [0, 1] that a request fails (seeded by `seed`). Default 0. */
+  failRate?: number;
+  /** After this many requests, every request fails. Default: never. */
+  failAfter?: number;
+  /** How injected failures look: an HTTP 500 in OpenAI's shape, or a reset connection. Default 'http500'. */
+  failMode?: FailMode;
+  /** Extra wall-clock delay before a request starts (before the first byte). Default 0. */
+  slowMs?: number;
+  /** Seed for --fail-rate draws. Default 'kvroute'. */
+  seed?: string;
+  /** fastify logger. Default false. */
+  logger?: boolean;
+}
+
+export interface ResolvedOptions {
+  dpSize: number;
+  profile: string;
+  profileFile: string | undefined;
+  timeScale: number;
+  loadBalanceMethod: string;
+  policyOptions: Record<string, unknown>;
+  kvCapacity: number | undefined;
+  pageSize: number;
+  chunkedPrefillSize: number | undefined;
+  maxContext: number;
+  modelName: string;
+  tokenizer: string | undefined;
+  failRate: number;
+  failAfter: number | undefined;
+  failMode: FailMode;
+  slowMs: number;
+  seed: string;
+  logger: boolean;
+}
+
+export const DEFAULTS = {
+  dpSize: 1,
+  profile: 'h200-llama-3.1-8b',
+  timeScale: 1,
+  loadBalanceMethod: 'round_robin',
+  pageSize: 1,
+  maxContext: 131072,
+  modelName: 'kvroute-mock',
+  failRate: 0,
+  failMode: 'http500' as FailMode,
+  slowMs: 0,
+  seed: 'kvroute',
+} as const;
+
+export class MockWorkerConfigError extends Error {
+  readonly code = 'MOCK_WORKER_CONFIG';
+  constructor(message: string) {
+    super(`kvroute-mock-worker: ${message}`);
+    this.name = 'MockWorkerConfigError';
+  }
+}
+
+function int(name: string, v: number | undefined, min: number): number | undefined {
+  if (v === undefined) return undefined;
+  if (!Number.isInteger(v) || v < min) {
+    throw new MockWorkerConfigError(`${name} must be an integer >= ${min}, got ${v}`);
+  }
+  return v;
+}
+
+function num(name: string, v: number | undefined, min: number, max = Infinity): number | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'number' || Number.isNaN(v) || v < min || v > max) {
+    throw new MockWorkerConfigError(`${name} must be a number in [${min}, ${max}], got ${v}`);
+  }
+  return v;
+}
+
+export function resolveOptions(o: MockWorkerOptions = {}): ResolvedOptions {
+  if (o.failMode !== undefined && o.failMode !== 'http500' && o.failMode !== 'reset') {
+    throw new MockWorkerConfigError(`failMode must be 'http500' or 'reset', got ${o.failMode}`);
+  }
+  return {
+    dpSize: int('dpSize', o.dpSize, 1) ?? DEFAULTS.dpSize,
+    profile: o.profile ?? DEFAULTS.profile,
+    profileFile: o.profileFile,
+    timeScale: num('timeScale', o.timeScale, 0) ?? DEFAULTS.timeScale,
+    loadBalanceMethod: o.loadBalanceMethod ?? DEFAULTS.loadBalanceMethod,
+    policyOptions: o.policyOptions ?? {},
+    kvCapacity: int('kvCapacity', o.kvCapacity, 1),
+    pageSize: int('pageSize', o.pageSize, 1) ?? DEFAULTS.pageSize,
+    chunkedPrefillSize: int('chunkedPrefillSize', o.chunkedPrefillSize, 1),
+    maxContext: int('maxContext', o.maxContext, 1) ?? DEFAULTS.maxContext,
+    modelName: o.modelName ?? DEFAULTS.modelName,
+    tokenizer: o.tokenizer,
+    failRate: num('failRate', o.failRate, 0, 1) ?? DEFAULTS.failRate,
+    failAfter: int('failAfter', o.failAfter, 0),
+    failMode: o.failMode ?? DEFAULTS.failMode,
+    slowMs: num('slowMs', o.slowMs, 0) ?? DEFAULTS.slowMs,
+    seed: o.seed ?? DEFAULTS.seed,
+    logger: o.logger ?? false,
+  };
+}
+
+export const USAGE = `Usage: kvroute-mock-worker [flags]
+
+An SGLang/OpenAI-compatible worker driven by @kvroute/sim's radix cache and cost model.
+
+  --host HOST                  listen address (default 127.0.0.1)
+  --port N                     listen port (default 0: any free port; the URL is printed)
+  --dp-size N                  internal data-parallel ranks (default 1)
+  --load-balance-method NAME   internal dispatcher, any @kvroute/policy method (default round_robin)
+  --policy-option KEY=VALUE    extra dispatcher option, repeatable (e.g. window=64)
+  --profile NAME               built-in cost profile (default h200-llama-3.1-8b)
+  --profile-file PATH          kvroute-cost-profile/v1 JSON (wins over --profile)
+  --time-scale X               model time to wall time: 1 real time, 0.1 = 10x faster, 0 instant (default 1)
+  --kv-capacity N              KV pool tokens per rank (default: the profile's)
+  --page-size N                radix cache page size (default 1)
+  --chunked-prefill-size N     prefill token budget per step (default: the profile's)
+  --max-context N              context limit in tokens; longer prompts get 400 (default 131072)
+  --model-name NAME            model id reported (default kvroute-mock)
+  --tokenizer PATH             Hugging Face tokenizer.json for text prompts (default: approximate)
+  --fail-rate P                fraction of requests that fail, seeded (default 0)
+  --fail-after N               after N requests every request fails (default never)
+  --fail-mode http500|reset    injected failure: HTTP 500 or a reset connection (default http500)
+  --slow-ms MS                 extra wall-clock delay before each request starts (default 0)
+  --seed S                     seed for --fail-rate (default kvroute)
+  --log                        fastify request logging
+  -h, --help                   this text
+`;
+
+export interface CliArgs {
+  options: MockWorkerOptions;
+  host: string;
+  port: number;
+  help: boolean;
+}
+
+function cliNumber(flag: string, raw: string | undefined): number | undefined {
+  if (raw === undefined) return undefined;
+  const v = Number(raw);
+  if (raw.trim() === '' || Number.isNaN(v)) {
+    throw new MockWorkerConfigError(`${flag} must be a number, got "${raw}"`);
+  }
+  return v;
+}
+
+function optionValue(raw: string): unknown {
+  if (raw === 'true') return true;
+  if (raw === 'false') return false;
+  const n = Number(raw);
+  return raw.trim() !== '' && !Number.isNaN(n) ? n : raw;
+}
+
+export function parseMockWorkerArgs(argv: readonly string[]): CliArgs {
+  let values: ReturnType<typeof parse>['values'];
+  try {
+    values = parse(argv).values;
+  } catch (err) {
+    throw new MockWorkerConfigError(`${(err as Error).message}\n\n${USAGE}`);
+  }
+  const policyOptions: Record<string, unknown> = {};
+  for (const kv of values['policy-option'] ?? []) {
+    const eq = kv.indexOf('=');
+    if (eq <= 0) throw new MockWorkerConfigError(`--policy-option must be KEY=VALUE, got "${kv}"`);
+    policyOptions[kv.slice(0, eq)] = optionValue(kv.slice(eq + 1));
+  }
+  const options: MockWorkerOptions = {
+    dpSize: cliNumber('--dp-size', values['dp-size']),
+    loadBalanceMethod: values['load-balance-method'],
+    policyOptions,
+    profile: values.profile,
+    profileFile: values['profile-file'],
+    timeScale: cliNumber('--time-scale', values['time-scale']),
+    kvCapacity: cliNumber('--kv-capacity', values['kv-capacity']),
+    pageSize: cliNumber('--page-size', values['page-size']),
+    chunkedPrefillSize: cliNumber('--chunked-prefill-size', values['chunked-prefill-size']),
+    maxContext: cliNumber('--max-context', values['max-context']),
+    modelName: values['model-name'],
+    tokenizer: values.tokenizer,
+    failRate: cliNumber('--fail-rate', values['fail-rate']),
+    failAfter: cliNumber('--fail-after', values['fail-after']),
+    failMode: values['fail-mode'] as FailMode | undefined,
+    slowMs: cliNumber('--slow-ms', values['slow-ms']),
+    seed: values.seed,
+    logger: values.log ?? false,
+  };
+  const port = cliNumber('--port', values.port) ?? 0;
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new MockWorkerConfigError(`--port must be an integer in [0, 65535], got ${port}`);
+  }
+  return { options, host: values.host ?? '127.0.0.1', port, help: values.help ?? false };
+}
+
+function parse(argv: readonly string[]) {
+  return parseArgs({
+    args: [...argv],
+    strict: true,
+    allowPositionals: false,
+    options: {
+      host: { type: 'string' },
+      port: { type: 'string' },
+      'dp-size': { type: 'string' },
+      'load-balance-method': { type: 'string' },
+      'policy-option': { type: 'string', multiple: true },
+      profile: { type: 'string' },
+      'profile-file': { type: 'string' },
+      'time-scale': { type: 'string' },
+      'kv-capacity': { type: 'string' },
+      'page-size': { type: 'string' },
+      'chunked-prefill-size': { type: 'string' },
+      'max-context': { type: 'string' },
+      'model-name': { type: 'string' },
+      tokenizer: { type: 'string' },
+      'fail-rate': { type: 'string' },
+      'fail-after': { type: 'string' },
+      'fail-mode': { type: 'string' },
+      'slow-ms': { type: 'string' },
+      seed: { type: 'string' },
+      log: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+}
