@@ -1,0 +1,103 @@
+// The kvroute-router command: config from flags/env/YAML, optional embedded mock workers
+// (--mock-workers N), then build and listen. The effective config is logged once at start,
+// with the admin token redacted.
+import type { FastifyInstance } from 'fastify';
+import { helpText, type RouterConfig, redactConfig, resolveConfig } from './config.ts';
+import { RouterConfigError } from './errors.ts';
+import { buildRouter, dispatcherConfig } from './router.ts';
+
+export interface RunningRouter {
+  app: FastifyInstance;
+  url: string;
+  config: RouterConfig;
+  close(): Promise<void>;
+}
+
+/** Starts N mock workers on loopback (the embedded default for demos and `pnpm router`). */
+async function startMockWorkers(
+  config: RouterConfig,
+): Promise<{ urls: string[]; close(): Promise<void> }> {
+  const { startMockWorker } = await import('@kvroute/mock-worker');
+  const running: Awaited<ReturnType<typeof startMockWorker>>[] = [];
+  for (let i = 0; i < config.mockWorkers; i++) {
+    running.push(
+      await startMockWorker({
+        host: '127.0.0.1',
+        port: 0,
+        timeScale: config.mockTimeScale,
+        dpSize: config.mockDpSize,
+        ...(config.mockProfile ? { profile: config.mockProfile } : {}),
+        ...(config.tokenizer ? { tokenizer: config.tokenizer } : {}),
+      }),
+    );
+  }
+  return {
+    urls: running.map((w) => w.url),
+    close: async () => {
+      await Promise.all(running.map((w) => w.close()));
+    },
+  };
+}
+
+export async function startRouter(
+  argv: readonly string[],
+  env: NodeJS.ProcessEnv,
+): Promise<RunningRouter> {
+  let config = resolveConfig(argv, env);
+  const mocks = config.mockWorkers > 0 ? await startMockWorkers(config) : undefined;
+  if (mocks) config = { ...config, workerUrls: [...config.workerUrls, ...mocks.urls] };
+  const app = buildRouter(config, { logger: { level: config.logLevel } });
+  try {
+    await app.listen({ host: config.host, port: config.port });
+  } catch (err) {
+    await mocks?.close();
+    throw err;
+  }
+  const addr = app.server.address();
+  const port = addr && typeof addr === 'object' ? addr.port : config.port;
+  const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
+  app.log.info(
+    {
+      config: redactConfig(config),
+      policy: dispatcherConfig(config),
+      tokenizer: app.kvroute.tokenizer.description,
+      ranks: app.kvroute.table.info().map((r) => ({ rank: r.rank, url: r.url, dpRank: r.dpRank })),
+    },
+    `kvroute-router listening on ${url}`,
+  );
+  return {
+    app,
+    url,
+    config,
+    close: async () => {
+      await app.close();
+      await mocks?.close();
+    },
+  };
+}
+
+export async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<void> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    console.log(helpText());
+    return;
+  }
+  let running: RunningRouter;
+  try {
+    running = await startRouter(argv, env);
+  } catch (err) {
+    console.error(
+      err instanceof RouterConfigError ? err.message : `kvroute-router: ${(err as Error).message}`,
+    );
+    process.exitCode = 1;
+    return;
+  }
+  let stopping = false;
+  const stop = (signal: string): void => {
+    if (stopping) return;
+    stopping = true;
+    running.app.log.info(`${signal}: shutting down`);
+    void running.close().finally(() => process.exit(0));
+  };
+  process.once('SIGINT', () => stop('SIGINT'));
+  process.once('SIGTERM', () => stop('SIGTERM'));
+}
