@@ -5,6 +5,7 @@ Implements the upstream rule with Python's hashlib: key tokens = the first
 floor(min(len, prefix_length) / window) * window tokens, or the whole input when it is
 shorter than one window; each token as a little-endian uint32; digest = BLAKE2b-512;
 rank = int.from_bytes(digest, "big") % num_ranks (empty input: no hash rank, round robin).
+Also kvroute's failover rank (primary unhealthy): rendezvous hashing seeded by the digest.
 
 Usage: python3 packages/policy/scripts/gen-golden.py  (rewrites test/fixtures/prefix-match-golden.json)
 Deterministic: the same seed always writes the same file.
@@ -28,6 +29,24 @@ def key_length(length: int, window: int, prefix_length: int) -> int:
 
 def digest(ids: list[int]) -> bytes:
     return hashlib.blake2b(struct.pack(f"<{len(ids)}I", *ids), digest_size=64).digest()
+
+
+def fmix32(h: int) -> int:
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
+def rendezvous_score(a: int, b: int, rank: int) -> int:
+    return fmix32(fmix32(a ^ (((rank + 1) * 0x9E3779B1) & 0xFFFFFFFF)) ^ b)
+
+
+def failover_rank(d: bytes, healthy: list[int]) -> int:
+    """kvroute's failover when the primary is down: highest rendezvous score, lower rank on ties."""
+    a, b = int.from_bytes(d[0:4], "big"), int.from_bytes(d[4:8], "big")
+    return max(healthy, key=lambda r: (rendezvous_score(a, b, r), -r))
 
 
 def token_list(rng: random.Random, length: int, style: str) -> list[int]:
@@ -75,6 +94,11 @@ def main() -> None:
                 "rank": int.from_bytes(d, "big") % num_ranks if k > 0 else None,
                 "ranks16": int.from_bytes(d, "big") % 16 if k > 0 else None,
             })
+            if k > 0 and 1 < num_ranks <= 1000:
+                # Not part of the upstream rule: kvroute's failover, so other implementations
+                # (e.g. a Python router) can agree on where a dead rank's keys go.
+                primary = cases[-1]["rank"]
+                cases[-1]["failover"] = failover_rank(d, [r for r in range(num_ranks) if r != primary])
 
     OUT.parent.mkdir(parents=True, exist_ok=True)
     body = {

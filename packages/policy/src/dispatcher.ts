@@ -148,11 +148,18 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
 
   const routed = (raw: unknown, ranks: readonly RankState[]): Decision => {
     const n = ranks.length;
-    if (typeof raw !== 'number' || !Number.isInteger(raw) || raw < 0 || raw >= n) {
+    if (typeof raw !== 'number' || !Number.isInteger(raw)) {
       throw new RoutedRankError(
         raw,
         n,
-        `routed rank ${JSON.stringify(raw)} is out of range: there are ${n} ranks (valid 0..${n - 1})`,
+        `routed rank ${typeof raw === 'number' ? raw : JSON.stringify(raw)} is not an integer (valid 0..${n - 1})`,
+      );
+    }
+    if (raw < 0 || raw >= n) {
+      throw new RoutedRankError(
+        raw,
+        n,
+        `routed rank ${raw} is out of range: there are ${n} ranks (valid 0..${n - 1})`,
       );
     }
     if (!(ranks[raw] as RankState).healthy) {
@@ -168,6 +175,8 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
       const healthy = healthyOf(ranks);
       if (healthy.length === 0) throw new NoHealthyRankError(ranks.length);
       const nowMs = ctx?.nowMs ?? 0;
+      if (!Number.isFinite(nowMs))
+        throw new RangeError(`ctx.nowMs must be a finite number, got ${nowMs}`);
       mctx.request = request;
       mctx.ranks = ranks;
       mctx.healthy = healthy;

@@ -77,6 +77,15 @@ describe('dispatch', () => {
     }
   });
 
+  it('names the problem with a non-integer routed rank and a bad clock', () => {
+    const d = createDispatcher({ method: 'round_robin' });
+    expect(() => d.dispatch({ routedRank: '2' as never }, makeRanks(4))).toThrow(
+      /routed rank "2" is not an integer \(valid 0..3\)/,
+    );
+    expect(() => d.dispatch({ routedRank: 1.5 }, makeRanks(4))).toThrow(/1.5 is not an integer/);
+    expect(() => d.dispatch({}, makeRanks(4), { nowMs: Number.NaN })).toThrow(/nowMs/);
+  });
+
   it('counts decisions per reason', () => {
     const d = createDispatcher({ method: 'prefix_match', affinity: 'routing_key' });
     const ranks = makeRanks(4);

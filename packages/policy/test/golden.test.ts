@@ -21,6 +21,7 @@ interface GoldenCase {
   digest: string;
   rank: number | null;
   ranks16: number | null;
+  failover?: number;
 }
 
 const golden = JSON.parse(
@@ -60,7 +61,8 @@ describe('prefix_match golden vectors (Python hashlib)', () => {
     expect(checked).toBe(golden.cases.length);
   });
 
-  it('routes every case like the Python reference through the dispatcher', () => {
+  it('routes every case like the Python reference through the dispatcher, failover too', () => {
+    let failovers = 0;
     for (const c of golden.cases) {
       const ids = golden.lists[c.list] ?? [];
       const dispatcher = createDispatcher({
@@ -77,7 +79,15 @@ describe('prefix_match golden vectors (Python hashlib)', () => {
       if (c.rank !== null && c.ranks <= 1000) {
         expect(dispatcher.dispatch({ inputIds: ids }, makeRanks(c.ranks)).rank).toBe(c.rank);
       }
+      if (c.failover !== undefined && c.rank !== null) {
+        expect(dispatcher.dispatch({ inputIds: ids }, makeRanks(c.ranks, [c.rank]))).toEqual({
+          rank: c.failover,
+          reason: 'prefix-hash-failover',
+        });
+        failovers++;
+      }
     }
+    expect(failovers).toBeGreaterThanOrEqual(100);
   });
 });
 
