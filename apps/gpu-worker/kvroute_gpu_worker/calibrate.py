@@ -88,8 +88,9 @@ def measure(engine: Engine, plan: str, budget_s: float, seed: int = 1, log=print
             for _ in range(reps):
                 engine.cache.reset()
                 prefix = _ids(rng, c)
-                # Prime the cache with the prefix (+1 token so all c tokens are matchable).
-                _prefill_once(engine, prefix + _ids(rng, 1))
+                # Prime the cache with the prefix (+1 token so all c tokens are matchable). Id 0 is
+                # never drawn by _ids, so the measured request cannot match one token further.
+                _prefill_once(engine, prefix + [0])
                 dt, cached = _prefill_once(engine, prefix + _ids(rng, n))
                 if cached != c:
                     raise RuntimeError(f"calibration expected {c} cached tokens, the cache served {cached}")
@@ -203,7 +204,7 @@ def calibrate(engine: Engine, budget_s: float, log=print) -> Tuple[Dict[str, Any
     profile = {
         "format": "kvroute-cost-profile/v1",
         "name": f"gpu-worker-{shape}-{dev}",
-        "description": (f"kvroute gpu-worker, {shape} ({engine.model.dtype}, {engine.model.attention} attention) on "
+        "description": (f"kvroute gpu-worker, {shape} ({str(engine.model.dtype).replace('torch.', '')}, {engine.model.attention} attention) on "
                         f"{dev}: prefill fitted to {len(points['prefill'])} points (median relative error "
                         f"{statistics.median(errs) * 100:.1f}%), decode to {len(points['decode'])} points "
                         f"(median relative error {statistics.median(derrs) * 100:.1f}%)"),
