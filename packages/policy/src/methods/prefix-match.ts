@@ -12,9 +12,10 @@
 // window, and cap hashing cost at prefixLength tokens.
 // Cost: one BLAKE2b over at most 4 * prefixLength bytes (about 30 us for 4,096 tokens) plus a
 // 64-byte mod; only the hashed tokens are validated.
-// Failure modes: load-blind (one hot prefix pins one rank); prefixes shorter than the key
-// scatter (two prompts sharing 1,000 tokens but differing before token 1,024 with window 256
-// hash differently); the mod reshuffles almost every key when the rank count changes.
+// Failure modes: load-blind (one hot prefix pins one rank); requests sharing only part of
+// the key scatter (a common 1,000-token system prompt followed by different user turns
+// within the first 4,096 tokens gives different keys); the mod reshuffles almost every key
+// when the rank count changes.
 // Options (top level or under `options`):
 //   window        256   tokens per hashing window (>= 1)
 //   prefixLength  4096  most tokens hashed (>= window)
@@ -67,8 +68,8 @@ export const createPrefixMatch = defineMethod(
         if ((ctx.ranks[primary] as RankState).healthy) {
           return { rank: primary, reason: 'prefix-hash' };
         }
-        // Seed from words the mod barely depends on, so the failover order is independent of
-        // which rank was primary.
+        // The order is a function of the key alone (every router agrees) and unrelated to the
+        // primary's index, so a dead rank's keys scatter instead of following one neighbour.
         const picked = rendezvousPick(digestWord(digest, 0), digestWord(digest, 4), ctx.healthy);
         return { rank: picked.rank, reason: 'prefix-hash-failover' };
       },
