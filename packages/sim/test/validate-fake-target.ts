@@ -19,6 +19,8 @@ export interface FakeTargetOptions {
   noCachedTokens?: boolean;
   /** dp_size for /get_server_info; undefined makes /get_server_info 404. */
   dpSize?: number;
+  /** Extra /get_server_info fields. */
+  serverInfo?: Record<string, unknown>;
 }
 
 export interface FakeTarget {
@@ -51,6 +53,7 @@ export async function startFakeTarget(opts: FakeTargetOptions = {}): Promise<Fak
             page_size: 1,
             chunked_prefill_size: 4096,
             engine: 'fake',
+            ...opts.serverInfo,
           }),
         );
         return;

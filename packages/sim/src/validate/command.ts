@@ -8,9 +8,8 @@ import type { CliIo, Subcommand } from '../cli/command.ts';
 import { defaultProfileName } from '../cli/common.ts';
 import { UsageError } from '../cli/errors.ts';
 import { createProgress } from '../cli/progress.ts';
-import { renderValidateHtml } from './html.ts';
 import { createHttpDriver, endpointUrl, getJson } from './http-driver.ts';
-import { parseValidateArgs, VALIDATE_USAGE, type ValidateOptions } from './options.ts';
+import { describePolicy, parseValidateArgs, VALIDATE_USAGE } from './options.ts';
 import { restrictPlan, scalePlan } from './plan.ts';
 import { loadRecord, openRecord, type RecordWriter } from './record.ts';
 import { renderComparison } from './render.ts';
@@ -25,6 +24,9 @@ export interface ValidateIo extends CliIo {
 }
 
 interface TargetInfo {
+  loadBalanceMethod?: string;
+  profile?: string;
+  timeScale?: number;
   dpSize?: number;
   maxTotalNumTokens?: number;
   pageSize?: number;
@@ -45,15 +47,21 @@ async function probeTarget(target: string): Promise<{ info: TargetInfo } | { err
   if (r.status !== 200) return { info: {} };
   const b = r.body;
   const info: TargetInfo = {};
-  const set = (k: keyof Omit<TargetInfo, 'engine'>, v: number | undefined) => {
+  const set = (
+    k: 'dpSize' | 'maxTotalNumTokens' | 'pageSize' | 'chunkedPrefillSize',
+    v: number | undefined,
+  ) => {
     if (v !== undefined) info[k] = v;
   };
   set('dpSize', intField(b, 'dp_size'));
   set('maxTotalNumTokens', intField(b, 'max_total_num_tokens'));
   set('pageSize', intField(b, 'page_size'));
   set('chunkedPrefillSize', intField(b, 'chunked_prefill_size'));
-  const engine = (b as { engine?: unknown } | undefined)?.engine;
-  if (typeof engine === 'string') info.engine = engine;
+  const o = (typeof b === 'object' && b !== null ? b : {}) as Record<string, unknown>;
+  if (typeof o.engine === 'string') info.engine = o.engine;
+  if (typeof o.load_balance_method === 'string') info.loadBalanceMethod = o.load_balance_method;
+  if (typeof o.profile === 'string') info.profile = o.profile;
+  if (typeof o.time_scale === 'number' && o.time_scale >= 0) info.timeScale = o.time_scale;
   return { info };
 }
 
@@ -90,17 +98,9 @@ export async function runValidate(
 
   // Everything that can be wrong with the input is checked before a request leaves.
   endpointUrl(opts.target, '/');
-  const profile = backend.loadProfile(
-    opts.profileFile !== undefined
-      ? { profileFile: path(opts.profileFile) }
-      : { profile: opts.profile ?? defaultProfileName(opts.scenario ?? '') },
-  );
-  if (opts.profile === undefined && opts.profileFile === undefined) {
-    notes.push(
-      `predicted with the default profile ${profile.name}; pass --profile or --profile-file for the target's hardware`,
-    );
-  }
-  backend.checkPolicy(opts.policy);
+  if (opts.profileFile !== undefined) backend.loadProfile({ profileFile: path(opts.profileFile) });
+  if (opts.profile !== undefined) backend.loadProfile({ profile: opts.profile });
+  if (opts.policyChosen) backend.checkPolicy(opts.policy);
   let plan: SimPlan;
   if (opts.replay !== undefined) {
     const rec = loadRecord(path(opts.replay));
@@ -116,8 +116,9 @@ export async function runValidate(
   }
   plan = scalePlan(plan, { requests: opts.requests, concurrency: opts.concurrency });
   const planned = planSize(plan);
-  if (planned === 0)
+  if (planned === 0) {
     throw new UsageError('the plan has no requests (check --requests and --set)', 'validate');
+  }
 
   const probe = await probeTarget(opts.target);
   if ('error' in probe) {
@@ -125,6 +126,43 @@ export async function runValidate(
     return 1;
   }
   const info = probe.info;
+
+  // What the flags leave open, a kvroute worker says about itself (a single worker's
+  // policy is its internal DP dispatcher; behind a router, pass --policy and --ranks).
+  const policy = { ...opts.policy };
+  if (!opts.policyChosen && info.loadBalanceMethod !== undefined) {
+    policy.method = info.loadBalanceMethod;
+    notes.push(`policy ${policy.method}: the load_balance_method the target reports`);
+  } else if (!opts.policyChosen) {
+    notes.push(`policy ${policy.method}: the default; pass --policy to match the target's`);
+  }
+  backend.checkPolicy(policy);
+  const policyLabel = opts.policyLabel ?? describePolicy(policy);
+  let timeScale = opts.timeScale;
+  if (!opts.timeScaleChosen && info.timeScale !== undefined) {
+    if (info.timeScale > 0) {
+      timeScale = info.timeScale;
+      if (timeScale !== 1) notes.push(`time scale ${timeScale}: the time_scale the target reports`);
+    } else {
+      notes.push(
+        'the target reports time_scale 0 (instant): observed latencies say nothing about the cost model',
+      );
+    }
+  }
+  let profileWhich: { profile: string } | { profileFile: string };
+  if (opts.profileFile !== undefined) profileWhich = { profileFile: path(opts.profileFile) };
+  else if (opts.profile !== undefined) profileWhich = { profile: opts.profile };
+  else if (info.profile !== undefined && backend.profileNames().includes(info.profile)) {
+    profileWhich = { profile: info.profile };
+    notes.push(`profile ${info.profile}: the cost profile the target reports`);
+  } else {
+    profileWhich = { profile: defaultProfileName(plan.scenario) };
+    notes.push(
+      `predicted with the default profile ${profileWhich.profile}; pass --profile or --profile-file for the target's hardware`,
+    );
+  }
+  const profile = backend.loadProfile(profileWhich);
+
   const ranks = pick(opts.ranks, info.dpSize, plan.ranks, `scenario default`);
   if (opts.ranks === undefined && info.dpSize === undefined) {
     notes.push(
@@ -171,7 +209,7 @@ export async function runValidate(
         seed: opts.seed,
         target: opts.target,
         api: opts.api,
-        timeScale: opts.timeScale,
+        timeScale,
         startedAt: new Date().toISOString(),
       },
       plan,
@@ -186,7 +224,7 @@ export async function runValidate(
     `validate: sending ${planned} requests (${plan.mode} loop) of '${plan.scenario}' to ${driver.url}`,
   );
   const drive = await drivePlan(plan, driver, {
-    timeScale: opts.timeScale,
+    timeScale,
     maxInFlight: plan.mode === 'open' ? opts.concurrency : undefined,
     signal: io.signal,
     onResult(obs, req) {
@@ -236,7 +274,7 @@ export async function runValidate(
   const predicted =
     planSize(simPlan) > 0
       ? backend.simulate(simPlan, {
-          policy: opts.policy,
+          policy,
           ranks: ranks.value,
           profile,
           seed: opts.seed,
@@ -259,8 +297,8 @@ export async function runValidate(
       ...(opts.replay !== undefined ? { replayOf: opts.replay } : {}),
       ranks: ranks.value,
       profile: profile.name,
-      timeScale: opts.timeScale,
-      policy: { label: opts.policyLabel, config: opts.policy },
+      timeScale,
+      policy: { label: policyLabel, config: policy },
       rankModel,
       interrupted: drive.interrupted,
       notes,
@@ -271,13 +309,17 @@ export async function runValidate(
     predicted,
   });
 
-  out(formatSummary(report, opts));
+  out(formatSummary(report));
   if (opts.json !== undefined) {
     const text = `${JSON.stringify(report, null, 2)}\n`;
     if (jsonToStdout) io.stdout.write(text);
     else writeFileSync(path(opts.json), text);
   }
-  if (opts.html !== undefined) writeFileSync(path(opts.html), await renderValidateHtml(report));
+  if (opts.html !== undefined) {
+    // vega loads only when asked for; a literal specifier still bundles under esbuild.
+    const { renderValidateHtml } = await import('./html.ts');
+    writeFileSync(path(opts.html), await renderValidateHtml(report));
+  }
 
   if (drive.interrupted) return 130;
   if (report.observed.ok === 0) {
@@ -289,15 +331,12 @@ export async function runValidate(
   return 0;
 }
 
-export function formatSummary(
-  report: ValidateReport,
-  opts: Pick<ValidateOptions, 'policyLabel'>,
-): string {
+export function formatSummary(report: ValidateReport): string {
   const lines = [
     `scenario ${report.scenario}, seed ${report.seed}: ${report.requests.completed} ok, ${report.requests.failed} failed of ${report.requests.planned} planned; target ${report.endpoint}`,
     `prediction: ${report.policy.label} on ${report.ranks} ranks, profile ${report.profile}, kv ${report.rankModel.kvCapacityTokens?.value} tokens/rank`,
     '',
-    renderComparison(report.comparison, opts.policyLabel),
+    renderComparison(report.comparison, report.policy.label),
     '',
   ];
   const ra = report.rankAgreement;

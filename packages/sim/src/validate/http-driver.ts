@@ -199,7 +199,7 @@ export function parseChunk(obj: unknown): ChunkFacts {
   return facts;
 }
 
-const RANK_HEADERS = ['x-kvroute-rank', 'x-data-parallel-rank', 'x-dp-rank'];
+const RANK_HEADERS = ['x-kvroute-rank', 'x-kvroute-dp-rank', 'x-data-parallel-rank', 'x-dp-rank'];
 
 function rankFromHeaders(headers: http.IncomingHttpHeaders): number | undefined {
   for (const name of RANK_HEADERS) {

@@ -26,7 +26,8 @@ observed: hit rate, TTFT p50/p90/p99, throughput, errors, with the error of each
   --requests N              send only the first N requests (closed loop: round by round)
   --concurrency C           closed loop: use the first C clients; open loop: at most C in flight
   --policy METHOD           the policy the target routes with (default: --policy-label if it
-                            names a method, else prefix_match)
+                            names a method, else the load_balance_method the target reports
+                            in /get_server_info, else prefix_match)
   --policy-label L          name shown for the prediction column
   --window W                prefix window (prefix_match and window-hashing methods)
   --prefix-length L         prefix length
@@ -46,7 +47,8 @@ observed: hit rate, TTFT p50/p90/p99, throughput, errors, with the error of each
                             input_ids; completions: /v1/completions with a token-id prompt)
   --model M                 model name for the OpenAI APIs (default: first of /v1/models)
   --header 'K: V'           extra request header, repeatable (e.g. authorization)
-  --time-scale X            wall ms per plan ms, as the mock worker's --time-scale (default 1)
+  --time-scale X            wall ms per plan ms, as the mock worker's --time-scale (default: the
+                            time_scale the target reports, else 1)
   --timeout-ms N            per-request limit (default 600000)
   --json FILE               write the report as JSON ('-' for stdout: nothing else goes there)
   --html FILE               write a self-contained HTML report
@@ -63,7 +65,10 @@ export interface ValidateOptions {
   requests?: number;
   concurrency?: number;
   policy: Record<string, unknown> & { method: string };
-  policyLabel: string;
+  /** Label given with --policy-label; otherwise the label is derived from the final policy. */
+  policyLabel?: string;
+  /** False when neither --policy nor a method-named --policy-label chose the method. */
+  policyChosen: boolean;
   profile?: string;
   profileFile?: string;
   ranks?: number;
@@ -74,6 +79,7 @@ export interface ValidateOptions {
   model?: string;
   headers: Record<string, string>;
   timeScale: number;
+  timeScaleChosen: boolean;
   timeoutMs: number;
   json?: string;
   html?: string;
@@ -176,10 +182,11 @@ export function parseValidateArgs(
     scenarioOptions: parseAssignments('set', strs(p, 'set')),
     seed: parseSeed(str(p, 'seed'), 1),
     policy,
-    policyLabel: label ?? describePolicy(policy),
+    policyChosen: str(p, 'policy') !== undefined || labelIsMethod,
     api,
     headers,
     timeScale: timeScale === undefined ? 1 : positiveNumber('time-scale', timeScale),
+    timeScaleChosen: timeScale !== undefined,
     timeoutMs: timeoutMs === undefined ? 600_000 : positiveNumber('timeout-ms', timeoutMs),
   };
   const assign = <K extends keyof ValidateOptions>(k: K, v: ValidateOptions[K] | undefined) => {
@@ -197,6 +204,7 @@ export function parseValidateArgs(
   assign('pageSize', int('page-size'));
   assign('chunkedPrefillSize', int('chunked-prefill-size'));
   assign('model', str(p, 'model'));
+  assign('policyLabel', label);
   assign('json', str(p, 'json'));
   assign('html', str(p, 'html'));
   return opts;

@@ -21,6 +21,7 @@ export interface SimulateOptions {
 
 export interface SimBackend {
   methodNames(): string[];
+  profileNames(): string[];
   /** Throws the policy package's coded error when the config is invalid. */
   checkPolicy(config: Record<string, unknown> & { method: string }): void;
   loadProfile(which: { profile: string } | { profileFile: string }): CostModel;
@@ -31,6 +32,7 @@ export interface SimBackend {
 
 export const defaultBackend: SimBackend = {
   methodNames: () => methodNames(),
+  profileNames: () => profileNames(),
   checkPolicy(config) {
     createDispatcher(config as Parameters<typeof createDispatcher>[0]);
   },
