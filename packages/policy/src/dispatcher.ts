@@ -175,8 +175,9 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
       const healthy = healthyOf(ranks);
       if (healthy.length === 0) throw new NoHealthyRankError(ranks.length);
       const nowMs = ctx?.nowMs ?? 0;
-      if (!Number.isFinite(nowMs))
+      if (!Number.isFinite(nowMs)) {
         throw new RangeError(`ctx.nowMs must be a finite number, got ${nowMs}`);
+      }
       mctx.request = request;
       mctx.ranks = ranks;
       mctx.healthy = healthy;
@@ -209,6 +210,12 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
         decision = method.select(mctx);
       }
 
+      // Hosts trust the decision blindly, so a faulty method fails here, loudly and named.
+      if (ranks[decision.rank]?.healthy !== true) {
+        throw new Error(
+          `${method.name} chose rank ${decision.rank} (${decision.reason}), which is not a healthy rank of ${ranks.length}`,
+        );
+      }
       method.commit?.(mctx, decision);
       decisions++;
       reasons.set(decision.reason, (reasons.get(decision.reason) ?? 0) + 1);

@@ -86,6 +86,24 @@ describe('dispatch', () => {
     expect(() => d.dispatch({}, makeRanks(4), { nowMs: Number.NaN })).toThrow(/nowMs/);
   });
 
+  it('refuses a faulty method decision instead of passing it to the host', () => {
+    const d = createDispatcher({ method: 'round_robin' });
+    const ranks = makeRanks(3);
+    // Rank 0 reads healthy to the dispatcher and the method, then unhealthy to the guard:
+    // from the guard's view the method picked an unhealthy rank.
+    let reads = 0;
+    const flaky = {
+      rank: 0,
+      inFlightRequests: 0,
+      inFlightTokens: 0,
+      get healthy() {
+        return reads++ < 2;
+      },
+    };
+    ranks[0] = flaky;
+    expect(() => d.dispatch({}, ranks)).toThrow(/round_robin chose rank .*not a healthy rank/);
+  });
+
   it('counts decisions per reason', () => {
     const d = createDispatcher({ method: 'prefix_match', affinity: 'routing_key' });
     const ranks = makeRanks(4);
