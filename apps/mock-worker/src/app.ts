@@ -120,13 +120,11 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
   app.get('/health', async (_req, reply) => {
     // After --fail-after trips the engine counts as broken, so active health checks see it.
     if (failing()) {
-      return reply
-        .code(503)
-        .send(
-          openAIErrorBody(503, 'mock worker is failing every request (--fail-after)', {
-            code: 'injected_failure',
-          }),
-        );
+      return reply.code(503).send(
+        openAIErrorBody(503, 'mock worker is failing every request (--fail-after)', {
+          code: 'injected_failure',
+        }),
+      );
     }
     return {};
   });

@@ -54,7 +54,7 @@ export class RealtimeScheduler implements ModelScheduler {
   now(): number {
     if (this.firing !== undefined) return this.firing;
     const t = this.wallModelTime();
-    return t > this.last ? t : this.last;
+    return Math.max(t, this.last);
   }
 
   at(timeMs: number, fn: () => void): { cancel(): void } {

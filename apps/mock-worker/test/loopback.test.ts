@@ -1,0 +1,157 @@
+// Over a real loopback port: streaming that arrives over time, client aborts that free the
+// rank, reset-mode failures and a worker closed mid-request (what the router's failover
+// tests rely on).
+import { spawn } from 'node:child_process';
+import { request } from 'node:http';
+import { fileURLToPath } from 'node:url';
+import { afterEach, describe, expect, it } from 'vitest';
+import { type RunningMockWorker, startMockWorker } from '../src/start.ts';
+import { type Json, sseEvents } from './helpers.ts';
+
+const running: RunningMockWorker[] = [];
+const start = async (opts: Parameters<typeof startMockWorker>[0]) => {
+  const w = await startMockWorker(opts);
+  running.push(w);
+  return w;
+};
+afterEach(async () => {
+  await Promise.all(running.splice(0).map((w) => w.close()));
+});
+
+async function until(cond: () => boolean, what: string, limitMs = 5000): Promise<void> {
+  const t0 = Date.now();
+  while (!cond()) {
+    if (Date.now() - t0 > limitMs) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+describe('mock worker on a loopback port', () => {
+  it('listens on 127.0.0.1 with a free port', async () => {
+    const w = await start({ timeScale: 0 });
+    expect(w.url).toBe(`http://127.0.0.1:${w.port}`);
+    expect(w.port).toBeGreaterThan(0);
+    const res = await fetch(`${w.url}/health`);
+    expect(res.status).toBe(200);
+  });
+
+  it('streams chunks over time, one per output token, not buffered', async () => {
+    // Real time, with a profile whose decode steps take milliseconds: 30 tokens arrive
+    // across many socket reads.
+    const w = await start({ timeScale: 1 });
+    const res = await fetch(`${w.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'stream me', max_tokens: 30, stream: true }),
+    });
+    expect(res.headers.get('content-type')).toMatch(/text\/event-stream/);
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    let reads = 0;
+    let firstReadHadDone = false;
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      reads++;
+      const chunk = decoder.decode(value, { stream: true });
+      if (reads === 1) firstReadHadDone = chunk.includes('[DONE]');
+      text += chunk;
+    }
+    expect(firstReadHadDone).toBe(false);
+    expect(reads).toBeGreaterThan(5);
+    const events = sseEvents(text) as Json[];
+    expect(events.at(-1)).toBe('[DONE]');
+    expect(
+      events.filter((e) => e !== '[DONE]' && e.choices.length > 0 && e.choices[0].text !== ''),
+    ).toHaveLength(30);
+  });
+
+  it('a client that disconnects mid-stream aborts the request and frees the rank', async () => {
+    const w = await start({ timeScale: 1, dpSize: 2 });
+    const engine = w.app.mockEngine;
+    const ac = new AbortController();
+    const res = await fetch(`${w.url}/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        text: 'a long answer please',
+        sampling_params: { max_new_tokens: 100000 },
+        stream: true,
+        routed_dp_rank: 1,
+      }),
+      signal: ac.signal,
+    });
+    const reader = res.body!.getReader();
+    await reader.read(); // at least one token arrived
+    expect(engine.activeRequests).toBe(1);
+    expect(engine.tracker.ranks[1]?.inFlightRequests).toBe(1);
+    expect(engine.loads()[1]?.num_running_reqs).toBe(1);
+    ac.abort();
+    await until(() => engine.activeRequests === 0, 'the abort');
+    expect(engine.tracker.ranks[1]).toMatchObject({ inFlightRequests: 0, inFlightTokens: 0 });
+    expect(engine.loads()[1]).toMatchObject({
+      num_running_reqs: 0,
+      num_waiting_reqs: 0,
+      num_used_tokens: 0,
+    });
+    const metrics = await (await fetch(`${w.url}/metrics`)).text();
+    expect(metrics).toContain('kvroute_worker_aborted_requests_total{dp_rank="1"} 1');
+  });
+
+  it('a non-streaming client that disconnects also frees its rank', async () => {
+    const w = await start({ timeScale: 1 });
+    const engine = w.app.mockEngine;
+    const req = request(`${w.url}/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+    });
+    req.on('error', () => {});
+    req.end(JSON.stringify({ text: 'x', sampling_params: { max_new_tokens: 100000 } }));
+    await until(() => engine.activeRequests === 1, 'the request to start');
+    req.destroy();
+    await until(() => engine.activeRequests === 0, 'the abort');
+    expect(engine.loads()[0]?.num_used_tokens).toBe(0);
+  });
+
+  it('--fail-mode reset drops the connection without a response', async () => {
+    const w = await start({ timeScale: 0, failAfter: 0, failMode: 'reset' });
+    await expect(
+      fetch(`${w.url}/generate`, { method: 'POST', body: JSON.stringify({ text: 'x' }) }),
+    ).rejects.toThrow();
+  });
+
+  it('close() kills in-flight requests like a dead worker', async () => {
+    const w = await start({ timeScale: 1 });
+    const pending = fetch(`${w.url}/generate`, {
+      method: 'POST',
+      body: JSON.stringify({ text: 'x', sampling_params: { max_new_tokens: 100000 } }),
+    });
+    await until(() => w.app.mockEngine.activeRequests === 1, 'the request to start');
+    await w.close();
+    await expect(pending).rejects.toThrow();
+    await expect(fetch(`${w.url}/health`)).rejects.toThrow();
+  });
+
+  it('the kvroute-mock-worker bin starts, prints its URL and serves', async () => {
+    const bin = fileURLToPath(new URL('../bin/kvroute-mock-worker.mjs', import.meta.url));
+    const child = spawn(process.execPath, [bin, '--time-scale', '0', '--dp-size', '2'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        let out = '';
+        child.stdout.on('data', (d) => {
+          out += d;
+          const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(out);
+          if (m?.[1]) resolve(m[1]);
+        });
+        child.once('exit', (code) => reject(new Error(`exited ${code}: ${out}`)));
+      });
+      const info = await (await fetch(`${url}/get_server_info`)).json();
+      expect(info).toMatchObject({ dp_size: 2, engine: 'kvroute-mock-worker', time_scale: 0 });
+    } finally {
+      child.kill('SIGTERM');
+    }
+  });
+});
