@@ -25,7 +25,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, List, Optional, Sequence
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -94,6 +94,7 @@ class Engine:
         self._stop = False
         self._thread: Optional[threading.Thread] = None
         self._batch_kv: Optional[torch.Tensor] = None
+        self._flush_waiters: List[Tuple[threading.Event, Dict[str, bool]]] = []
         self.metrics: Dict[str, float] = collections.defaultdict(float)
 
     # ---- public, any thread -------------------------------------------------------
@@ -130,6 +131,29 @@ class Engine:
                 "max_total_num_tokens": self.config.capacity_tokens,
             }
 
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Empties the radix cache if the engine is idle (SGLang's /flush_cache); False if busy.
+        Runs on the engine thread, so no step sees a tree swapped under it."""
+        done = threading.Event()
+        result: Dict[str, bool] = {}
+        with self._cv:
+            self._flush_waiters.append((done, result))
+            self._cv.notify()
+        done.wait(timeout_s)
+        return result.get("ok", False)
+
+    def _serve_flushes(self) -> None:
+        with self._cv:
+            waiters, self._flush_waiters = self._flush_waiters, []
+            idle = not self.waiting and not self.running and self.prefilling is None
+        if not waiters:
+            return
+        if idle:
+            self.cache.reset()
+        for ev, result in waiters:
+            result["ok"] = idle
+            ev.set()
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="kvroute-engine", daemon=True)
         self._thread.start()
@@ -147,10 +171,12 @@ class Engine:
         with torch.inference_mode():
             while True:
                 with self._cv:
-                    while not self._stop and not self.waiting and not self.running and self.prefilling is None:
+                    while (not self._stop and not self.waiting and not self.running and self.prefilling is None
+                           and not self._flush_waiters):
                         self._cv.wait()
                     if self._stop:
                         return
+                self._serve_flushes()
                 try:
                     self.step()
                 except Exception as exc:  # keep serving; fail the requests in hand

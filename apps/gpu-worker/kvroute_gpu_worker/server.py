@@ -135,6 +135,13 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._send_error(err)
             return
+        if path == "/flush_cache":
+            if self.server.engine.flush():
+                self._send_json(200, {"message": "Cache flushed."})
+            else:
+                self._send_json(400, ApiError(400, "Cache not flushed: requests are running or waiting", None,
+                                              "engine_busy").body())
+            return
         if parser is None:
             self._not_found("POST", path)
             return

@@ -200,3 +200,14 @@ def test_client_disconnect_mid_stream_frees_the_request(server):
         time.sleep(0.05)
     assert server.engine.load()["num_running_reqs"] == 0
     assert server.engine.metrics["requests_total"] == finished_before  # aborted, never finished
+
+
+def test_flush_cache_empties_the_radix_tree(server):
+    body = {"input_ids": list(range(3000, 3040)), "sampling_params": {"max_new_tokens": 1}}
+    call(server, "POST", "/generate", body)
+    st, hit = call(server, "POST", "/generate", body)
+    assert hit["meta_info"]["cached_tokens"] == 39
+    st, msg = call(server, "POST", "/flush_cache")
+    assert st == 200 and server.engine.cache.total_tokens == 0
+    st, cold = call(server, "POST", "/generate", body)
+    assert cold["meta_info"]["cached_tokens"] == 0
