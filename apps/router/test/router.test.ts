@@ -149,7 +149,7 @@ describe('failures', () => {
     const metrics = (await app.inject('/metrics')).body;
     expect(metrics).toMatch(/kvroute_router_retries_total\{rank="0",cause="status"\} [1-3]/);
     // Three strikes (the default threshold) mark the worker down: the policy stops choosing it.
-    expect(metrics).toContain('kvroute_router_rank_healthy{rank="0",url="' + ws[0]!.url + '"} 0');
+    expect(metrics).toContain(`kvroute_router_rank_healthy{rank="0",url="${ws[0]!.url}"} 0`);
     expect(app.kvroute.table.tracker.ranks.map((r) => r.inFlightRequests)).toEqual([0, 0]);
   });
 
