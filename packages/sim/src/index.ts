@@ -3,6 +3,13 @@
 export type { MatchResult, RadixCacheOptions, RadixHandle } from './cache/radix-cache.ts';
 export { RadixCache } from './cache/radix-cache.ts';
 export type {
+  ComparisonOptions,
+  ComparisonResult,
+  ComparisonRun,
+} from './compare.ts';
+export { policyConfig, runComparison, runComparisonDetailed } from './compare.ts';
+export { readCalibration, repoRoot, sharedDir } from './cost/calibration.ts';
+export type {
   CostModel,
   CostProfileSpec,
   DecodeCoefficients,
@@ -14,3 +21,30 @@ export type { ScheduledEvent, Scheduler } from './engine/event-queue.ts';
 export { EventQueue } from './engine/event-queue.ts';
 export type { RankLoad, RankModelOptions, RankRequest, RankStats } from './entities/rank.ts';
 export { RankModel } from './entities/rank.ts';
+export { latencyStats, percentile, summarize } from './metrics/summary.ts';
+export type {
+  LatencyStats,
+  PolicyRunResult,
+  PolicyRunSummary,
+  RankSummary,
+  RequestRecord,
+  SubsetLatency,
+} from './metrics/types.ts';
+export type { RankOverrides, SimulateOptions } from './simulate.ts';
+export { simulatePlan } from './simulate.ts';
+export { WorkloadOptionError } from './workloads/options.ts';
+export { stream, VOCAB, zipfSampler } from './workloads/random.ts';
+export {
+  buildWorkload,
+  getScenario,
+  registerScenario,
+  scenarioList,
+  scenarioNames,
+} from './workloads/registry.ts';
+export { defaultTracePath, resolveTracePath, TraceFormatError } from './workloads/replay.ts';
+export type {
+  ClusterEvent,
+  ScenarioDefinition,
+  WorkloadPlan,
+  WorkloadRequest,
+} from './workloads/types.ts';

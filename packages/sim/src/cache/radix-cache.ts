@@ -112,10 +112,15 @@ export class RadixCache {
   }
 
   /** Walks the common prefix of `ids` (page-aligned); splits so the result ends on a node. */
-  private walk(ids: Uint32Array, len: number): { node: RadixNode; pos: number } {
+  private walk(
+    ids: Uint32Array,
+    len: number,
+    from: RadixNode = this.root,
+    fromPos = 0,
+  ): { node: RadixNode; pos: number } {
     const t = ++this.tick;
-    let node = this.root;
-    let pos = 0;
+    let node = from;
+    let pos = fromPos;
     while (pos < len) {
       const child = node.children.get(this.childKey(ids, pos));
       if (child === undefined) break;
@@ -146,9 +151,23 @@ export class RadixCache {
 
   /** Inserts `ids[0:length]` (whole pages); returns the handle of the node it ends at. */
   insert(ids: ArrayLike<number>, length = ids.length): RadixHandle {
+    return this.insertFrom(null, 0, ids, length);
+  }
+
+  /**
+   * insert() resuming from `handle`, a node the caller holds locked whose path spells
+   * `ids[0:depth]`: a request growing by chunks then costs O(chunk), not O(prompt) per chunk.
+   */
+  insertFrom(
+    handle: RadixHandle | null,
+    depth: number,
+    ids: ArrayLike<number>,
+    length = ids.length,
+  ): RadixHandle {
     const u = toU32(ids);
     const len = this.floorPage(Math.min(length, u.length));
-    const { node, pos } = this.walk(u, len);
+    const start = handle !== null && handle.parent !== null && depth <= len ? handle : this.root;
+    const { node, pos } = this.walk(u, len, start, start === this.root ? 0 : depth);
     if (pos >= len) return node;
     // Copy: a view would pin the caller's whole buffer for as long as the node lives.
     const leaf: RadixNode = {

@@ -14,10 +14,14 @@ export interface CalibrationPoint {
   medianMs: number;
 }
 
+/** The monorepo root (this file is packages/sim/src/cost/calibration.ts). */
+export function repoRoot(): string {
+  return resolve(dirname(fileURLToPath(import.meta.url)), '../../../..');
+}
+
 /** `<repo>/../shared`, where the read-only calibration and traces live. */
 export function sharedDir(): string {
-  const here = dirname(fileURLToPath(import.meta.url));
-  return resolve(here, '../../../../../shared');
+  return resolve(repoRoot(), '../shared');
 }
 
 export function defaultCalibrationPath(): string {

@@ -396,7 +396,8 @@ export class RankModel {
 
   /** Inserts `ids[0:len]` and moves the request's lock to the new end; frees its reservation. */
   private moveIntoTree(r: ActiveRequest, ids: ArrayLike<number>, len: number): void {
-    const handle = this.cache.insert(ids, len);
+    // Resume from the request's locked node: its path is exactly ids[0:inTree].
+    const handle = this.cache.insertFrom(r.handle, r.inTree, ids, len);
     this.cache.lock(handle);
     if (r.handle !== null) this.cache.unlock(r.handle);
     r.handle = handle;

@@ -1,0 +1,62 @@
+// Scenario options come from CLI flags and YAML as strings or numbers; these readers accept
+// both and fail with the option's name and the scenario's.
+
+export class WorkloadOptionError extends Error {
+  readonly code = 'WORKLOAD_OPTION';
+}
+
+export function optInt(
+  scenario: string,
+  o: Record<string, unknown>,
+  key: string,
+  min: number,
+): number {
+  const raw = o[key];
+  const v = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min) {
+    throw new WorkloadOptionError(
+      `${scenario}: ${key} must be an integer >= ${min}, got ${JSON.stringify(raw)}`,
+    );
+  }
+  return v;
+}
+
+export function optNum(
+  scenario: string,
+  o: Record<string, unknown>,
+  key: string,
+  min: number,
+): number {
+  const raw = o[key];
+  const v = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw;
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < min) {
+    throw new WorkloadOptionError(
+      `${scenario}: ${key} must be a number >= ${min}, got ${JSON.stringify(raw)}`,
+    );
+  }
+  return v;
+}
+
+export function optBool(scenario: string, o: Record<string, unknown>, key: string): boolean {
+  const raw = o[key];
+  if (raw === true || raw === 'true' || raw === '1' || raw === 1) return true;
+  if (raw === false || raw === 'false' || raw === '0' || raw === 0) return false;
+  throw new WorkloadOptionError(
+    `${scenario}: ${key} must be true or false, got ${JSON.stringify(raw)}`,
+  );
+}
+
+export function optRange(
+  scenario: string,
+  o: Record<string, unknown>,
+  minKey: string,
+  maxKey: string,
+  min: number,
+): [number, number] {
+  const lo = optInt(scenario, o, minKey, min);
+  const hi = optInt(scenario, o, maxKey, min);
+  if (hi < lo) {
+    throw new WorkloadOptionError(`${scenario}: ${maxKey} (${hi}) must be >= ${minKey} (${lo})`);
+  }
+  return [lo, hi];
+}

@@ -1,0 +1,58 @@
+// Workload plans: pre-generated, deterministic from the seed, content never dependent on
+// timing, so the simulator, the validate harness and e2e tests can replay the same plan.
+
+export interface WorkloadRequest {
+  id: number;
+  clientId: number;
+  /** Synthetic token ids in [1, 30000). May be a getter that builds the array on access. */
+  inputIds: Uint32Array;
+  outputTokens: number;
+  /**
+   * The reply's token ids when a later request carries them (multi-turn sessions): the rank
+   * caches input + output at the end, as SGLang does, so the next turn can hit them.
+   */
+  outputIds?: Uint32Array;
+  /** Closed loop: delay after the client's previous request completed (first: after t=0). */
+  thinkMs?: number;
+  /** Open loop: arrival time. */
+  arrivalMs?: number;
+  routingKey?: string;
+  /** Prefix/session identity for keys-moved metrics. */
+  sessionKey: string;
+  tenant?: string;
+}
+
+export interface ClusterEvent {
+  atMs: number;
+  kind: 'rank-down' | 'rank-up' | 'set-ranks';
+  rank?: number;
+  ranks?: number;
+}
+
+export interface WorkloadPlan {
+  scenario: string;
+  mode: 'closed' | 'open';
+  /** Default rank count. */
+  ranks: number;
+  /** Closed loop: each client's ordered requests. */
+  clients: WorkloadRequest[][];
+  /** Open loop: sorted by arrivalMs. */
+  requests: WorkloadRequest[];
+  events: ClusterEvent[];
+  /** Closed loop: no new request starts after this time. */
+  durationMs?: number;
+  /** Throughput and steady-state TTFT count only what happens after this time. */
+  warmupMs?: number;
+  /** The options the plan was built with, defaults filled in. */
+  options?: Record<string, unknown>;
+  /** Replay: trace lines skipped with skipInvalid. */
+  skippedLines?: number;
+}
+
+export interface ScenarioDefinition {
+  name: string;
+  description: string;
+  /** Every option with its default; buildWorkload rejects names not listed here. */
+  defaults: Record<string, unknown>;
+  build(options: Record<string, unknown>, seed: string | number): WorkloadPlan;
+}
