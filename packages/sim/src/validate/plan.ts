@@ -45,3 +45,38 @@ export function restrictPlan<P extends ValidatePlan>(plan: P, ids: ReadonlySet<n
   }
   return { ...plan, requests: plan.requests.filter((r) => ids.has(r.id)) };
 }
+
+/**
+ * Plain copies of a workload plan's requests, token ids read once into arrays (a replay
+ * plan builds them on access) and without `outputIds`: a live engine generates its own
+ * reply tokens, so the plan's replies can never be in its cache. The simulator then caches
+ * what the target can match (the input), not the plan's imaginary replies.
+ */
+export function materializePlan<P extends ValidatePlan>(plan: P): P {
+  const copy = (r: PlanRequest): PlanRequest => {
+    const q: PlanRequest = {
+      id: r.id,
+      clientId: r.clientId,
+      inputIds: Uint32Array.from(r.inputIds),
+      outputTokens: r.outputTokens,
+      sessionKey: r.sessionKey,
+    };
+    if (r.thinkMs !== undefined) q.thinkMs = r.thinkMs;
+    if (r.arrivalMs !== undefined) q.arrivalMs = r.arrivalMs;
+    if (r.routingKey !== undefined) q.routingKey = r.routingKey;
+    if (r.tenant !== undefined) q.tenant = r.tenant;
+    return q;
+  };
+  const byId = new Map<number, PlanRequest>();
+  const get = (r: PlanRequest) => {
+    let q = byId.get(r.id);
+    if (!q) {
+      q = copy(r);
+      byId.set(r.id, q);
+    }
+    return q;
+  };
+  const clients = plan.clients.map((c) => c.map(get));
+  const requests = plan.requests.map(get);
+  return { ...plan, clients, requests };
+}

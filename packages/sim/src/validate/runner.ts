@@ -108,16 +108,17 @@ export async function drivePlan(
   };
 
   if (plan.mode === 'closed') {
+    // As the simulator: a client's first request leaves thinkMs after the start, each later
+    // one thinkMs after the previous completed; none starts after durationMs (plan time).
+    const limit = plan.durationMs;
     await Promise.all(
       plan.clients.map(async (client) => {
-        let prevEnd: number | undefined;
         for (const req of client) {
           if (signal?.aborted) return;
-          if (prevEnd === undefined) await waitUntil(req.arrivalMs ?? 0);
-          else {
-            const think = (req.thinkMs ?? 0) * scale;
-            if (think > 0) await sleep(think, undefined, { signal }).catch(() => undefined);
-          }
+          const think = (req.thinkMs ?? 0) * scale;
+          const planAt = (performance.now() + think - t0) / scale;
+          if (limit !== undefined && planAt > limit) return;
+          if (think > 0) await sleep(think, undefined, { signal }).catch(() => undefined);
           if (signal?.aborted) return;
           await gate.acquire();
           try {
@@ -126,7 +127,6 @@ export async function drivePlan(
           } finally {
             gate.release();
           }
-          prevEnd = performance.now();
         }
       }),
     );

@@ -2,12 +2,21 @@
 // harness can be tested against a fake target without running the engine, and so the
 // command's wiring to sim-core sits in one place. All imports are static: the GPU
 // worker's device script runs this command from an esbuild bundle.
-import { createDispatcher, methodNames } from '@kvroute/policy';
+import { createDispatcher, type DispatcherConfig, methodNames } from '@kvroute/policy';
 import { UsageError } from '../cli/errors.ts';
 import type { CostModel } from '../cost/cost-model.ts';
 import { loadProfileFile } from '../cost/cost-model.ts';
 import { getProfile, profileNames } from '../cost/profiles.ts';
-import type { OutcomeRecord, ValidatePlan } from './types.ts';
+import { simulatePlan } from '../simulate.ts';
+import { buildWorkload } from '../workloads/registry.ts';
+import type { WorkloadPlan, WorkloadRequest } from '../workloads/types.ts';
+import { materializePlan } from './plan.ts';
+import type { OutcomeRecord, PlanRequest, ValidatePlan } from './types.ts';
+
+function asWorkloadRequest(r: PlanRequest): WorkloadRequest {
+  const ids = r.inputIds instanceof Uint32Array ? r.inputIds : Uint32Array.from(r.inputIds);
+  return { ...r, inputIds: ids };
+}
 
 export type SimPlan = ValidatePlan & { events?: unknown[] };
 
@@ -46,10 +55,32 @@ export const defaultBackend: SimBackend = {
     }
     return getProfile(which.profile);
   },
-  buildPlan() {
-    throw new Error('buildPlan: sim-core workloads not wired yet');
+  buildPlan(scenario, options, seed) {
+    return materializePlan(buildWorkload(scenario, options, seed));
   },
-  simulate() {
-    throw new Error('simulate: sim-core engine not wired yet');
+  simulate(plan, opts) {
+    const workload: WorkloadPlan = {
+      ...plan,
+      clients: plan.clients.map((c) => c.map(asWorkloadRequest)),
+      requests: plan.requests.map(asWorkloadRequest),
+      events: [],
+    };
+    const { records } = simulatePlan(workload, {
+      policy: opts.policy as DispatcherConfig,
+      ranks: opts.ranks,
+      profile: opts.profile,
+      seed: opts.seed,
+      rank: opts.rank,
+    });
+    return records.map((r) => ({
+      id: r.id,
+      ok: true,
+      startMs: r.arrivalMs,
+      ttftMs: r.ttftMs,
+      endMs: r.endMs,
+      promptTokens: r.inputTokens,
+      cachedTokens: r.cachedTokens,
+      rank: r.rank,
+    }));
   },
 };

@@ -22,6 +22,8 @@ export interface ValidatePlan {
   ranks: number;
   clients: PlanRequest[][];
   requests: PlanRequest[];
+  /** Closed loop: no request starts after this plan time. */
+  durationMs?: number;
 }
 
 /** What one request did against the live target. Times are ms since the run started. */
