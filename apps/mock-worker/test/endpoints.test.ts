@@ -1,3 +1,6 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { approximateTokenIds } from '@kvroute/protocol';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -35,6 +38,31 @@ describe('GET endpoints', () => {
     expect(metrics.headers['content-type']).toMatch(/text\/plain/);
     expect(metrics.body).toContain('# TYPE kvroute_worker_prompt_tokens_total counter');
     expect(metrics.body).toContain('kvroute_worker_num_running_reqs{dp_rank="2"} 0');
+  });
+
+  it('--profile-file: a kvroute-cost-profile/v1 file sets the cost model and KV pool', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kvroute-mw-'));
+    const file = join(dir, 'profile.json');
+    writeFileSync(
+      file,
+      JSON.stringify({
+        format: 'kvroute-cost-profile/v1',
+        name: 'test-profile',
+        description: 'a test profile',
+        prefill: { floorMs: 10, perTokenMs: 0.01, attnMsPerMTokenPairs: 0.5 },
+        decode: { floorMs: 8, perSeqMs: 0.05, perKContextTokenMs: 0.001 },
+        kvCapacityTokens: 12345,
+        chunkedPrefillSize: 2048,
+      }),
+    );
+    const info = (await worker({ profileFile: file }).inject('/get_server_info')).json();
+    expect(info).toMatchObject({
+      profile: 'test-profile',
+      max_total_num_tokens: 12345,
+      chunked_prefill_size: 2048,
+    });
+    writeFileSync(file, '{"format": "nope"}');
+    expect(() => worker({ profileFile: file })).toThrow(/format/);
   });
 
   it('two workers in one process keep separate metrics', async () => {
