@@ -1,0 +1,337 @@
+"""Orchestrates validate.sh (python, because the GPU machine has python and nothing else).
+
+Phases, each logged with its duration to $OUT/summary.json:
+  1. node: unpack .device/node.xz (lzma from the stdlib: no xz binary needed), or the local
+     node for DEVICE=cpu
+  2. calibrate: one worker process measures its prefill/decode curve -> $OUT/profile.json,
+     alone on the device so nothing else skews it
+  3. workers: WORKERS gpu-workers on one device, URLs read from their first stdout line
+  4. per policy: a fresh router (--load-balance-method P); per scenario: flush every worker's
+     radix cache, then `kvroute-sim validate` with the calibrated profile; JSON, HTML, the
+     requests sent (JSONL), the printed comparison and each worker's /metrics are kept
+A global deadline (DEADLINE_S) skips whatever would not fit rather than overrunning.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import shlex
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Dict, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+PKG = os.path.dirname(HERE)
+
+DEVICE = os.environ.get("DEVICE", "cuda")
+CPU = DEVICE == "cpu"
+OUT = os.path.abspath(os.environ.get("OUT") or os.path.join(ROOT, ".device-out"))
+CARRY = os.path.abspath(os.environ.get("DEVICE_DIR") or os.path.join(ROOT, ".device"))
+WORKERS = int(os.environ.get("WORKERS", "4"))
+SHAPE = os.environ.get("SHAPE", "tiny" if CPU else "llama-3.2-1b")
+POLICIES = os.environ.get("POLICIES", "round_robin,prefix_match").split(",")
+SCENARIOS = os.environ.get("SCENARIOS", "seed-sequential,agentic").split(",")
+DEADLINE_S = float(os.environ.get("DEADLINE_S", "170" if CPU else "450"))
+
+if CPU:
+    CAPACITY, CHUNK, CONTEXT = 32768, 512, 4096
+    DEFAULT_WORKER_ARGS = f"--device cpu --threads 1 --max-total-tokens {CAPACITY} --chunked-prefill-size {CHUNK} " \
+                          f"--context-length {CONTEXT}"
+    # Tiny sizes: the point is that every piece runs end to end, not the numbers.
+    DEFAULT_SEQ = ("--requests 4 --set prefixTokens=600 --set turnMinTokens=8 --set turnMaxTokens=24 "
+                   "--set outputMinTokens=4 --set outputMaxTokens=8 --set thinkMinMs=0 --set thinkMaxMs=50")
+    DEFAULT_AGENTIC = ("--requests 8 --set sessions=3 --set sessionsPerS=20 --set turnsMin=2 --set turnsMax=3 "
+                       "--set prefixMinTokens=200 --set prefixMaxTokens=600 --set userMinTokens=8 --set userMaxTokens=32 "
+                       "--set outputMinTokens=4 --set outputMaxTokens=8 --set toolMinTokens=10 --set toolMaxTokens=50 "
+                       "--set thinkMinMs=0 --set thinkMaxMs=50 --set tenants=2")
+    CALIBRATE_TIMEOUT, RUN_TIMEOUT = 120, 120
+else:
+    CAPACITY, CHUNK, CONTEXT = 200000, 8192, 32768
+    DEFAULT_WORKER_ARGS = f"--max-total-tokens {CAPACITY} --chunked-prefill-size {CHUNK} --context-length {CONTEXT}"
+    # Scaled so both scenarios under both policies fit the 8-minute budget with startup and
+    # calibration: seed-sequential keeps its real 22,651-token prefix with fewer requests and
+    # shorter think times; agentic keeps its shape with fewer, shorter sessions.
+    DEFAULT_SEQ = "--requests 12 --set thinkMinMs=200 --set thinkMaxMs=800"
+    DEFAULT_AGENTIC = ("--requests 48 --set sessions=12 --set sessionsPerS=1 --set turnsMin=2 --set turnsMax=5 "
+                       "--set prefixMinTokens=2000 --set prefixMaxTokens=8000 --set outputMaxTokens=128 "
+                       "--set toolMaxTokens=1000 --set tenants=4 --set thinkMinMs=200 --set thinkMaxMs=1000")
+    CALIBRATE_TIMEOUT, RUN_TIMEOUT = 150, 150
+
+WORKER_ARGS = shlex.split(os.environ.get("WORKER_ARGS", DEFAULT_WORKER_ARGS))
+SCENARIO_ARGS = {
+    "seed-sequential": shlex.split(os.environ.get("SEQ_ARGS", DEFAULT_SEQ)),
+    "agentic": shlex.split(os.environ.get("AGENTIC_ARGS", DEFAULT_AGENTIC)),
+}
+
+T0 = time.time()
+summary: Dict[str, Any] = {"device": DEVICE, "shape": SHAPE, "workers": WORKERS, "policies": POLICIES,
+                           "scenarios": SCENARIOS, "worker_args": WORKER_ARGS, "phases": [], "runs": [],
+                           "skipped": []}
+procs: List[subprocess.Popen] = []
+
+
+def log(msg: str) -> None:
+    print(f"[validate +{time.time() - T0:6.1f}s] {msg}", flush=True)
+
+
+def left() -> float:
+    return DEADLINE_S - (time.time() - T0)
+
+
+def phase(name: str, started: float, **extra: Any) -> None:
+    summary["phases"].append({"phase": name, "seconds": round(time.time() - started, 2), **extra})
+    write_summary()
+
+
+def write_summary() -> None:
+    summary["elapsed_s"] = round(time.time() - T0, 2)
+    with open(os.path.join(OUT, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+        f.write("\n")
+
+
+def fail(msg: str, code: int = 1) -> None:
+    log(f"FAILED: {msg}")
+    summary["error"] = msg
+    write_summary()
+    cleanup()
+    sys.exit(code)
+
+
+def cleanup() -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def http(method: str, url: str, body: Optional[bytes] = None, timeout: float = 5.0) -> tuple:
+    req = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except (urllib.error.URLError, OSError) as e:
+        return 0, str(e)
+
+
+def wait_http(url: str, timeout: float, proc: Optional[subprocess.Popen] = None) -> bool:
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc is not None and proc.poll() is not None:
+            return False
+        if http("GET", url, timeout=2)[0] == 200:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def find_node() -> str:
+    xz = os.path.join(CARRY, "node.xz")
+    if os.path.exists(xz):
+        dest_dir = "/tmp/kvroute-node"
+        os.makedirs(dest_dir, exist_ok=True)
+        dest = os.path.join(dest_dir, "node")
+        with lzma.open(xz) as src, open(dest + ".tmp", "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.chmod(dest + ".tmp", stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+        os.replace(dest + ".tmp", dest)
+        return dest
+    local = shutil.which("node")
+    if CPU and local:
+        return local
+    fail(f"no node: {xz} is missing (run apps/gpu-worker/device/prepare.sh on a machine with node and carry .device)",
+         2)
+    return ""
+
+
+def start_worker(i: int) -> tuple:
+    logf = open(os.path.join(OUT, f"worker-{i}.log"), "w")
+    env = {**os.environ, "PYTHONPATH": PKG + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, "-u", "-m", "kvroute_gpu_worker", "--shape", SHAPE, "--port", "0", "--seed", str(i),
+           *WORKER_ARGS]
+    logf.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
+    logf.flush()
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=logf, text=True)
+    procs.append(p)
+    return p, logf
+
+
+def run_logged(cmd: List[str], log_path: str, timeout: float, env: Optional[Dict[str, str]] = None) -> int:
+    with open(log_path, "w") as f:
+        f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
+        f.flush()
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        procs.append(p)
+
+        def pump() -> None:
+            assert p.stdout is not None
+            for line in p.stdout:
+                f.write(line)
+                f.flush()
+                sys.stdout.write("    " + line)
+                sys.stdout.flush()
+
+        t = threading.Thread(target=pump, daemon=True)
+        t.start()
+        try:
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGINT)  # validate writes what it has on SIGINT
+            try:
+                rc = p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                rc = -9
+        t.join(timeout=5)
+        procs.remove(p)
+        return rc
+
+
+def main() -> None:
+    os.makedirs(OUT, exist_ok=True)
+    router_js = os.path.join(CARRY, "kvroute-router.mjs")
+    sim_js = os.path.join(CARRY, "kvroute-sim.mjs")
+    for f in (router_js, sim_js):
+        if not os.path.exists(f):
+            fail(f"{f} is missing: run `bash apps/gpu-worker/device/prepare.sh` (DEVICE_DIR={CARRY}) first", 2)
+    t = time.time()
+    node = find_node()
+    ver = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30)
+    if ver.returncode != 0:
+        fail(f"node does not run here: {ver.stderr.strip()}")
+    summary["node"] = ver.stdout.strip()
+    phase("node", t, node=node, version=ver.stdout.strip())
+    log(f"node {ver.stdout.strip()} ({node}); out={OUT}; device={DEVICE}; shape={SHAPE}; workers={WORKERS}")
+    try:
+        import torch
+
+        summary["torch"] = torch.__version__
+        if torch.cuda.is_available():
+            summary["gpu"] = torch.cuda.get_device_name(0)
+    except Exception as exc:  # only informative
+        summary["torch_error"] = repr(exc)
+
+    # 2. calibrate alone on the device
+    t = time.time()
+    profile = os.path.join(OUT, "profile.json")
+    env = {**os.environ, "PYTHONPATH": PKG}
+    rc = run_logged([sys.executable, "-u", "-m", "kvroute_gpu_worker", "--calibrate", "--shape", SHAPE, "--out",
+                     profile, "--calibrate-budget-s", "40" if CPU else "75", *WORKER_ARGS],
+                    os.path.join(OUT, "calibrate.log"), CALIBRATE_TIMEOUT, env)
+    if rc != 0 or not os.path.exists(profile):
+        fail(f"calibration failed (exit {rc}); see {OUT}/calibrate.log")
+    with open(profile) as f:
+        summary["profile"] = json.load(f)
+    phase("calibrate", t)
+
+    # 3. workers
+    t = time.time()
+    started = [start_worker(i) for i in range(WORKERS)]
+    urls: List[str] = []
+    for i, (p, _logf) in enumerate(started):
+        assert p.stdout is not None
+        line = p.stdout.readline().strip()  # first stdout line: "listening http://..."
+        if not line.startswith("listening "):
+            fail(f"worker {i} did not start (got {line!r}); see {OUT}/worker-{i}.log")
+        urls.append(line.split(" ", 1)[1])
+    for u in urls:
+        if not wait_http(u + "/health", 60):
+            fail(f"worker {u} is not healthy")
+    summary["worker_urls"] = urls
+    phase("workers", t, urls=urls)
+    log(f"{WORKERS} workers up: {' '.join(urls)}")
+
+    # 4. per policy: a fresh router; per scenario: cold caches, then validate
+    for policy in POLICIES:
+        port = free_port()
+        router_url = f"http://127.0.0.1:{port}"
+        rlog = open(os.path.join(OUT, f"router-{policy}.log"), "w")
+        rcmd = [node, router_js, "--host", "127.0.0.1", "--port", str(port), "--load-balance-method", policy,
+                "--worker-urls", *urls]
+        rlog.write("$ " + " ".join(shlex.quote(c) for c in rcmd) + "\n")
+        rlog.flush()
+        t = time.time()
+        router = subprocess.Popen(rcmd, stdout=rlog, stderr=subprocess.STDOUT)
+        procs.append(router)
+        if not wait_http(router_url + "/health", 30, router):
+            fail(f"router ({policy}) did not become healthy; see {OUT}/router-{policy}.log")
+        phase(f"router-{policy}", t)
+        for scenario in SCENARIOS:
+            name = f"{scenario}-{policy}"
+            budget = min(RUN_TIMEOUT, left() - 10)
+            if budget < 30:
+                summary["skipped"].append({"run": name, "why": f"deadline ({DEADLINE_S:.0f} s) too close"})
+                log(f"skip {name}: deadline too close")
+                continue
+            for u in urls:
+                st, body = http("POST", u + "/flush_cache", b"", timeout=30)
+                if st != 200:
+                    fail(f"flush_cache on {u} failed ({st}: {body})")
+            t = time.time()
+            cmd = [node, sim_js, "validate", "--target", router_url, "--scenario", scenario, "--policy", policy,
+                   "--policy-label", policy, "--profile-file", profile, "--ranks", str(WORKERS),
+                   "--kv-capacity", str(CAPACITY), "--page-size", "1", "--chunked-prefill-size", str(CHUNK),
+                   *SCENARIO_ARGS.get(scenario, []),
+                   "--json", os.path.join(OUT, f"{name}.json"), "--html", os.path.join(OUT, f"{name}.html"),
+                   "--record", os.path.join(OUT, f"{name}.requests.jsonl")]
+            log(f"run {name}")
+            rc = run_logged(cmd, os.path.join(OUT, f"{name}.txt"), budget)
+            for i, u in enumerate(urls):
+                st, text = http("GET", u + "/metrics")
+                with open(os.path.join(OUT, f"{name}.worker-{i}.metrics.txt"), "w") as f:
+                    f.write(text)
+            summary["runs"].append({"run": name, "exit": rc, "seconds": round(time.time() - t, 2),
+                                    "json": f"{name}.json", "html": f"{name}.html"})
+            write_summary()
+            log(f"{name}: exit {rc} in {time.time() - t:.1f} s")
+        router.send_signal(signal.SIGTERM)
+        try:
+            router.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            router.kill()
+        procs.remove(router)
+        rlog.close()
+
+    cleanup()
+    failed = [r for r in summary["runs"] if r["exit"] != 0]
+    summary["ok"] = not failed and not summary["skipped"]
+    write_summary()
+    log(f"done: {len(summary['runs'])} runs, {len(failed)} failed, {len(summary['skipped'])} skipped; "
+        f"results in {OUT}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        fail(f"{exc!r}")
