@@ -36,7 +36,7 @@ export function ttftCdfSpec(
     width: WIDTH,
     height: 260,
     data: { values },
-    mark: { type: 'line', interpolate: 'step-after', point: values.length <= 400 },
+    mark: { type: 'line', interpolate: 'step-after', strokeWidth: 2 },
     encoding: {
       x: { field: 'ttftMs', type: 'quantitative', title: 'TTFT (ms)' },
       y: {
@@ -51,6 +51,8 @@ export function ttftCdfSpec(
         scale: { domain: labels },
         legend: { orient: 'bottom', columns: 1 },
       },
+      // Policies that behave alike draw the same curve; dashes keep each one visible.
+      strokeDash: { field: 'policy', type: 'nominal', scale: { domain: labels } },
     },
   };
 }

@@ -1,0 +1,91 @@
+import { resolve } from 'node:path';
+import { runToCsv } from '../../report/csv.ts';
+import { renderRunHtml } from '../../report/html.ts';
+import { toJson } from '../../report/json.ts';
+import { renderRunTable } from '../../report/table.ts';
+import { bool, nameList, parseCommandArgs, positiveNumber, str } from '../args.ts';
+import type { Subcommand } from '../command.ts';
+import { readSimFlags, SIM_FLAGS_HELP, SIM_OPTIONS } from '../common.ts';
+import { UsageError } from '../errors.ts';
+import { emit } from '../outputs.ts';
+import { parsePolicies } from '../policies.ts';
+import { REPLAY_SCENARIO, replayOptions } from '../sim-api.ts';
+import { compare } from '../simulate.ts';
+import { DEFAULT_POLICIES } from './run.ts';
+
+const usage = `usage: kvroute-sim replay FILE [--policies a,b,c] [--ranks N] [--speedup X] [--skip-invalid] [flags]
+
+Replays a Mooncake-format JSONL trace (one {"timestamp", "input_length", "output_length",
+"hash_ids"} object per line; 512-token hash blocks become synthetic token blocks) under each
+policy and prints the comparison table. The same as 'run --scenario replay --set file=FILE'.
+
+  FILE                  the trace, e.g. ../shared/traces/mooncake-conversation.jsonl
+  --policies LIST       comma-separated methods (default ${DEFAULT_POLICIES})
+  --speedup X           compress time: arrivals X times faster than recorded (default 1)
+  --skip-invalid        skip malformed lines and report how many, instead of failing
+  --window W            prefix window in tokens, for every policy that reads it
+  --prefix-length L     most tokens hashed, for every policy that reads it
+${SIM_FLAGS_HELP}
+
+example:
+  kvroute-sim replay ../shared/traces/mooncake-conversation.jsonl --ranks 16 --speedup 8 \\
+    --policies round_robin,prefix_match,cache_aware
+`;
+
+export const command: Subcommand = {
+  name: 'replay',
+  summary: 'replay a Mooncake-format JSONL trace under several policies',
+  usage,
+  async run(argv, io) {
+    const p = parseCommandArgs(
+      'replay',
+      argv,
+      {
+        policies: { type: 'string' },
+        speedup: { type: 'string' },
+        'skip-invalid': { type: 'boolean' },
+        ...SIM_OPTIONS,
+      },
+      true,
+    );
+    if (p.positionals.length !== 1) {
+      throw new UsageError(
+        p.positionals.length === 0
+          ? 'replay needs the trace FILE'
+          : `replay takes one trace FILE, got ${p.positionals.length}: ${p.positionals.join(' ')}`,
+      );
+    }
+    const file = resolve(io.cwd, p.positionals[0]!);
+    const speedupRaw = str(p, 'speedup');
+    const flags = readSimFlags(p, REPLAY_SCENARIO, io);
+    const scenarioOptions = {
+      ...flags.scenarioOptions,
+      ...replayOptions({
+        file,
+        ...(speedupRaw !== undefined ? { speedup: positiveNumber('speedup', speedupRaw) } : {}),
+        skipInvalid: bool(p, 'skip-invalid'),
+      }),
+    };
+    const policies = parsePolicies(
+      nameList('policies', str(p, 'policies') ?? DEFAULT_POLICIES),
+      flags.policyFlags,
+    );
+    const { report, samples } = compare(io, {
+      command: 'replay',
+      scenario: REPLAY_SCENARIO,
+      scenarioOptions,
+      displayOptions: { file: p.positionals[0] },
+      seed: flags.seed,
+      ranks: flags.ranks,
+      profile: flags.profile,
+      policies,
+    });
+    await emit(io, flags.outputs, {
+      table: () => renderRunTable(report),
+      json: () => toJson(report),
+      csv: () => runToCsv(report),
+      html: () => renderRunHtml(report, samples),
+    });
+    return 0;
+  },
+};

@@ -1,0 +1,73 @@
+import { runToCsv } from '../../report/csv.ts';
+import { renderRunHtml } from '../../report/html.ts';
+import { toJson } from '../../report/json.ts';
+import { renderRunTable } from '../../report/table.ts';
+import { checkName, nameList, parseCommandArgs, str } from '../args.ts';
+import type { Subcommand } from '../command.ts';
+import { readSimFlags, SIM_FLAGS_HELP, SIM_OPTIONS } from '../common.ts';
+import { UsageError } from '../errors.ts';
+import { emit } from '../outputs.ts';
+import { parsePolicies } from '../policies.ts';
+import { scenarioNames } from '../sim-api.ts';
+import { compare } from '../simulate.ts';
+
+export const DEFAULT_POLICIES = 'round_robin,total_tokens,prefix_match';
+
+const usage = `usage: kvroute-sim run --scenario NAME [--policies a,b,c] [flags]
+
+Simulates the scenario once per policy on the same pre-generated workload and prints one
+comparison row per policy: token hit rate, TTFT p50/p90/p99/mean, cold and steady-state
+TTFT, throughput, per-rank imbalance, evicted tokens and queueing delay.
+
+  --scenario NAME       workload (see 'kvroute-sim scenarios')
+  --policies LIST       comma-separated methods (default ${DEFAULT_POLICIES});
+                        per-policy options as name:key=value, e.g. prefix_match:window=128
+  --window W            prefix window in tokens, for every policy that reads it
+  --prefix-length L     most tokens hashed, for every policy that reads it
+${SIM_FLAGS_HELP}
+
+examples:
+  kvroute-sim run --scenario seed-sequential --policies round_robin,total_tokens,prefix_match
+  kvroute-sim run --scenario agentic --ranks 8 --set sessions=50 --json - | jq '.policies[].hitRate'
+`;
+
+export const command: Subcommand = {
+  name: 'run',
+  summary: 'simulate a scenario under several policies and print a comparison table',
+  usage,
+  async run(argv, io) {
+    const p = parseCommandArgs('run', argv, {
+      scenario: { type: 'string' },
+      policies: { type: 'string' },
+      ...SIM_OPTIONS,
+    });
+    const scenario = str(p, 'scenario');
+    if (scenario === undefined) {
+      throw new UsageError(
+        `--scenario is required; valid scenarios: ${scenarioNames().join(', ')}`,
+      );
+    }
+    checkName('scenario', scenario, scenarioNames());
+    const flags = readSimFlags(p, scenario, io);
+    const policies = parsePolicies(
+      nameList('policies', str(p, 'policies') ?? DEFAULT_POLICIES),
+      flags.policyFlags,
+    );
+    const { report, samples } = compare(io, {
+      command: 'run',
+      scenario,
+      scenarioOptions: flags.scenarioOptions,
+      seed: flags.seed,
+      ranks: flags.ranks,
+      profile: flags.profile,
+      policies,
+    });
+    await emit(io, flags.outputs, {
+      table: () => renderRunTable(report),
+      json: () => toJson(report),
+      csv: () => runToCsv(report),
+      html: () => renderRunHtml(report, samples),
+    });
+    return 0;
+  },
+};

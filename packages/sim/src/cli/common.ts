@@ -1,0 +1,98 @@
+// Flags shared by run, sweep and replay, and their checks.
+import { resolve } from 'node:path';
+import {
+  type OptionSpec,
+  type Parsed,
+  parseAssignments,
+  parseSeed,
+  positiveInt,
+  str,
+  strs,
+} from './args.ts';
+import type { CliIo } from './command.ts';
+import { UsageError } from './errors.ts';
+import { checkTargets, type OutputTargets } from './outputs.ts';
+import { checkAffinity, type PolicyFlags } from './policies.ts';
+import { type CostModel, getProfile, loadProfileFile, profileNames } from './sim-api.ts';
+
+export const DEFAULT_SEED = 1;
+
+export const SIM_OPTIONS: OptionSpec = {
+  ranks: { type: 'string' },
+  profile: { type: 'string' },
+  'profile-file': { type: 'string' },
+  seed: { type: 'string' },
+  window: { type: 'string' },
+  'prefix-length': { type: 'string' },
+  affinity: { type: 'string' },
+  set: { type: 'string', multiple: true },
+  json: { type: 'string' },
+  csv: { type: 'string' },
+  html: { type: 'string' },
+};
+
+export const SIM_FLAGS_HELP = `  --ranks N             rank count (default: the scenario's own, e.g. 16 for seed-sequential)
+  --profile NAME        cost profile (see 'kvroute-sim profiles'); default depends on the scenario
+  --profile-file FILE   a kvroute-cost-profile/v1 JSON file instead of a named profile
+  --seed S              seed of every random stream (default ${DEFAULT_SEED}); same seed, same bytes
+  --set KEY=VALUE       scenario option, repeatable (e.g. --set requests=10 --set thinkMs=2000)
+  --affinity KIND       routing-key cache affinity for every policy: routing_key | none
+  --json FILE|-         write the JSON report (schema in the package README); '-' = stdout only
+  --csv FILE|-          write one CSV row per policy
+  --html FILE|-         write a self-contained HTML report with charts
+  -h, --help            this help`;
+
+export interface SimFlags {
+  ranks?: number;
+  profile: CostModel;
+  seed: string | number;
+  scenarioOptions: Record<string, unknown>;
+  policyFlags: PolicyFlags;
+  outputs: OutputTargets;
+}
+
+/** Profile for scenarios run without --profile: the seed scenarios model the seed's deployment. */
+export function defaultProfileName(scenario: string): string {
+  return scenario.startsWith('seed-') ? 'seed-qwen3-moe-dp16' : 'h200-llama-3.1-8b';
+}
+
+export function resolveProfile(p: Parsed, scenario: string, io: CliIo): CostModel {
+  const name = str(p, 'profile');
+  const file = str(p, 'profile-file');
+  if (name !== undefined && file !== undefined)
+    throw new UsageError('give either --profile or --profile-file, not both');
+  if (file !== undefined) {
+    // A bad profile file is bad input (exit 2), whatever the loader's error class.
+    try {
+      return loadProfileFile(resolve(io.cwd, file));
+    } catch (err) {
+      throw new UsageError(`--profile-file: ${(err as Error).message}`);
+    }
+  }
+  const chosen = name ?? defaultProfileName(scenario);
+  const valid = profileNames();
+  if (!valid.includes(chosen))
+    throw new UsageError(`unknown profile '${chosen}'; valid profiles: ${valid.join(', ')}`);
+  return getProfile(chosen);
+}
+
+export function readSimFlags(p: Parsed, scenario: string, io: CliIo): SimFlags {
+  const ranksRaw = str(p, 'ranks');
+  const windowRaw = str(p, 'window');
+  const prefixRaw = str(p, 'prefix-length');
+  const outputs: OutputTargets = { json: str(p, 'json'), csv: str(p, 'csv'), html: str(p, 'html') };
+  checkTargets(outputs);
+  const policyFlags: PolicyFlags = {};
+  if (windowRaw !== undefined) policyFlags.window = positiveInt('window', windowRaw);
+  if (prefixRaw !== undefined) policyFlags.prefixLength = positiveInt('prefix-length', prefixRaw);
+  const affinity = checkAffinity(str(p, 'affinity'));
+  if (affinity !== undefined) policyFlags.affinity = affinity;
+  return {
+    ...(ranksRaw !== undefined ? { ranks: positiveInt('ranks', ranksRaw) } : {}),
+    profile: resolveProfile(p, scenario, io),
+    seed: parseSeed(str(p, 'seed'), DEFAULT_SEED),
+    scenarioOptions: parseAssignments('set', strs(p, 'set')),
+    policyFlags,
+    outputs,
+  };
+}

@@ -1,0 +1,67 @@
+// Turns `--policies` and the shared policy flags into dispatcher configs (spec S-1), and
+// says which options each policy actually used, for the report.
+import {
+  AFFINITY_KINDS,
+  type DispatcherConfig,
+  methodNames,
+  methodRegistry,
+} from '@kvroute/policy';
+import { checkName, parseAssignments } from './args.ts';
+import { UsageError } from './errors.ts';
+
+export interface PolicyFlags {
+  window?: number;
+  prefixLength?: number;
+  affinity?: string;
+}
+
+export interface PolicySpec {
+  /** Method name (SGLang naming). */
+  method: string;
+  config: DispatcherConfig;
+  /** The options this method reads, as set on the command line, plus affinity: what the report shows. */
+  reportOptions: Record<string, unknown>;
+}
+
+export function checkAffinity(raw: string | undefined): string | undefined {
+  if (raw === undefined) return undefined;
+  return checkName('affinity kind', raw, [...AFFINITY_KINDS, 'none']);
+}
+
+/**
+ * One entry of `--policies`: `name` or `name:key=value[:key=value...]`, where the per-policy
+ * options go under the config's `options` (they win over the shared flags, and the
+ * dispatcher rejects names this method does not read).
+ */
+export function parsePolicy(entry: string, flags: PolicyFlags): PolicySpec {
+  const [name = '', ...assignments] = entry.split(':');
+  const method = checkName('policy', name.trim(), methodNames());
+  if (assignments.some((a) => a.trim() === '')) {
+    throw new UsageError(`--policies: empty option in '${entry}' (use name:key=value:key=value)`);
+  }
+  const own = parseAssignments('policies', assignments);
+  const config: DispatcherConfig = { method };
+  // Shared flags apply to every policy; the dispatcher ignores top-level options that belong
+  // to other methods, so `--window` with round_robin in the list is fine.
+  if (flags.window !== undefined) config.window = flags.window;
+  if (flags.prefixLength !== undefined) config.prefixLength = flags.prefixLength;
+  if (flags.affinity !== undefined) config.affinity = { kind: flags.affinity };
+  if (assignments.length > 0) config.options = own;
+
+  const reads = (methodRegistry[method] as { optionNames?: readonly string[] } | undefined)
+    ?.optionNames;
+  const reportOptions: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries({ window: flags.window, prefixLength: flags.prefixLength })) {
+    if (v !== undefined && (reads === undefined || reads.includes(k))) reportOptions[k] = v;
+  }
+  Object.assign(reportOptions, own);
+  if (flags.affinity !== undefined && flags.affinity !== 'none')
+    reportOptions.affinity = { kind: flags.affinity };
+  return { method, config, reportOptions };
+}
+
+export function parsePolicies(list: readonly string[], flags: PolicyFlags): PolicySpec[] {
+  if (list.length === 0)
+    throw new UsageError(`--policies needs at least one of: ${methodNames().join(', ')}`);
+  return list.map((e) => parsePolicy(e, flags));
+}
