@@ -144,6 +144,16 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
     ],
   }));
   app.get('/v1/loads', async () => ({ dp_size: opts.dpSize, loads: engine.loads() }));
+  // SGLang's /flush_cache: tests and benchmarks start from a cold cache without a restart.
+  app.post('/flush_cache', async (_req, reply) => {
+    if (!engine.flushCache()) {
+      throw badRequest(
+        'Cache not flushed: there are running or waiting requests (as SGLang, flushing needs an idle engine)',
+        { code: 'engine_busy' },
+      );
+    }
+    return reply.type('text/plain').send('Cache flushed.\n');
+  });
   app.get('/metrics', async (_req, reply) => {
     reply.header('content-type', metrics.registry.contentType);
     return metrics.registry.metrics();

@@ -157,6 +157,13 @@ export class MockEngine {
     });
   }
 
+  /** Empties every rank's radix cache (SGLang's /flush_cache); false, and nothing done, while busy. */
+  flushCache(): boolean {
+    if (this.active > 0) return false;
+    for (const r of this.ranks) r.cache.reset();
+    return true;
+  }
+
   close(): void {
     this.scheduler.close();
   }

@@ -133,6 +133,17 @@ describe('POST /generate', () => {
     expect(metrics).toContain(`kvroute_worker_cached_tokens_total{dp_rank="0"} ${cached}`);
   });
 
+  it('POST /flush_cache empties the caches when idle', async () => {
+    const app = worker({ dpSize: 2 });
+    const text = textOfTokens(30);
+    await post(app, '/generate', { text, routed_dp_rank: 1 });
+    const flushed = await app.inject({ method: 'POST', url: '/flush_cache' });
+    expect(flushed.statusCode).toBe(200);
+    expect(flushed.body).toContain('Cache flushed');
+    const again = await post(app, '/generate', { text, routed_dp_rank: 1 });
+    expect(again.body.meta_info.cached_tokens).toBe(0);
+  });
+
   it('max_new_tokens 0 runs the prefill (caches the prompt) and returns no text', async () => {
     const app = worker();
     const r = await post(app, '/generate', {

@@ -87,6 +87,9 @@ describe('mock worker on a loopback port', () => {
     expect(engine.activeRequests).toBe(1);
     expect(engine.tracker.ranks[1]?.inFlightRequests).toBe(1);
     expect(engine.loads()[1]?.num_running_reqs).toBe(1);
+    const busy = await fetch(`${w.url}/flush_cache`, { method: 'POST' });
+    expect(busy.status).toBe(400);
+    expect(((await busy.json()) as Json).error.code).toBe('engine_busy');
     ac.abort();
     await until(() => engine.activeRequests === 0, 'the abort');
     expect(engine.tracker.ranks[1]).toMatchObject({ inFlightRequests: 0, inFlightTokens: 0 });
