@@ -154,9 +154,8 @@ export function pipeResponse(
   const body = response.body;
   const contentType = String(response.headers['content-type'] ?? '');
   const scanner = new UsageScanner(contentType.startsWith('text/event-stream'));
+  // Headers leave with the first body chunk (one write instead of two per response).
   res.writeHead(response.statusCode, downstreamHeaders(response.headers, extraHeaders));
-  // Headers go out now, not with the first chunk, so a stream's client sees the response start.
-  res.flushHeaders();
   return new Promise<PipeOutcome>((resolve) => {
     let first = true;
     let settled = false;
