@@ -32,6 +32,7 @@ export type {
 } from './metrics/types.ts';
 export type { RankOverrides, SimulateOptions } from './simulate.ts';
 export { simulatePlan } from './simulate.ts';
+export * from './validate/index.ts';
 export { WorkloadOptionError } from './workloads/options.ts';
 export { stream, VOCAB, zipfSampler } from './workloads/random.ts';
 export {

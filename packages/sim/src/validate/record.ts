@@ -2,6 +2,7 @@
 // as it completes (so an interrupted run still leaves everything it sent). `--replay` turns
 // the file back into a plan with the same token content, order and timing model.
 import { closeSync, openSync, readFileSync, writeSync } from 'node:fs';
+import { UsageError } from '../cli/errors.ts';
 import type { Observation, PlanRequest, ValidatePlan } from './types.ts';
 
 export const RECORD_FORMAT = 'kvroute-validate-record/v1';
@@ -34,7 +35,9 @@ export interface RecordLine {
   observed: Omit<Observation, 'id' | 'clientId'>;
 }
 
-export class RecordFormatError extends Error {
+/** A usage error (exit 2): the recording given to --replay is not one. */
+export class RecordFormatError extends UsageError {
+  override name = 'RecordFormatError';
   readonly code = 'VALIDATE_RECORD';
 }
 
