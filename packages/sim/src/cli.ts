@@ -2,8 +2,12 @@
 // Everything else lives in ./cli/ so tests can drive runCli in-process.
 import { runCli } from './cli/main.ts';
 
+// `pnpm sim ...` runs at the repo root; resolve relative paths from where the user typed it
+// (pnpm's INIT_CWD), as if the CLI had been run there directly.
+const viaPnpmSim = process.env.npm_lifecycle_event === 'sim' && process.env.INIT_CWD;
+
 process.exitCode = await runCli(process.argv.slice(2), {
   stdout: process.stdout,
   stderr: process.stderr,
-  cwd: process.cwd(),
+  cwd: viaPnpmSim || process.cwd(),
 });

@@ -260,3 +260,29 @@ describe('HTML', () => {
     expect(html).toContain('>800<');
   });
 });
+
+describe('TTFT chart axis', () => {
+  it('switches to a log axis when TTFTs span more than 20x', async () => {
+    const { ttftCdfSpec } = await import('../src/report/charts.ts');
+    const policies = [policyReport('round_robin')];
+    const wide = ttftCdfSpec(policies, [{ policy: 'round_robin', ttftMs: [20, 100, 30000] }]) as {
+      encoding: { x: { scale?: { type: string }; title: string } };
+    };
+    expect(wide.encoding.x.scale).toEqual({ type: 'log' });
+    expect(wide.encoding.x.title).toContain('log scale');
+    const narrow = ttftCdfSpec(policies, [{ policy: 'round_robin', ttftMs: [1290, 7400] }]) as {
+      encoding: { x: { scale?: unknown } };
+    };
+    expect(narrow.encoding.x.scale).toBeUndefined();
+  });
+
+  it('titles a replay by its trace file', () => {
+    const r = runReport([policyReport('round_robin')]);
+    r.command = 'replay';
+    r.scenario = 'replay';
+    r.scenarioOptions = { file: 'trace.jsonl' };
+    expect(renderRunTable(r).split('\n')[0]).toBe(
+      'replay of trace.jsonl, 2 ranks, profile seed-qwen3-moe-dp16, seed 1',
+    );
+  });
+});

@@ -31,6 +31,10 @@ export function ttftCdfSpec(
       fraction: p.y,
     })),
   );
+  // Real traffic has TTFTs from tens of ms to tens of seconds; on a linear axis the body of
+  // the distribution collapses against zero, so wide ranges get a log axis.
+  const xs = values.map((v) => v.ttftMs).filter((x) => x > 0);
+  const log = xs.length > 0 && Math.max(...xs) / Math.min(...xs) > 20;
   return {
     title: 'TTFT distribution per policy (cumulative share of requests)',
     width: WIDTH,
@@ -38,7 +42,14 @@ export function ttftCdfSpec(
     data: { values },
     mark: { type: 'line', interpolate: 'step-after', strokeWidth: 2 },
     encoding: {
-      x: { field: 'ttftMs', type: 'quantitative', title: 'TTFT (ms)' },
+      x: log
+        ? {
+            field: 'ttftMs',
+            type: 'quantitative',
+            title: 'TTFT (ms, log scale)',
+            scale: { type: 'log' },
+          }
+        : { field: 'ttftMs', type: 'quantitative', title: 'TTFT (ms)' },
       y: {
         field: 'fraction',
         type: 'quantitative',

@@ -100,7 +100,7 @@ export async function renderRunHtml(
     fmtInt(p.evictions),
     fmtMs(p.queueingMs.mean),
   ]);
-  const meta = `${report.command === 'replay' ? 'Replay of' : 'Scenario'} <b>${escapeHtml(report.scenario)}</b>, ${report.ranks} ranks, cost profile <b>${escapeHtml(report.profile)}</b>, seed ${escapeHtml(String(report.seed))}.${report.skippedLines ? ` ${report.skippedLines} invalid trace lines skipped.` : ''} Times in ms of simulated time.`;
+  const meta = `${report.command === 'replay' ? 'Replay of' : 'Scenario'} <b>${escapeHtml(report.command === 'replay' ? String(report.scenarioOptions.file ?? report.scenario) : report.scenario)}</b>, ${report.ranks} ranks, cost profile <b>${escapeHtml(report.profile)}</b>, seed ${escapeHtml(String(report.seed))}.${report.skippedLines ? ` ${report.skippedLines} invalid trace lines skipped.` : ''} Times in ms of simulated time.`;
   const body = [
     `<h1>${escapeHtml(title)}</h1>`,
     `<p class="meta">${meta}</p>`,

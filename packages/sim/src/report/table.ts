@@ -49,7 +49,9 @@ export function renderRunTable(report: RunReport): string {
     fmtMs(p.queueingMs.mean),
   ]);
   const title =
-    `${report.command === 'replay' ? 'replay' : 'scenario'} ${report.scenario}, ` +
+    (report.command === 'replay'
+      ? `replay of ${String(report.scenarioOptions.file ?? report.scenario)}, `
+      : `scenario ${report.scenario}, `) +
     `${report.ranks} ranks, profile ${report.profile}, seed ${String(report.seed)}` +
     (report.skippedLines ? `, ${report.skippedLines} invalid trace lines skipped` : '');
   return `${title}\n(TTFT and queueing in ms; cold = requests that found nothing cached, count in parentheses)\n\n${renderTable(header, rows)}\n`;

@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { runToCsv } from '../../report/csv.ts';
 import { renderRunHtml } from '../../report/html.ts';
@@ -55,7 +56,11 @@ export const command: Subcommand = {
           : `replay takes one trace FILE, got ${p.positionals.length}: ${p.positionals.join(' ')}`,
       );
     }
-    const file = resolve(io.cwd, p.positionals[0]!);
+    const given = p.positionals[0]!;
+    // Relative to where the user is; failing that, the trace loader also tries the repo root
+    // (so the README's ../shared/traces/... works from the package directory too).
+    const fromCwd = resolve(io.cwd, given);
+    const file = existsSync(fromCwd) ? fromCwd : given;
     const speedupRaw = str(p, 'speedup');
     const flags = readSimFlags(p, REPLAY_SCENARIO, io);
     const scenarioOptions = {
@@ -74,7 +79,7 @@ export const command: Subcommand = {
       command: 'replay',
       scenario: REPLAY_SCENARIO,
       scenarioOptions,
-      displayOptions: { file: p.positionals[0] },
+      displayOptions: { file: given },
       seed: flags.seed,
       ranks: flags.ranks,
       profile: flags.profile,

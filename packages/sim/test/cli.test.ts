@@ -1,0 +1,489 @@
+// The CLI end to end, in-process through runCli (fast) and, for stdout purity and exit
+// codes as a shell sees them, as a child process through tsx. Workloads are kept small.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { methodNames } from '@kvroute/policy';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runCli } from '../src/cli/main.ts';
+import { profileNames } from '../src/cost/profiles.ts';
+import { scenarioNames } from '../src/workloads/registry.ts';
+
+const pkgDir = join(dirname(fileURLToPath(import.meta.url)), '..');
+let dir = '';
+
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'kvroute-sim-cli-'));
+});
+afterAll(() => {
+  // Leave the temp dir: it is small and helps when a test fails.
+});
+
+async function cli(args: string[], opts: { tty?: boolean; now?: () => number } = {}) {
+  let stdout = '';
+  let stderr = '';
+  const code = await runCli(args, {
+    stdout: { write: (s: string) => (stdout += s) },
+    stderr: { write: (s: string) => (stderr += s), isTTY: opts.tty ?? false },
+    cwd: dir,
+    ...(opts.now ? { now: opts.now } : {}),
+  });
+  return { code, stdout, stderr };
+}
+
+// 6 requests on 4 ranks: enough for a cold miss, a hit and a round-robin wrap.
+const SMALL = ['--scenario', 'seed-sequential', '--ranks', '4', '--set', 'requests=6'];
+
+describe('run', () => {
+  it('prints one comparison row per policy and nothing on stderr', async () => {
+    const r = await cli(['run', ...SMALL, '--policies', 'round_robin,total_tokens,prefix_match']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain(
+      'scenario seed-sequential, 4 ranks, profile seed-qwen3-moe-dp16, seed 1',
+    );
+    const rows = r.stdout
+      .split('\n')
+      .filter((l) => /^(round_robin|total_tokens|prefix_match)\s/.test(l));
+    expect(rows.map((l) => l.split(/\s+/)[0])).toEqual([
+      'round_robin',
+      'total_tokens',
+      'prefix_match',
+    ]);
+    // prefix_match keeps the one prefix on one rank: 5 of 6 requests hit.
+    const hit = (name: string) =>
+      Number(
+        rows
+          .find((l) => l.startsWith(name))!
+          .split(/\s+/)[1]!
+          .replace('%', ''),
+      );
+    expect(hit('prefix_match')).toBeGreaterThan(hit('round_robin'));
+  });
+
+  it('writes only JSON to stdout with --json -, with the documented keys', async () => {
+    const r = await cli([
+      'run',
+      ...SMALL,
+      '--policies',
+      'round_robin,prefix_match',
+      '--window',
+      '128',
+      '--json',
+      '-',
+    ]);
+    expect(r.code).toBe(0);
+    expect(r.stderr).toBe('');
+    const j = JSON.parse(r.stdout);
+    expect(j).toMatchObject({
+      scenario: 'seed-sequential',
+      ranks: 4,
+      profile: 'seed-qwen3-moe-dp16',
+      seed: 1,
+    });
+    expect(j.scenarioOptions.requests).toBe(6);
+    expect(j.policies.map((p: { policy: string }) => p.policy)).toEqual([
+      'round_robin',
+      'prefix_match',
+    ]);
+    const [rr, pm] = j.policies;
+    // round_robin does not read --window, so its options do not claim one.
+    expect(rr.options).toEqual({});
+    expect(pm.options).toEqual({ window: 128 });
+    for (const p of j.policies) {
+      expect(p.requests).toBe(6);
+      expect(p.hitRate).toBeGreaterThanOrEqual(0);
+      expect(p.hitRate).toBeLessThanOrEqual(1);
+      expect(Object.keys(p.ttftMs)).toEqual(['p50', 'p90', 'p99', 'mean']);
+      for (const k of [
+        'coldTtftMs',
+        'steadyTtftMs',
+        'throughputRps',
+        'imbalance',
+        'perRank',
+        'queueingMs',
+        'evictions',
+      ]) {
+        expect(p).toHaveProperty(k);
+      }
+      expect(p.perRank).toHaveLength(4);
+    }
+    expect(pm.hitRate).toBeGreaterThan(rr.hitRate);
+  });
+
+  it('gives byte-identical JSON for the same arguments and seed, different JSON for another seed', async () => {
+    const args = ['run', ...SMALL, '--policies', 'round_robin,prefix_match', '--json', '-'];
+    const a = await cli([...args, '--seed', '7']);
+    const b = await cli([...args, '--seed', '7']);
+    const c = await cli([...args, '--seed', '8']);
+    expect(a.stdout).toBe(b.stdout);
+    expect(JSON.parse(a.stdout).seed).toBe(7);
+    expect(c.stdout).not.toBe(a.stdout);
+  });
+
+  it('writes CSV and a self-contained HTML report to files', async () => {
+    const r = await cli([
+      'run',
+      ...SMALL,
+      '--policies',
+      'round_robin,prefix_match',
+      '--csv',
+      'out/r.csv',
+      '--html',
+      'out/r.html',
+    ]);
+    expect(r.code).toBe(0);
+    expect(r.stderr).toContain(`wrote CSV to ${join(dir, 'out/r.csv')}`);
+    const csv = readFileSync(join(dir, 'out/r.csv'), 'utf8').trimEnd().split('\n');
+    expect(csv).toHaveLength(3);
+    expect(csv[1]).toMatch(/^seed-sequential,4,seed-qwen3-moe-dp16,1,round_robin,/);
+    const html = readFileSync(join(dir, 'out/r.html'), 'utf8');
+    expect(html.match(/<svg/g)?.length).toBe(3);
+    expect(html).not.toMatch(/<script/i);
+    expect(html).not.toMatch(/\b(src|href)\s*=\s*["']?https?:/i);
+  });
+
+  it('applies per-policy options and routing-key affinity', async () => {
+    const r = await cli([
+      'run',
+      ...SMALL,
+      '--policies',
+      'prefix_match:window=64:prefixLength=1024',
+      '--affinity',
+      'routing_key',
+      '--json',
+      '-',
+    ]);
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout).policies[0].options).toEqual({
+      window: 64,
+      prefixLength: 1024,
+      affinity: { kind: 'routing_key' },
+    });
+  });
+});
+
+describe('bad input exits 2 with a message naming the problem', () => {
+  const cases: [string, string[], RegExp][] = [
+    [
+      'unknown scenario',
+      ['run', '--scenario', 'nope'],
+      /unknown scenario 'nope'; valid scenarios: seed-sequential, seed-concurrent/,
+    ],
+    ['missing scenario', ['run'], /--scenario is required; valid scenarios: /],
+    [
+      'unknown profile',
+      ['run', ...SMALL, '--profile', 'h100'],
+      /unknown profile 'h100'; valid profiles: h200-llama-3.2-1b/,
+    ],
+    [
+      'unknown policy',
+      ['run', ...SMALL, '--policies', 'round_robin,best'],
+      /unknown policy 'best'; valid policies: round_robin/,
+    ],
+    [
+      'zero ranks',
+      ['run', ...SMALL, '--ranks', '0'],
+      /--ranks must be a positive integer, got '0'/,
+    ],
+    [
+      'negative window',
+      ['run', ...SMALL, '--window=-64'],
+      /--window must be a positive integer, got '-64'/,
+    ],
+    [
+      'non-numeric prefix length',
+      ['run', ...SMALL, '--prefix-length', 'long'],
+      /--prefix-length must be a number, got 'long'/,
+    ],
+    [
+      'window above prefix length',
+      ['run', ...SMALL, '--policies', 'prefix_match', '--window', '512', '--prefix-length', '256'],
+      /prefixLength must be >= window/,
+    ],
+    [
+      'unknown scenario option',
+      ['run', ...SMALL, '--set', 'bogus=1'],
+      /seed-sequential: unknown option 'bogus'; valid options: /,
+    ],
+    [
+      'bad scenario option value',
+      ['run', ...SMALL, '--set', 'requests=0'],
+      /requests must be an integer >= 1/,
+    ],
+    ['unknown flag', ['run', ...SMALL, '--bogus'], /Unknown option '--bogus'/],
+    [
+      'unknown affinity',
+      ['run', ...SMALL, '--affinity', 'sticky'],
+      /unknown affinity kind 'sticky'; valid affinity kinds: routing_key, none/,
+    ],
+    [
+      'both profile flags',
+      ['run', ...SMALL, '--profile', 'h200-llama-3.1-8b', '--profile-file', 'p.json'],
+      /either --profile or --profile-file/,
+    ],
+    [
+      'missing profile file',
+      ['run', ...SMALL, '--profile-file', 'missing.json'],
+      /--profile-file: cost profile .*missing\.json: cannot read/,
+    ],
+    [
+      'two stdout outputs',
+      ['run', ...SMALL, '--json', '-', '--csv', '-'],
+      /only one of --json, --csv, --html/,
+    ],
+    [
+      'unknown objective',
+      ['sweep', ...SMALL, '--objective', 'speed'],
+      /unknown objective 'speed'; valid objectives: ttft-p99, ttft-mean, hit-rate/,
+    ],
+    [
+      'unsweepable policy',
+      ['sweep', ...SMALL, '--policy', 'round_robin'],
+      /policy 'round_robin' has no window\/prefixLength options to sweep; sweepable policies: .*prefix_match/,
+    ],
+    ['replay without file', ['replay', '--ranks', '4'], /replay needs the trace FILE/],
+    [
+      'replay speed-up zero',
+      ['replay', 'x.jsonl', '--speedup', '0'],
+      /--speedup must be a positive number/,
+    ],
+    [
+      'unknown command',
+      ['simulate'],
+      /unknown command 'simulate'; valid commands: run, sweep, replay, scenarios, profiles/,
+    ],
+  ];
+  for (const [name, args, message] of cases) {
+    it(name, async () => {
+      const r = await cli(args);
+      expect(r.stderr).toMatch(message);
+      expect(r.code).toBe(2);
+      expect(r.stdout).toBe('');
+      expect(r.stderr).not.toMatch(/\n\s+at /); // no stack trace
+    });
+  }
+});
+
+describe('replay', () => {
+  const line = (t: number, ids: number[]) =>
+    JSON.stringify({
+      timestamp: t,
+      input_length: ids.length * 512,
+      output_length: 8,
+      hash_ids: ids,
+    });
+
+  it('names the file and line of a malformed trace line, or skips it with --skip-invalid', async () => {
+    const file = join(dir, 'bad.jsonl');
+    writeFileSync(
+      file,
+      [line(0, [1, 2]), '{"timestamp": 5, "input_length": "many"}', line(10_000, [1, 3])].join(
+        '\n',
+      ),
+    );
+    const bad = await cli(['replay', 'bad.jsonl', '--ranks', '2']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain(`${file}:2: input_length must be an integer >= 1`);
+
+    // Hashing only the shared first block sends both requests to the same rank.
+    const ok = await cli([
+      'replay',
+      'bad.jsonl',
+      '--ranks',
+      '2',
+      '--policies',
+      'prefix_match:prefixLength=512',
+      '--skip-invalid',
+      '--json',
+      '-',
+    ]);
+    expect(ok.code).toBe(0);
+    const j = JSON.parse(ok.stdout);
+    expect(j.command).toBe('replay');
+    expect(j.skippedLines).toBe(1);
+    expect(j.scenarioOptions.file).toBe('bad.jsonl');
+    expect(j.policies[0].requests).toBe(2);
+    // The second request finds the shared 512-token block cached.
+    expect(j.policies[0].hitRate).toBeCloseTo(512 / 2048, 6);
+
+    const table = await cli(['replay', 'bad.jsonl', '--ranks', '2', '--skip-invalid']);
+    expect(table.stdout).toContain('1 invalid trace lines skipped');
+  });
+
+  it('compresses time with --speedup', async () => {
+    const file = join(dir, 'slow.jsonl');
+    writeFileSync(file, [line(0, [1]), line(60_000, [2]), line(120_000, [3])].join('\n'));
+    const at = async (x: string) =>
+      JSON.parse(
+        (
+          await cli([
+            'replay',
+            file,
+            '--ranks',
+            '2',
+            '--policies',
+            'round_robin',
+            '--speedup',
+            x,
+            '--json',
+            '-',
+          ])
+        ).stdout,
+      );
+    const slow = await at('1');
+    const fast = await at('10');
+    expect(fast.scenarioOptions.speedup).toBe(10);
+    expect(fast.policies[0].durationMs).toBeLessThan(slow.policies[0].durationMs / 5);
+  });
+});
+
+describe('sweep', () => {
+  it('runs the grid, skips pairs the policy rejects, and names the best with a reason', async () => {
+    const args = [
+      'sweep',
+      ...SMALL,
+      '--window',
+      '256,2048',
+      '--prefix-length',
+      '1024,4096',
+      '--objective',
+      'ttft-mean',
+    ];
+    const r = await cli([...args, '--json', '-']);
+    expect(r.code).toBe(0);
+    const j = JSON.parse(r.stdout);
+    expect(j.command).toBe('sweep');
+    // (2048, 1024) is not a valid pair.
+    expect(
+      j.grid.map((c: { window: number; prefixLength: number }) => `${c.window}/${c.prefixLength}`),
+    ).toEqual(['256/1024', '256/4096', '2048/4096']);
+    const means = j.grid.map((c: { result: { ttftMs: { mean: number } } }) => c.result.ttftMs.mean);
+    const best = j.grid.find(
+      (c: { window: number; prefixLength: number }) =>
+        c.window === j.best.window && c.prefixLength === j.best.prefixLength,
+    );
+    expect(best.result.ttftMs.mean).toBeLessThanOrEqual(Math.min(...means) * 1.01);
+    expect(j.reason).toMatch(/has the lowest mean TTFT/);
+
+    const t = await cli(args);
+    expect(t.stdout).toContain(
+      `best: window=${j.best.window} prefix-length=${j.best.prefixLength}`,
+    );
+    expect(t.stdout).toContain('<- best');
+  });
+
+  it('writes the heatmap HTML', async () => {
+    const r = await cli([
+      'sweep',
+      ...SMALL,
+      '--window',
+      '64,128',
+      '--prefix-length',
+      '1024',
+      '--html',
+      'sweep.html',
+    ]);
+    expect(r.code).toBe(0);
+    const html = readFileSync(join(dir, 'sweep.html'), 'utf8');
+    expect(html).toContain('prefix_match sweep: TTFT p99 (ms)');
+    expect(html).not.toMatch(/<script/i);
+  });
+});
+
+describe('listings and help', () => {
+  it('lists every scenario and profile, one per line, with a description', async () => {
+    const s = await cli(['scenarios']);
+    const sl = s.stdout.trimEnd().split('\n');
+    expect(sl.map((l) => l.split(/\s+/)[0])).toEqual(scenarioNames());
+    for (const l of sl) expect(l.split(/\s{2,}/)[1]?.length ?? 0).toBeGreaterThan(10);
+    const p = await cli(['profiles']);
+    const pl = p.stdout.trimEnd().split('\n');
+    expect(pl.map((l) => l.split(/\s+/)[0])).toEqual(profileNames());
+    for (const l of pl) expect(l.split(/\s{2,}/)[1]?.length ?? 0).toBeGreaterThan(10);
+  });
+
+  it('prints usage for every subcommand', async () => {
+    for (const name of ['run', 'sweep', 'replay', 'scenarios', 'profiles']) {
+      const r = await cli([name, '--help']);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toMatch(new RegExp(`^usage: kvroute-sim ${name}`));
+      const h = await cli(['help', name]);
+      expect(h.stdout).toBe(r.stdout);
+    }
+    const top = await cli(['--help']);
+    expect(top.code).toBe(0);
+    expect(top.stdout).toContain('commands:');
+    const none = await cli([]);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toContain('usage: kvroute-sim <command>');
+    // The run help lists every policy flag the issue names.
+    const run = await cli(['run', '--help']);
+    for (const flag of [
+      '--scenario',
+      '--policies',
+      '--ranks',
+      '--profile',
+      '--profile-file',
+      '--seed',
+      '--window',
+      '--prefix-length',
+      '--affinity',
+      '--set',
+      '--json',
+      '--csv',
+      '--html',
+    ]) {
+      expect(run.stdout).toContain(flag);
+    }
+    expect(methodNames().length).toBeGreaterThan(0);
+  });
+
+  it('draws a progress bar only on a terminal, and only for runs over a second', async () => {
+    // A quick run on a "terminal" stays clean: the bar waits a second before drawing.
+    const r = await cli(['run', ...SMALL, '--policies', 'round_robin'], { tty: true });
+    expect(r.stderr).toBe('');
+    // A slow run (a clock that jumps 400 ms per reading) draws the bar on stderr, then erases it.
+    let t = 0;
+    const slow = await cli(['run', ...SMALL, '--policies', 'round_robin,prefix_match'], {
+      tty: true,
+      now: () => (t += 400),
+    });
+    expect(slow.code).toBe(0);
+    expect(slow.stderr).toMatch(/\[#*\.*\]\s+\d+% (round_robin|prefix_match) \([12]\/2\)/);
+    expect(slow.stderr.endsWith('\r\x1b[K')).toBe(true);
+    expect(slow.stdout).not.toContain('%]');
+    // Not a terminal: no bar however slow.
+    const piped = await cli(['run', ...SMALL, '--policies', 'round_robin'], {
+      tty: false,
+      now: () => (t += 400),
+    });
+    expect(piped.stderr).toBe('');
+  });
+});
+
+describe('as a process', () => {
+  const tsx = join(pkgDir, '../../node_modules/.bin/tsx');
+  const run = (args: string[]) =>
+    spawnSync(tsx, ['src/cli.ts', ...args], { cwd: pkgDir, encoding: 'utf8', timeout: 60_000 });
+
+  it('keeps stdout pure JSON with --json - and exits 0', () => {
+    const r = run(['run', ...SMALL, '--policies', 'round_robin,prefix_match', '--json', '-']);
+    expect(r.status).toBe(0);
+    expect(() => JSON.parse(r.stdout)).not.toThrow();
+    expect(r.stdout.trimStart().startsWith('{')).toBe(true);
+  });
+
+  it('exits 2 on bad input through the bin launcher', () => {
+    const r = spawnSync(process.execPath, ['bin/kvroute-sim.mjs', 'run', '--scenario', 'nope'], {
+      cwd: pkgDir,
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain("unknown scenario 'nope'");
+    expect(r.stdout).toBe('');
+  });
+});
