@@ -6,6 +6,7 @@ import {
   type RankState,
   TokenIdRangeError,
 } from '../src/index.ts';
+import { CACHE_AWARE_DEFAULTS, leastLoadedCool } from '../src/methods/cache-aware.ts';
 import { makeRanks, prng, randomIds } from './helpers.ts';
 
 const rand = prng(21);
@@ -102,7 +103,9 @@ describe('cache_aware', () => {
     }
     const loads = tracker.ranks.map((r) => r.inFlightTokens);
     const mean = loads.reduce((a, b) => a + b, 0) / 16;
-    expect(Math.max(...loads)).toBeLessThanOrEqual(1.25 * mean + 16384 + 3000);
+    expect(Math.max(...loads)).toBeLessThanOrEqual(
+      1.25 * mean + CACHE_AWARE_DEFAULTS.slackTokens + 3000,
+    );
     expect(hotRanks.size).toBeGreaterThan(1);
     const reasons = d.stats().reasons;
     // Most decisions still hit something cached.
@@ -164,6 +167,25 @@ describe('cache_aware', () => {
     });
     expect(d.dispatch({ inputIds: [1, 2, 3] }, ranks).reason).toBe('cache-miss-least-load');
     expect(d.dispatch({}, ranks).reason).toBe('cache-miss-least-load');
+  });
+
+  it('breaks load ties toward the rank whose cache churns least', () => {
+    const d = createDispatcher({ method: 'cache_aware' });
+    const ranks = makeRanks(4);
+    // Rank 2 (then 0, 1) took big new prompts; rank 3 took a small one.
+    d.dispatch({ inputIds: randomIds(rand, 8192), routedRank: 2 }, ranks);
+    d.dispatch({ inputIds: randomIds(rand, 4096), routedRank: 0 }, ranks);
+    d.dispatch({ inputIds: randomIds(rand, 4096), routedRank: 1 }, ranks);
+    d.dispatch({ inputIds: randomIds(rand, 512), routedRank: 3 }, ranks);
+    // All idle: a cold prompt goes to the coolest cache, rank 3, not the rotation's next.
+    expect(d.dispatch({ inputIds: randomIds(rand, 600) }, ranks)).toMatchObject({
+      rank: 3,
+      reason: 'cache-miss-least-load',
+    });
+    const ctx = { tieBreak: (c: readonly RankState[]) => c[0] as RankState } as never;
+    const loaded = makeRanks(3).map((r) => ({ ...r, inFlightTokens: r.rank === 1 ? 0 : 5 }));
+    expect(leastLoadedCool(ctx, loaded, [0, 100, 0]).rank).toBe(1); // load first
+    expect(leastLoadedCool(ctx, makeRanks(3), [50, 100, 20]).rank).toBe(2); // then fill
   });
 
   it('rejects bad options and token ids', () => {

@@ -62,22 +62,28 @@ export class ChainedPrefixIndex {
 
   /**
    * Records that `rank` now caches the prefixes `keys` (all windows of one request), keeping
-   * at most `capacity` keys for the rank (least recently used go first).
+   * at most `capacity` keys for the rank (least recently used go first). Returns how many
+   * keys were new to the rank (what it had to prefill, as far as the index knows).
    */
-  insert(rank: number, keys: readonly number[], capacity: number): void {
+  insert(rank: number, keys: readonly number[], capacity: number): number {
     const set = this.sets[rank];
-    if (!set) return;
+    if (!set) return 0;
+    let added = 0;
     for (let i = keys.length - 1; i >= 0; i--) {
       const key = keys[i] as number;
       // delete + set moves the key to the young end of the Map's insertion order.
-      if (!set.delete(key) && set.size >= capacity) {
-        const oldest = set.keys().next();
-        if (!oldest.done) {
-          set.delete(oldest.value);
-          this.evictions++;
+      if (!set.delete(key)) {
+        added++;
+        if (set.size >= capacity) {
+          const oldest = set.keys().next();
+          if (!oldest.done) {
+            set.delete(oldest.value);
+            this.evictions++;
+          }
         }
       }
       set.set(key, true);
     }
+    return added;
   }
 }

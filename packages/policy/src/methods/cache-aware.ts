@@ -38,7 +38,6 @@ import { ChainedPrefixIndex } from '../hashing/chained-index.ts';
 import { validateTokenIds } from '../hashing/prefix-digest.ts';
 import { readInt, readNumber } from '../options.ts';
 import type { Decision, Method, MethodContext, RankState } from '../types.ts';
-import { leastLoaded } from './consistent-hash.ts';
 
 export interface CacheAwareOptions {
   /** Tokens per indexed window. Default 256. */
@@ -47,7 +46,7 @@ export interface CacheAwareOptions {
   maxPrefixTokens: number;
   /** Relative overload bound over the mean in-flight tokens. Default 0.25. */
   epsilon: number;
-  /** Absolute overload slack in tokens, so affinity survives light load. Default 16384. */
+  /** Absolute overload slack in tokens, so affinity survives light load. Default 65536. */
   slackTokens: number;
   /** Weight of queued (in-flight) tokens against uncached prefill tokens in the cost. Default 1. */
   loadWeight: number;
@@ -59,7 +58,7 @@ export const CACHE_AWARE_DEFAULTS: CacheAwareOptions = {
   window: 256,
   maxPrefixTokens: 131072,
   epsilon: 0.25,
-  slackTokens: 16384,
+  slackTokens: 65536,
   loadWeight: 1,
   capacityTokens: 1_000_000,
 };
@@ -75,7 +74,16 @@ export interface CacheAwareCore {
   matchAll(ctx: MethodContext, keys: readonly number[]): number[];
   /** Records the final decision in the index. */
   learn(ctx: MethodContext, decision: Decision): void;
+  /**
+   * Recent new (uncached) tokens written per rank, decayed per decision: how fast each
+   * rank's cache is churning. Ties on load go to the rank churning least, which evens out
+   * LRU pressure so no rank evicts its sessions' histories early.
+   */
+  readonly fill: readonly number[];
 }
+
+/** Per decision, recent fill decays by this factor (a memory of ~1,000 decisions). */
+const FILL_DECAY = 0.999;
 
 /** The index and hashing shared by cache-aware methods, so variants differ only in choosing. */
 export function createCacheAwareCore(
@@ -99,11 +107,16 @@ export function createCacheAwareCore(
   const keys: number[] = [];
   const matched: number[] = [];
   const healthyRanks: number[] = [];
+  const fill: number[] = [];
 
   // Keeps the index in step with the host's ranks: new ranks start empty, removed ones are
   // dropped, and a rank seen unhealthy is assumed to come back with an empty cache.
   function sync(ctx: MethodContext): void {
-    if (index.numRanks !== ctx.ranks.length) index.resize(ctx.ranks.length);
+    if (index.numRanks !== ctx.ranks.length) {
+      index.resize(ctx.ranks.length);
+      while (fill.length < ctx.ranks.length) fill.push(0);
+      fill.length = ctx.ranks.length;
+    }
     for (const r of ctx.ranks) if (!r.healthy && index.size(r.rank) > 0) index.clear(r.rank);
   }
 
@@ -130,6 +143,7 @@ export function createCacheAwareCore(
     index,
     maxPrefixTokens,
     capacityTokens,
+    fill,
     keysOf,
     matchAll(ctx, k) {
       sync(ctx);
@@ -147,9 +161,37 @@ export function createCacheAwareCore(
       if (k.length === 0) return;
       const state = ctx.ranks[decision.rank];
       const capTokens = state?.kvCapacityTokens ?? capacityTokens;
-      index.insert(decision.rank, k, Math.max(1, Math.floor(capTokens / window)));
+      const added = index.insert(decision.rank, k, Math.max(1, Math.floor(capTokens / window)));
+      for (let i = 0; i < fill.length; i++) fill[i] = (fill[i] as number) * FILL_DECAY;
+      fill[decision.rank] = (fill[decision.rank] ?? 0) + added * window;
     },
   };
+}
+
+/**
+ * The least-loaded candidate (in-flight tokens, then requests); among equals the one whose
+ * cache churns least (`fill`), then the rotating tie-break.
+ */
+export function leastLoadedCool(
+  ctx: MethodContext,
+  candidates: readonly RankState[],
+  fill: readonly number[],
+): RankState {
+  let best: RankState[] = [];
+  let t = Number.POSITIVE_INFINITY;
+  let q = Number.POSITIVE_INFINITY;
+  let f = Number.POSITIVE_INFINITY;
+  for (const r of candidates) {
+    const rf = fill[r.rank] ?? 0;
+    const cmp = r.inFlightTokens - t || r.inFlightRequests - q || rf - f;
+    if (cmp < 0) {
+      best = [r];
+      t = r.inFlightTokens;
+      q = r.inFlightRequests;
+      f = rf;
+    } else if (cmp === 0) best.push(r);
+  }
+  return best.length === 1 ? (best[0] as RankState) : ctx.tieBreak(best);
 }
 
 export const CACHE_AWARE_OPTION_NAMES = [
@@ -193,12 +235,15 @@ export const createCacheAware = defineMethod(
         }
         if (best === 0) {
           counts.misses++;
-          return { rank: leastLoaded(ctx, healthy).rank, reason: 'cache-miss-least-load' };
+          return {
+            rank: leastLoadedCool(ctx, healthy, core.fill).rank,
+            reason: 'cache-miss-least-load',
+          };
         }
         const bound = ((1 + epsilon) * total) / healthy.length + slackTokens;
         holders.length = 0;
         for (const r of healthy) if (matched[r.rank] === best) holders.push(r);
-        const holder = leastLoaded(ctx, holders);
+        const holder = leastLoadedCool(ctx, holders, core.fill);
         if (holder.inFlightTokens <= bound) {
           counts.hits++;
           counts.matchedTokens += best;
@@ -217,7 +262,8 @@ export const createCacheAware = defineMethod(
           if (cost === choiceCost) holders.push(r);
         }
         // Empty only if the bound were below the mean (it never is: the least-loaded passes).
-        const target = holders.length > 0 ? ctx.tieBreak(holders) : leastLoaded(ctx, healthy);
+        const target =
+          holders.length > 0 ? ctx.tieBreak(holders) : leastLoadedCool(ctx, healthy, core.fill);
         counts.overloaded++;
         const m = matched[target.rank] as number;
         counts.matchedTokens += m;
