@@ -1,6 +1,5 @@
 """The routing tokenizer reproduces packages/protocol's ids byte for byte (spec S-3)."""
 
-import json
 import os
 
 import pytest
