@@ -19,7 +19,14 @@ export { costModelFromSpec, loadProfileFile, parseProfileSpec } from './cost/cos
 export { getProfile, getProfileSpec, profileNames } from './cost/profiles.ts';
 export type { ScheduledEvent, Scheduler } from './engine/event-queue.ts';
 export { EventQueue } from './engine/event-queue.ts';
-export type { RankLoad, RankModelOptions, RankRequest, RankStats } from './entities/rank.ts';
+export { DpAttentionGroup } from './entities/dp-attention-group.ts';
+export type {
+  RankLoad,
+  RankModelOptions,
+  RankRequest,
+  RankStats,
+  StepDriver,
+} from './entities/rank.ts';
 export { RankModel } from './entities/rank.ts';
 export { latencyStats, percentile, summarize } from './metrics/summary.ts';
 export type {

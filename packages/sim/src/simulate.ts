@@ -11,6 +11,7 @@ import {
 } from '@kvroute/policy';
 import type { CostModel } from './cost/cost-model.ts';
 import { EventQueue } from './engine/event-queue.ts';
+import { DpAttentionGroup } from './entities/dp-attention-group.ts';
 import { RankModel, type RankModelOptions, type RankStats } from './entities/rank.ts';
 import { summarize } from './metrics/summary.ts';
 import type { PolicyRunResult, RankSummary, RequestRecord } from './metrics/types.ts';
@@ -21,7 +22,10 @@ export type RankOverrides = Partial<
     RankModelOptions,
     'kvCapacityTokens' | 'chunkedPrefillSize' | 'pageSize' | 'schedulePolicy' | 'coalesceDecode'
   >
->;
+> & {
+  /** Lockstep ranks (DP attention); defaults to the profile's dpAttention. */
+  dpAttention?: boolean;
+};
 
 export interface SimulateOptions {
   policy: DispatcherConfig;
@@ -77,7 +81,12 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
   const capacity = overrides.kvCapacityTokens ?? profile.kvCapacityTokens;
   const tracker = createLoadTracker(numRanks, { kvCapacityTokens: capacity });
   const slots: RankSlot[] = [];
-  const newModel = (rank: number) => new RankModel({ ...overrides, rank, profile, scheduler: q });
+  const { dpAttention = profile.dpAttention === true, ...rankOptions } = overrides;
+  const group = dpAttention ? new DpAttentionGroup(q) : null;
+  const newModel = (rank: number) =>
+    group !== null
+      ? group.add({ ...rankOptions, rank, profile })
+      : new RankModel({ ...rankOptions, rank, profile, scheduler: q });
   const addSlot = () => {
     const rank = slots.length;
     slots.push({ model: newModel(rank), requests: 0, past: null, flights: new Set() });
@@ -230,6 +239,7 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
     if (model === null) return;
     slot.past = addStats(slot.past, model.stats());
     slot.model = null;
+    group?.remove(model);
     const moved = [...slot.flights];
     slot.flights.clear();
     for (const f of moved) {

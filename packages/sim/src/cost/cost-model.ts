@@ -10,6 +10,12 @@ export interface CostModel {
   readonly kvCapacityTokens: number;
   /** Token budget of one prefill step (SGLang's --chunked-prefill-size). */
   readonly chunkedPrefillSize: number;
+  /**
+   * Ranks are DP-attention ranks of one deployment (SGLang --enable-dp-attention): every
+   * rank runs each forward pass together, so a prefill anywhere stalls decodes everywhere.
+   * The simulator then drives its ranks through a DpAttentionGroup. Default false.
+   */
+  readonly dpAttention?: boolean;
   /** One request's prefill chunk of `newTokens` on top of `cachedTokens`, alone on the GPU. */
   prefillMs(newTokens: number, cachedTokens: number): number;
   /** One decode step of `batchSize` sequences holding `totalContextTokens` in all. */
@@ -49,6 +55,8 @@ export interface CostProfileSpec {
   decode: DecodeCoefficients;
   kvCapacityTokens: number;
   chunkedPrefillSize: number;
+  /** Optional, default false: see CostModel.dpAttention. */
+  dpAttention?: boolean;
 }
 
 export const PROFILE_FORMAT = 'kvroute-cost-profile/v1';
@@ -63,6 +71,7 @@ export function costModelFromSpec(spec: CostProfileSpec): CostModel {
     description: spec.description,
     kvCapacityTokens: spec.kvCapacityTokens,
     chunkedPrefillSize: spec.chunkedPrefillSize,
+    dpAttention: spec.dpAttention === true,
     prefillMs(newTokens: number, cachedTokens: number): number {
       const t =
         p.floorMs +
@@ -128,6 +137,10 @@ export function parseProfileSpec(raw: unknown, where: string): CostProfileSpec {
     chunkedPrefillSize: chunk,
   };
   if (typeof o.source === 'string') spec.source = o.source;
+  if (o.dpAttention !== undefined) {
+    if (typeof o.dpAttention !== 'boolean') fail(where, 'dpAttention must be true or false');
+    spec.dpAttention = o.dpAttention;
+  }
   const launch = num(`${where} prefill`, prefill, 'launchFloorMs', true);
   const perCached = num(`${where} prefill`, prefill, 'perKCachedTokenMs', true);
   if (launch !== undefined) spec.prefill.launchFloorMs = launch;

@@ -106,6 +106,9 @@ function denseProfile(shape: string): CostProfileSpec {
  * - perSeqMs: 2 * 22e9 active params per token at ASSUMED_MFU spread over 16 GPUs -> 0.0056 ms;
  *   rounded up to 0.05 ms for sampling and the replicated lm_head.
  * - perKContextTokenMs: 188 KiB of bf16 KV per token / 4.8 TB/s -> 0.0401 ms per 1000 tokens.
+ * dpAttention: true, because the seed ran --enable-dp-attention: all 16 ranks execute every
+ *   forward pass together (the MoE layers are shared), so a prefill on one rank stalls the
+ *   decodes of all ranks. The simulator drives the ranks in lockstep (DpAttentionGroup).
  * KV capacity: per GPU ~44 GB of weights (13.4 GB attention, 28.4 GB experts / 16, 2.5 GB
  * embeddings) out of 0.88 * 141 GB leaves 80 GB / 188 KiB per token -> ~415k tokens.
  */
@@ -156,6 +159,7 @@ function seedProfile(): CostProfileSpec {
       (H200.memBytes * H200.memFractionStatic - q.weightBytesPerGpu) / kvBytes,
     ),
     chunkedPrefillSize: chunk,
+    dpAttention: true,
   };
 }
 

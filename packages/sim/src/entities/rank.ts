@@ -24,6 +24,11 @@ export interface RankModelOptions {
   schedulePolicy?: 'fcfs' | 'lpm';
   /** Run identical decode steps as one event (default true). False: one event per step. */
   coalesceDecode?: boolean;
+  /**
+   * Drive this rank's steps from a shared group instead of its own loop (DP attention runs
+   * every rank's forward pass in lockstep). Set by DpAttentionGroup.add, not by hand.
+   */
+  driver?: StepDriver;
 }
 
 export interface RankLoad {
@@ -52,12 +57,31 @@ export interface RankStats {
 /** SGLang falls back from lpm to fcfs past this queue length (the sort is O(n) matches). */
 const LPM_MAX_QUEUE = 128;
 
-interface DecodeRun {
-  t0: number;
+/** @internal */
+export interface PrefillPlan {
+  items: { r: ActiveRequest; n: number }[];
+  decoders: ActiveRequest[];
+  prefillMs: number;
+  decodeMs: number;
+}
+
+/** @internal */
+export interface DecodeState {
   batch: number;
   ctx0: number;
   steps: number;
+}
+
+interface DecodeRun {
+  t0: number;
+  state: DecodeState;
+  steps: number;
   event: ScheduledEvent;
+}
+
+/** What a rank needs from a lockstep driver (DpAttentionGroup). */
+export interface StepDriver {
+  wake(): void;
 }
 
 export class RankModel {
@@ -79,6 +103,7 @@ export class RankModel {
   private busy = false;
   private kick: ScheduledEvent | null = null;
   private run: DecodeRun | null = null;
+  private readonly group: StepDriver | null;
   private readonly statsData: RankStats = {
     prefillTokens: 0,
     cachedTokens: 0,
@@ -115,6 +140,7 @@ export class RankModel {
       pageSize: opts.pageSize ?? 1,
     });
     this.prefillBaseMs = this.profile.prefillMs(0, 0);
+    this.group = opts.driver ?? null;
   }
 
   submit(req: RankRequest): void {
@@ -181,9 +207,15 @@ export class RankModel {
   }
 
   // --- scheduling -------------------------------------------------------------------------
+  // Planning (which requests run in the next step, and its cost) is separate from driving
+  // (when steps start and end), so a DpAttentionGroup can drive several ranks in lockstep.
 
-  /** Something changed: make the scheduler look at the next step boundary. */
+  /** Something changed: make the driver look at the next step boundary. */
   private wake(): void {
+    if (this.group !== null) {
+      this.group.wake();
+      return;
+    }
     if (this.run !== null) {
       this.cutRun();
       return;
@@ -239,8 +271,13 @@ export class RankModel {
     this.waiting = keyed.map((k) => k.r);
   }
 
-  private step(): void {
-    const now = this.scheduler.now();
+  /**
+   * Admits what fits and returns the next prefill step (with the running decodes riding
+   * along), or null when there is nothing to prefill. Admission happens here, at the step
+   * boundary, as in SGLang's get_next_batch_to_run.
+   * @internal used by the standalone driver and DpAttentionGroup
+   */
+  planPrefill(): PrefillPlan | null {
     const items: { r: ActiveRequest; n: number }[] = [];
     let budget = this.chunkedPrefillSize;
     if (this.chunked !== null) {
@@ -262,41 +299,76 @@ export class RankModel {
       }
       if (taken > 0) this.waiting.splice(0, taken);
     }
+    if (items.length === 0) return null;
+    let prefillMs = 0;
+    for (const it of items) prefillMs += this.profile.prefillMs(it.n, it.r.prefilled);
+    prefillMs -= (items.length - 1) * this.prefillBaseMs; // the fixed step cost is paid once
     const batch = this.decoding.length;
-    if (items.length > 0) {
-      let ms = 0;
-      for (const it of items) ms += this.profile.prefillMs(it.n, it.r.prefilled);
-      ms -= (items.length - 1) * this.prefillBaseMs; // the fixed step cost is paid once
+    let decodeMs = 0;
+    if (batch > 0) {
       let ctx = 0;
-      if (batch > 0) {
-        for (const r of this.decoding) ctx += r.inputLen + r.generated;
-        const d = this.profile.decodeStepMs(batch, ctx);
-        ms += d;
-        this.statsData.decodeBusyMs += d;
-      }
-      this.statsData.prefillBusyMs += ms - (batch > 0 ? this.profile.decodeStepMs(batch, ctx) : 0);
-      const last = items[items.length - 1]!;
-      this.chunked = last.r.prefilled + last.n < last.r.inputLen ? last.r : null;
+      for (const r of this.decoding) ctx += r.inputLen + r.generated;
+      decodeMs = this.profile.decodeStepMs(batch, ctx);
+    }
+    const last = items[items.length - 1]!;
+    this.chunked = last.r.prefilled + last.n < last.r.inputLen ? last.r : null;
+    return { items, decoders: this.decoding.slice(), prefillMs, decodeMs };
+  }
+
+  /**
+   * The running decode batch: size, total context, and steps until its first request ends.
+   * @internal
+   */
+  decodeState(): DecodeState | null {
+    const batch = this.decoding.length;
+    if (batch === 0) return null;
+    let steps = Number.POSITIVE_INFINITY;
+    let ctx0 = 0;
+    for (const r of this.decoding) {
+      const left = r.spec.maxNewTokens - r.generated;
+      if (left < steps) steps = left;
+      ctx0 += r.inputLen + r.generated;
+    }
+    return { batch, ctx0, steps: this.coalesce ? steps : 1 };
+  }
+
+  /** @internal */
+  decodeStepMs(state: DecodeState, j: number): number {
+    return this.profile.decodeStepMs(state.batch, state.ctx0 + j * state.batch);
+  }
+
+  private step(): void {
+    const now = this.scheduler.now();
+    const plan = this.planPrefill();
+    if (plan !== null) {
       this.busy = true;
-      this.statsData.steps++;
-      const decoders = this.decoding.slice();
-      this.scheduler.at(now + ms, () => this.endPrefillStep(items, decoders));
+      this.scheduler.at(now + plan.prefillMs + plan.decodeMs, () => {
+        this.applyPrefill(plan);
+        this.busy = false;
+        this.step();
+      });
       return;
     }
-    if (batch > 0) {
-      this.startDecodeRun(now);
+    const state = this.decodeState();
+    if (state !== null) {
+      let ms = 0;
+      for (let j = 0; j < state.steps; j++) ms += this.decodeStepMs(state, j);
+      this.busy = true;
+      const event = this.scheduler.at(now + ms, () => this.endDecodeRun());
+      this.run = { t0: now, state, steps: state.steps, event };
       return;
     }
     this.busy = false;
   }
 
-  private endPrefillStep(
-    items: { r: ActiveRequest; n: number }[],
-    decoders: ActiveRequest[],
-  ): void {
+  /** Ends a prefill step: chunks go into the tree, finished prefills emit their first token. @internal */
+  applyPrefill(plan: PrefillPlan): void {
     const now = this.scheduler.now();
     this.statsData.events++;
-    for (const { r, n } of items) {
+    this.statsData.steps++;
+    this.statsData.prefillBusyMs += plan.prefillMs;
+    this.statsData.decodeBusyMs += plan.decodeMs;
+    for (const { r, n } of plan.items) {
       if (r.phase !== 'prefill') continue;
       r.prefilled += n;
       this.statsData.prefillTokens += n;
@@ -312,38 +384,19 @@ export class RankModel {
         }
       }
     }
-    for (const r of decoders) {
+    for (const r of plan.decoders) {
       if (r.phase !== 'decode') continue;
       r.spec.onToken?.(r.generated, now);
       r.generated++;
       if (r.generated >= r.spec.maxNewTokens) this.finish(r, now);
     }
     this.compactDecoding();
-    this.busy = false;
-    this.step();
   }
 
   private compactDecoding(): void {
     let w = 0;
     for (const r of this.decoding) if (r.phase === 'decode') this.decoding[w++] = r;
     this.decoding.length = w;
-  }
-
-  private startDecodeRun(now: number): void {
-    const batch = this.decoding.length;
-    let steps = Number.POSITIVE_INFINITY;
-    let ctx0 = 0;
-    for (const r of this.decoding) {
-      const left = r.spec.maxNewTokens - r.generated;
-      if (left < steps) steps = left;
-      ctx0 += r.inputLen + r.generated;
-    }
-    if (!this.coalesce) steps = 1;
-    let ms = 0;
-    for (let j = 0; j < steps; j++) ms += this.profile.decodeStepMs(batch, ctx0 + j * batch);
-    this.busy = true;
-    const event = this.scheduler.at(now + ms, () => this.endDecodeRun());
-    this.run = { t0: now, batch, ctx0, steps, event };
   }
 
   /** Shortens the running decode run to the first step boundary at or after now. */
@@ -354,7 +407,7 @@ export class RankModel {
     let t = run.t0;
     let j = 0;
     while (j < run.steps) {
-      t += this.profile.decodeStepMs(run.batch, run.ctx0 + j * run.batch);
+      t += this.decodeStepMs(run.state, j);
       j++;
       if (t >= now) break;
     }
@@ -367,31 +420,38 @@ export class RankModel {
   private endDecodeRun(): void {
     const run = this.run!;
     this.run = null;
-    this.statsData.events++;
-    this.statsData.steps += run.steps;
+    this.applyDecode(run.steps, run.t0, (j) => this.decodeStepMs(run.state, j));
+    this.busy = false;
+    this.step();
+  }
+
+  /**
+   * Ends `steps` decode steps that started at `t0`; `stepMs(j)` is step j's duration (the
+   * group's, under DP attention), used only to time tokens for onToken listeners. @internal
+   */
+  applyDecode(steps: number, t0: number, stepMs: (j: number) => number): void {
     const now = this.scheduler.now();
-    this.statsData.decodeBusyMs += now - run.t0;
-    const wantsTokens = this.decoding.some((r) => r.spec.onToken !== undefined);
+    this.statsData.events++;
+    this.statsData.steps += steps;
+    this.statsData.decodeBusyMs += now - t0;
     let times: number[] | null = null;
-    if (wantsTokens) {
+    if (this.decoding.some((r) => r.spec.onToken !== undefined)) {
       times = [];
-      let t = run.t0;
-      for (let j = 0; j < run.steps; j++) {
-        t += this.profile.decodeStepMs(run.batch, run.ctx0 + j * run.batch);
+      let t = t0;
+      for (let j = 0; j < steps; j++) {
+        t += stepMs(j);
         times.push(t);
       }
     }
     for (const r of this.decoding) {
       if (r.phase !== 'decode') continue;
       if (times !== null && r.spec.onToken) {
-        for (let j = 0; j < run.steps; j++) r.spec.onToken(r.generated + j, times[j]!);
+        for (let j = 0; j < steps; j++) r.spec.onToken(r.generated + j, times[j]!);
       }
-      r.generated += run.steps;
+      r.generated += steps;
       if (r.generated >= r.spec.maxNewTokens) this.finish(r, now);
     }
     this.compactDecoding();
-    this.busy = false;
-    this.step();
   }
 
   /** Inserts `ids[0:len]` and moves the request's lock to the new end; frees its reservation. */

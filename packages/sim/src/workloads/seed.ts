@@ -86,8 +86,10 @@ export const seedConcurrent: ScenarioDefinition = {
     userMaxTokens: 96,
     outputMinTokens: 64,
     outputMaxTokens: 192,
-    toolMinTokens: 200,
-    toolMaxTokens: 1200,
+    // A coding agent's observations (file views, command and test output) run to one or two
+    // thousand tokens; with 20 turns a session grows from 22.6k to ~50k tokens.
+    toolMinTokens: 500,
+    toolMaxTokens: 2500,
     thinkMinMs: 500,
     thinkMaxMs: 2000,
     durationMs: 1_200_000,
