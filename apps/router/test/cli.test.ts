@@ -32,7 +32,8 @@ describe('kvroute-router CLI', () => {
         body: JSON.stringify({ text: 'hello', sampling_params: { max_new_tokens: 3 } }),
       });
       expect(res.status).toBe(200);
-      expect((await res.json()).meta_info.completion_tokens).toBe(3);
+      const json = (await res.json()) as { meta_info: { completion_tokens: number } };
+      expect(json.meta_info.completion_tokens).toBe(3);
     } finally {
       await running.close();
     }
