@@ -2,6 +2,7 @@
 // model: closed-loop clients wait for their previous request and then think, open-loop
 // requests leave at their arrival times. `timeScale` stretches plan time into wall time the
 // same way the mock worker's --time-scale does, so observed times are divided by it again.
+import { setMaxListeners } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { SendResult } from './http-driver.ts';
@@ -77,6 +78,8 @@ export async function drivePlan(
   const t0 = performance.now();
   const observations: Observation[] = [];
   let delayed = 0;
+  // Every in-flight request and every sleeping client listens on the one signal.
+  if (signal) setMaxListeners(0, signal);
   const onAbort = () => gate.drain();
   signal?.addEventListener('abort', onAbort, { once: true });
 
