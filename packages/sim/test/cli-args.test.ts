@@ -138,6 +138,9 @@ describe('policies', () => {
     expect(msg).toMatch(/^unknown policy 'fastest'; valid policies: round_robin, .*prefix_match/);
     expect(usageMessage(() => parsePolicy('prefix_match:', {}))).toContain('empty option');
     expect(usageMessage(() => parsePolicies([], {}))).toContain('at least one');
+    expect(
+      usageMessage(() => parsePolicies(['round_robin', 'prefix_match', 'round_robin'], {})),
+    ).toBe("--policies lists 'round_robin' twice");
   });
 });
 

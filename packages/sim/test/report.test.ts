@@ -182,6 +182,20 @@ describe('sweep choice', () => {
     );
   });
 
+  it('says when other settings give exactly the same results', () => {
+    const grid = [
+      sweepCell(64, 2048, 200, 80, 0.9),
+      sweepCell(128, 2048, 200, 80, 0.9),
+      sweepCell(64, 4096, 250, 90, 0.9),
+    ];
+    const { best, reason } = chooseBest(grid, 'ttft-p99');
+    expect([best.window, best.prefixLength]).toEqual([64, 2048]);
+    expect(reason).toContain(
+      'window=128 prefix-length=2048 give the same results, so the choice among them does not matter',
+    );
+    expect(chooseBest([grid[0]!, grid[2]!], 'ttft-p99').reason).not.toContain('same results');
+  });
+
   it('rejects an empty grid', () => {
     expect(() => chooseBest([], 'ttft-mean')).toThrow(/empty/);
   });

@@ -63,5 +63,8 @@ export function parsePolicy(entry: string, flags: PolicyFlags): PolicySpec {
 export function parsePolicies(list: readonly string[], flags: PolicyFlags): PolicySpec[] {
   if (list.length === 0)
     throw new UsageError(`--policies needs at least one of: ${methodNames().join(', ')}`);
+  const dup = list.find((e, i) => list.indexOf(e) !== i);
+  // Two identical entries would be one row twice and collide in the charts' legends.
+  if (dup !== undefined) throw new UsageError(`--policies lists '${dup}' twice`);
   return list.map((e) => parsePolicy(e, flags));
 }

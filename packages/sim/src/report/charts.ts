@@ -118,7 +118,7 @@ export function rankLoadSpec(policies: readonly PolicyReport[]): TopLevelSpec {
     data: { values },
     mark: 'bar',
     encoding: {
-      x: { field: 'rank', type: 'ordinal', title: 'rank' },
+      x: { field: 'rank', type: 'ordinal', title: 'rank', axis: { labelAngle: 0 } },
       xOffset: { field: 'policy', type: 'nominal', sort: labels },
       y: { field: 'prefillTokens', type: 'quantitative', title: 'prefilled tokens' },
       color: {
@@ -158,7 +158,13 @@ export function sweepHeatmapSpec(report: SweepReport, metric: SweepMetric): TopL
     height: Math.max(120, 40 * report.prefixLengths.length),
     data: { values },
     encoding: {
-      x: { field: 'window', type: 'ordinal', sort: report.windows, title: 'window (tokens)' },
+      x: {
+        field: 'window',
+        type: 'ordinal',
+        sort: report.windows,
+        title: 'window (tokens)',
+        axis: { labelAngle: 0 },
+      },
       y: {
         field: 'prefixLength',
         type: 'ordinal',

@@ -58,7 +58,25 @@ export function chooseBest(
     return v <= bestValue * (1 + TTFT_TIE) + 1e-9;
   });
   const best = [...tied].sort(compareCells(objective))[0]!;
-  return { best, reason: explain(grid, objective, best, tied.length) };
+  return { best, reason: `${explain(grid, objective, best, tied.length)}${sameAs(grid, best)}` };
+}
+
+/** Cells whose results equal the best's: the knob made no difference there, worth saying. */
+function sameAs(grid: readonly SweepCell[], best: SweepCell): string {
+  const same = (a: number, b: number) =>
+    a === b || Math.abs(a - b) <= 1e-9 * Math.max(Math.abs(a), Math.abs(b));
+  const twins = grid.filter(
+    (c) =>
+      c !== best &&
+      same(p99(c), p99(best)) &&
+      same(mean(c), mean(best)) &&
+      same(hit(c), hit(best)) &&
+      same(c.result.imbalance, best.result.imbalance),
+  );
+  if (twins.length === 0) return '';
+  const shown = twins.slice(0, 4).map(at).join(', ');
+  const more = twins.length > 4 ? ` and ${twins.length - 4} more` : '';
+  return ` ${shown}${more} give the same results, so the choice among them does not matter on this workload.`;
 }
 
 function explain(
