@@ -100,27 +100,33 @@ def measure(engine: Engine, plan: str, budget_s: float, seed: int = 1, log=print
             log(json.dumps({"kind": "cached", **row}))
 
     for ctx, b in itertools.product(ctxs, batches):
-        if over() or b > engine.config.max_running_requests or ctx + steps + 1 > limit:
+        if over() or b > engine.config.max_running_requests or ctx + b + steps + 2 > limit:
             continue
-        if (ctx + steps + 1) * b > engine.config.capacity_tokens:
+        if (ctx + b + steps + 2) * b > engine.config.capacity_tokens:
             continue
         engine.cache.reset()
-        reqs = [Request(ids=_ids(rng, ctx), max_new_tokens=steps + 1) for _ in range(b)]
-        # Prefill all first (prefill has priority), then time the decode steps, which all run at batch b.
+        # Steps are mixed (earlier requests decode while later ones prefill), so give every
+        # request enough new tokens to still be running when the last prefill ends.
+        reqs = [Request(ids=_ids(rng, ctx), max_new_tokens=b + steps + 2) for _ in range(b)]
         for r in reqs:
             engine.submit(r)
         while engine.waiting or engine.prefilling is not None:
             engine.step()
         _sync(engine)
-        ms = []
-        while engine.running:
+        ms, ctx_tokens = [], []
+        for _ in range(steps):
+            assert len(engine.running) == b
+            ctx_tokens.append(sum(len(r.ids) + len(r.output_ids) for r in engine.running))
             ta = time.perf_counter()
             engine.step()
             _sync(engine)
             ms.append((time.perf_counter() - ta) * 1000.0)
+        for r in reqs:
+            engine.abort(r)
+        engine.step()
         # The first step may allocate or grow the batch buffer; leave it out.
         steady = ms[1:] if len(ms) > 2 else ms
-        row = {"batch": b, "context_tokens": b * (ctx + steps // 2), "ms": [round(x, 4) for x in steady],
+        row = {"batch": b, "context_tokens": int(statistics.mean(ctx_tokens)), "ms": [round(x, 4) for x in steady],
                "median_ms": statistics.median(steady)}
         out["decode"].append(row)
         log(json.dumps({"kind": "decode", **row}))

@@ -1,10 +1,10 @@
 """The scheduler: FCFS queue, one prefill at a time (chunked), batched decode.
 
 One engine thread does every tensor operation; HTTP threads only submit requests
-and read their event queues. Each loop iteration runs either one prefill chunk or
-one decode step for all running requests, and prefill goes first, as in SGLang's
-scheduler without mixed chunks: a new request's time to first token is not held
-behind other requests' decoding, while their decoding waits during a prefill.
+and read their event queues. Each loop iteration is one step: the prefill chunk of
+the request at the head (if any) plus one decode token for every request that was
+already decoding, the "mixed chunk" step that the sim's RankModel models. Only one
+request prefills at a time (the sim packs several short ones into one chunk).
 
 Decode is batched: every running request owns one row of a shared padded buffer
 ``[layers, 2, rows, kv_heads, capacity, head_dim]``; one step feeds one token per
@@ -188,11 +188,17 @@ class Engine:
         self._drop_cancelled()
         if self.prefilling is None:
             self._admit()
+        decoders = len(self.running)
         if self.prefilling is not None:
             self._prefill_chunk(self.prefilling)
+            # Mixed step, as SGLang's mixed chunk and the sim's RankModel run it: the requests
+            # that were decoding before this chunk also take a step, so a long prefill does
+            # not stall them; a request whose prefill just ended starts decoding next step.
+            if decoders:
+                self._decode_step(decoders)
             return True
         if self.running:
-            self._decode_step()
+            self._decode_step(decoders)
             return True
         return False
 
@@ -358,9 +364,10 @@ class Engine:
             self.running[i] = self.running[last]
         self.running.pop()
 
-    def _decode_step(self) -> None:
+    def _decode_step(self, n: int) -> None:
+        """One token for rows 0..n-1 (the first n running requests)."""
         assert self._batch_kv is not None
-        reqs = self.running
+        reqs = self.running[:n]
         dev = self.model.device
         ids = torch.tensor([r.output_ids[-1] for r in reqs], dtype=torch.int64).to(dev)
         pos_list = [len(r.ids) + len(r.output_ids) - 1 for r in reqs]
