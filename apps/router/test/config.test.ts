@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_CONFIG, helpText, OPTIONS, redactConfig, resolveConfig } from '../src/config.ts';
 import { RouterConfigError } from '../src/errors.ts';
@@ -149,5 +150,15 @@ describe('dispatcherConfig', () => {
       prefixLength: 512,
       affinity: { kind: 'routing_key', maxEntries: 10, ttlMs: 3_600_000 },
     });
+  });
+});
+
+describe('README', () => {
+  it('documents every flag with its env var', () => {
+    const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+    for (const o of OPTIONS) {
+      expect(readme).toContain(`\`--${o.flag}`);
+      expect(readme).toContain(`\`KVROUTE_${o.flag.toUpperCase().replaceAll('-', '_')}\``);
+    }
   });
 });
