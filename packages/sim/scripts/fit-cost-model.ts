@@ -189,6 +189,13 @@ for (const shape of SHAPES) {
 }
 
 const target = resolve(dirname(fileURLToPath(import.meta.url)), '../src/cost/h200-fit.ts');
+// Written in the repo's formatting (biome), so a re-run leaves a clean diff.
+const entries = Object.entries(out)
+  .map(([shape, fields]) => {
+    const lines = Object.entries(fields).map(([k, v]) => `    ${k}: ${v},\n`);
+    return `  '${shape}': {\n${lines.join('')}  },\n`;
+  })
+  .join('');
 const body = `// Written by scripts/fit-cost-model.ts from ../shared/calibration/h200-prefill.jsonl; do not edit.
 // Errors are the fit's median and max absolute relative error over that shape's points.
 import type { PrefillCoefficients } from './cost-model.ts';
@@ -198,7 +205,8 @@ export interface FittedPrefill extends PrefillCoefficients {
   maxAbsRelError: number;
 }
 
-export const H200_PREFILL_FIT: Readonly<Record<string, FittedPrefill>> = ${JSON.stringify(out, null, 2)};
+export const H200_PREFILL_FIT: Readonly<Record<string, FittedPrefill>> = {
+${entries}};
 `;
 writeFileSync(target, body);
 console.log(`wrote ${target}`);
