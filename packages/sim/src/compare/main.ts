@@ -1,0 +1,89 @@
+// `pnpm compare`: regenerates docs/policy-comparison.md and docs/policy-comparison.html.
+//   --quick          small sizes (a smoke run; the files say so)
+//   --out-dir DIR    where to write (default: <repo>/docs)
+//   --methods a,b    subset of methods (default: every registered method)
+//   --seed S         run seed (default 1)
+//   --trace FILE     Mooncake-format trace (default: the shared conversation trace)
+// Progress goes to stderr; the files are deterministic for the same arguments.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { methodNames } from '@kvroute/policy';
+import { repoRoot } from '../cost/calibration.ts';
+import { runPolicyComparison } from './policy-comparison.ts';
+import { renderHtml, renderMarkdown } from './render.ts';
+
+export async function main(argv: string[]): Promise<number> {
+  let values: {
+    quick?: boolean;
+    'out-dir'?: string;
+    methods?: string;
+    seed?: string;
+    trace?: string;
+    help?: boolean;
+  };
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: {
+        quick: { type: 'boolean' },
+        'out-dir': { type: 'string' },
+        methods: { type: 'string' },
+        seed: { type: 'string' },
+        trace: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }));
+  } catch (error) {
+    process.stderr.write(`compare: ${(error as Error).message}\n`);
+    return 2;
+  }
+  if (values.help) {
+    process.stdout.write(
+      'usage: pnpm compare [--quick] [--out-dir DIR] [--methods a,b] [--seed S] [--trace FILE]\n',
+    );
+    return 0;
+  }
+  const valid = methodNames();
+  const methods = values.methods
+    ?.split(',')
+    .map((m) => m.trim())
+    .filter(Boolean);
+  for (const m of methods ?? []) {
+    if (!valid.includes(m)) {
+      process.stderr.write(`compare: unknown method '${m}'; valid methods: ${valid.join(', ')}\n`);
+      return 2;
+    }
+  }
+  const seed =
+    values.seed === undefined ? 1 : /^\d+$/.test(values.seed) ? Number(values.seed) : values.seed;
+  const outDir = resolve(values['out-dir'] ?? resolve(repoRoot(), 'docs'));
+  const t0 = performance.now();
+  const comparison = runPolicyComparison({
+    quick: values.quick ?? false,
+    seed,
+    ...(methods ? { methods } : {}),
+    ...(values.trace ? { traceFile: resolve(values.trace) } : {}),
+    log: (line) => process.stderr.write(`${line}\n`),
+  });
+  mkdirSync(outDir, { recursive: true });
+  const md = resolve(outDir, 'policy-comparison.md');
+  const html = resolve(outDir, 'policy-comparison.html');
+  writeFileSync(md, renderMarkdown(comparison));
+  writeFileSync(html, await renderHtml(comparison));
+  const missed = comparison.targets.filter((t) => !t.met).length;
+  process.stderr.write(
+    `wrote ${md} and ${html} in ${((performance.now() - t0) / 1000).toFixed(0)} s; targets: ${comparison.targets.length - missed} met, ${missed} missed\n`,
+  );
+  return 0;
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  main(process.argv.slice(2)).then(
+    (code) => process.exit(code),
+    (error) => {
+      process.stderr.write(`compare: ${(error as Error).stack ?? String(error)}\n`);
+      process.exit(1);
+    },
+  );
+}
