@@ -115,6 +115,18 @@ describe('consistent_hash', () => {
     expect(stats.reasons['consistent-hash-overflow']).toBeGreaterThan(0);
   });
 
+  it('keeps the key home within an absolute slack when asked', () => {
+    const d = createDispatcher({ method: 'consistent_hash', options: { slack: 50_000 } });
+    const tracker = createLoadTracker(8);
+    const prompt = randomIds(prng(16), 512);
+    const home = d.dispatch({ inputIds: prompt }, tracker.ranks).rank;
+    tracker.onDispatch(home, 40_000); // far over 1.25 x mean, but within the slack
+    expect(d.dispatch({ inputIds: prompt }, tracker.ranks).rank).toBe(home);
+    tracker.onDispatch(home, 40_000);
+    expect(d.dispatch({ inputIds: prompt }, tracker.ranks).reason).toBe('consistent-hash-overflow');
+    expect(() => createDispatcher({ method: 'consistent_hash', slack: -1 })).toThrow(/slack/);
+  });
+
   it('counts load in requests when asked', () => {
     const d = createDispatcher({ method: 'consistent_hash', options: { load: 'requests' } });
     const tracker = createLoadTracker(4);

@@ -5,7 +5,7 @@
 // input when shorter than one window), hashed to 53 bits. Every healthy rank gets a
 // rendezvous score hash(key, rank); the key's own order is the ranks by descending score.
 // The request goes to the first rank in that order whose load is within the bound
-//   load(rank) <= (1 + epsilon) * (totalLoad + requestLoad) / healthyRanks
+//   load(rank) <= (1 + epsilon) * (totalLoad + requestLoad) / healthyRanks  (+ slack, default 0)
 // where load is in-flight tokens (`load: 'tokens'`, the default: the host's onDispatch
 // accounting of input + max new tokens, so a 80k-token prompt weighs what it costs) or
 // in-flight requests (`load: 'requests'`, the classic unit-ball version). The least-loaded
@@ -43,6 +43,12 @@ export interface ConsistentHashOptions {
   epsilon: number;
   /** Load unit: in-flight tokens (default) or in-flight requests. */
   load: 'tokens' | 'requests';
+  /**
+   * Added to the bound, in the load unit. Default 0: the classic algorithm. At light load
+   * a purely relative bound walks keys away from their cache whenever one rank has a single
+   * long request more than the others; a slack like cache_aware's (65536 tokens) stops that.
+   */
+  slack: number;
 }
 
 export const CONSISTENT_HASH_DEFAULTS: ConsistentHashOptions = {
@@ -50,6 +56,7 @@ export const CONSISTENT_HASH_DEFAULTS: ConsistentHashOptions = {
   prefixLength: 4096,
   epsilon: 0.25,
   load: 'tokens',
+  slack: 0,
 };
 
 const NAME = 'consistent_hash';
@@ -88,7 +95,7 @@ export function leastLoaded(ctx: MethodContext, candidates: readonly RankState[]
 }
 
 export const createConsistentHash = defineMethod(
-  ['window', 'prefixLength', 'epsilon', 'load'],
+  ['window', 'prefixLength', 'epsilon', 'load', 'slack'],
   (options: Record<string, unknown>): Method => {
     const window = readInt(NAME, options, 'window', CONSISTENT_HASH_DEFAULTS.window, 1);
     const prefixLength = readInt(
@@ -100,6 +107,7 @@ export const createConsistentHash = defineMethod(
     );
     const epsilon = readNumber(NAME, options, 'epsilon', CONSISTENT_HASH_DEFAULTS.epsilon, 0);
     const unit = readLoadUnit(NAME, options);
+    const slack = readNumber(NAME, options, 'slack', CONSISTENT_HASH_DEFAULTS.slack, 0);
     const keyScratch: number[] = [];
     const order: number[] = [];
     const scores: number[] = [];
@@ -130,7 +138,7 @@ export const createConsistentHash = defineMethod(
         const reqLoad = unit === 'tokens' ? (ctx.request.inputIds?.length ?? 0) : 1;
         let total = reqLoad;
         for (const r of healthy) total += unit === 'tokens' ? r.inFlightTokens : r.inFlightRequests;
-        const bound = ((1 + epsilon) * total) / n;
+        const bound = ((1 + epsilon) * total) / n + slack;
 
         // The key's first choice over ALL ranks: if it is unhealthy, the request walks.
         let firstRank = -1;
