@@ -396,3 +396,55 @@ describe('kvroute-sim validate (fake target, fake simulator)', () => {
     expect(c.out()).toContain('note: interrupted');
   });
 });
+
+describe('kvroute-sim validate (fake target, the real simulator)', () => {
+  it('builds the scenario with buildWorkload and predicts with simulatePlan', async () => {
+    // The fake target caches every prompt's longest earlier prefix, like one radix cache
+    // with room for everything: on one sequential client under prefix_match (all turns on
+    // one rank) the simulator must predict exactly the same cached tokens.
+    target = await startFakeTarget({
+      dpSize: 2,
+      serverInfo: { load_balance_method: 'prefix_match' },
+    });
+    const c = captureIo(mkdtempSync(join(tmpdir(), 'kvroute-validate-cmd-')));
+    const code = await runValidate(
+      [
+        '--target',
+        target.url,
+        '--scenario',
+        'seed-sequential',
+        '--set',
+        'requests=4',
+        '--set',
+        'prefixTokens=600',
+        '--set',
+        'thinkMinMs=0',
+        '--set',
+        'thinkMaxMs=10',
+        '--set',
+        'outputMaxTokens=70',
+        '--profile',
+        'h200-llama-3.2-1b',
+        '--json',
+        '-',
+      ],
+      c.io,
+    );
+    expect(code, c.err()).toBe(0);
+    const report = JSON.parse(c.out()) as ValidateReport;
+    expect(report.ranks).toBe(2);
+    expect(report.profile).toBe('h200-llama-3.2-1b');
+    expect(report.policy.config).toEqual({ method: 'prefix_match' });
+    expect(report.predicted.ok).toBe(4);
+    expect(report.observed.ok).toBe(4);
+    expect(report.predicted.promptTokens).toBe(report.observed.promptTokens);
+    expect(report.predicted.cachedTokens).toBe(report.observed.cachedTokens);
+    expect(report.observed.cachedTokens).toBeGreaterThanOrEqual(3 * 600);
+    // Every request went to the rank the simulator predicts; the bodies are the plan's.
+    const ranks = new Set(report.perRequest.map((r) => r.predicted?.rank));
+    expect(ranks.size).toBe(1);
+    expect((target.bodies[0]!.input_ids as number[]).length).toBe(
+      report.perRequest[0]!.inputTokens,
+    );
+  });
+});
