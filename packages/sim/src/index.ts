@@ -2,6 +2,7 @@
 
 export type { MatchResult, RadixCacheOptions, RadixHandle } from './cache/radix-cache.ts';
 export { RadixCache } from './cache/radix-cache.ts';
+export * from './cli/index.ts';
 export type {
   ComparisonOptions,
   ComparisonResult,
@@ -37,6 +38,7 @@ export type {
   RequestRecord,
   SubsetLatency,
 } from './metrics/types.ts';
+export * from './report/index.ts';
 export type { RankOverrides, SimulateOptions } from './simulate.ts';
 export { simulatePlan } from './simulate.ts';
 export * from './validate/index.ts';
