@@ -80,5 +80,9 @@ describe('profile lookup and files', () => {
     writeFileSync(bad, '{');
     expect(() => loadProfileFile(bad)).toThrow(/invalid JSON/);
     expect(() => loadProfileFile(join(dir, 'missing.json'))).toThrow(/cannot read/);
+    const dp = join(dir, 'dp.json');
+    writeFileSync(dp, JSON.stringify(getProfileSpec('seed-qwen3-moe-dp16')));
+    expect(loadProfileFile(dp).dpAttention).toBe(true);
+    expect(getProfile('h200-llama-3.1-8b').dpAttention).toBe(false);
   });
 });

@@ -162,4 +162,15 @@ describe('RankModel', () => {
     expect(rank.load().usedTokens).toBe(0);
     expect(() => submit(rank, 3, ids(1, 20_000), 1)).toThrow(/more than the pool/);
   });
+
+  it('with a page size, caches and reports whole pages only', () => {
+    const q = new EventQueue();
+    const rank = new RankModel({ rank: 0, profile, scheduler: q, pageSize: 16 });
+    submit(rank, 1, ids(1, 100), 1);
+    q.run();
+    const b = submit(rank, 2, Uint32Array.from([...ids(1, 90), 7, 7, 7]), 1);
+    q.run();
+    expect(b.cached).toBe(80);
+    expect(rank.cache.used % 16).toBe(0);
+  });
 });
