@@ -145,16 +145,13 @@ describe('policy comparison report', () => {
   it('rejects unknown methods with the valid names (exit 2)', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'kvroute-compare-'));
     const err: string[] = [];
-    const write = process.stderr.write.bind(process.stderr);
-    process.stderr.write = ((s: string) => {
-      err.push(String(s));
-      return true;
-    }) as typeof process.stderr.write;
-    try {
-      expect(await main(['--methods', 'nope', '--out-dir', dir])).toBe(2);
-    } finally {
-      process.stderr.write = write;
-    }
+    const io = {
+      stdout: { write: () => true },
+      stderr: { write: (s: string) => err.push(s) },
+      cwd: dir,
+    };
+    expect(await main(['--methods', 'nope', '--out-dir', dir], io)).toBe(2);
+    expect(await main(['--bogus'], io)).toBe(2);
     expect(err.join('')).toMatch(/unknown method 'nope'.*cache_aware/);
     expect(() => readFileSync(join(dir, 'policy-comparison.md'))).toThrow();
   });

@@ -44,6 +44,11 @@ export const commands: readonly CommandEntry[] = [
     'send a scenario to a live endpoint and compare what it did with the prediction',
     () => import('../validate/command.ts'),
   ),
+  lazy(
+    'compare',
+    'regenerate docs/policy-comparison.{md,html} (issue 5)',
+    () => import('../compare/main.ts'),
+  ),
 ];
 
 export function findCommand(name: string): CommandEntry | undefined {

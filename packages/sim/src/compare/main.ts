@@ -1,19 +1,45 @@
-// `pnpm compare`: regenerates docs/policy-comparison.md and docs/policy-comparison.html.
-//   --quick          small sizes (a smoke run; the files say so)
-//   --out-dir DIR    where to write (default: <repo>/docs)
-//   --methods a,b    subset of methods (default: every registered method)
-//   --seed S         run seed (default 1)
-//   --trace FILE     Mooncake-format trace (default: the shared conversation trace)
-// Progress goes to stderr; the files are deterministic for the same arguments.
+// `pnpm compare` (also `kvroute-sim compare`): regenerates docs/policy-comparison.md and
+// docs/policy-comparison.html. Progress goes to stderr; the files are deterministic for the
+// same arguments (no wall-clock figures in them).
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { methodNames } from '@kvroute/policy';
+import type { CliIo, Subcommand } from '../cli/command.ts';
 import { repoRoot } from '../cost/calibration.ts';
 import { runPolicyComparison } from './policy-comparison.ts';
 import { renderHtml, renderMarkdown } from './render.ts';
 
-export async function main(argv: string[]): Promise<number> {
+const USAGE = `usage: pnpm compare [--quick] [--out-dir DIR] [--methods a,b] [--seed S] [--trace FILE]
+       kvroute-sim compare [same flags]
+
+Runs every registered method on hot-prefix, rank-failure, scale-out, agentic, seed-sequential
+and the Mooncake replay (own pace, the speed-up at which round_robin's busiest rank is >= 70%
+busy, and x8) on 16 ranks of h200-llama-3.1-8b, and writes docs/policy-comparison.md and
+docs/policy-comparison.html with the one-big-cache bound and issue 5's targets judged.
+  --quick        small sizes (a smoke run; the files say so)
+  --out-dir DIR  where to write (default: <repo>/docs)
+  --methods a,b  a subset of the registered methods
+  --seed S       run seed (default 1)
+  --trace FILE   Mooncake-format trace (default: the shared conversation trace)
+`;
+
+// pnpm runs scripts in the package directory; INIT_CWD is where the user typed the command.
+const processIo: CliIo = {
+  stdout: process.stdout,
+  stderr: process.stderr,
+  cwd: process.env.INIT_CWD ?? process.cwd(),
+};
+
+export const command: Subcommand = {
+  name: 'compare',
+  summary:
+    'regenerate docs/policy-comparison.{md,html}: every method, issue 5 scenarios and targets',
+  usage: USAGE,
+  run: (argv, io) => main([...argv], io),
+};
+
+export async function main(argv: string[], io: CliIo = processIo): Promise<number> {
   let values: {
     quick?: boolean;
     'out-dir'?: string;
@@ -35,13 +61,11 @@ export async function main(argv: string[]): Promise<number> {
       },
     }));
   } catch (error) {
-    process.stderr.write(`compare: ${(error as Error).message}\n`);
+    io.stderr.write(`compare: ${(error as Error).message}\n`);
     return 2;
   }
   if (values.help) {
-    process.stdout.write(
-      'usage: pnpm compare [--quick] [--out-dir DIR] [--methods a,b] [--seed S] [--trace FILE]\n',
-    );
+    io.stdout.write(USAGE);
     return 0;
   }
   const valid = methodNames();
@@ -51,20 +75,22 @@ export async function main(argv: string[]): Promise<number> {
     .filter(Boolean);
   for (const m of methods ?? []) {
     if (!valid.includes(m)) {
-      process.stderr.write(`compare: unknown method '${m}'; valid methods: ${valid.join(', ')}\n`);
+      io.stderr.write(`compare: unknown method '${m}'; valid methods: ${valid.join(', ')}\n`);
       return 2;
     }
   }
   const seed =
     values.seed === undefined ? 1 : /^\d+$/.test(values.seed) ? Number(values.seed) : values.seed;
-  const outDir = resolve(values['out-dir'] ?? resolve(repoRoot(), 'docs'));
+  const outDir = values['out-dir']
+    ? resolve(io.cwd, values['out-dir'])
+    : resolve(repoRoot(), 'docs');
   const t0 = performance.now();
   const comparison = runPolicyComparison({
     quick: values.quick ?? false,
     seed,
     ...(methods ? { methods } : {}),
-    ...(values.trace ? { traceFile: resolve(values.trace) } : {}),
-    log: (line) => process.stderr.write(`${line}\n`),
+    ...(values.trace ? { traceFile: resolve(io.cwd, values.trace) } : {}),
+    log: (line) => io.stderr.write(`${line}\n`),
   });
   mkdirSync(outDir, { recursive: true });
   const md = resolve(outDir, 'policy-comparison.md');
@@ -72,7 +98,7 @@ export async function main(argv: string[]): Promise<number> {
   writeFileSync(md, renderMarkdown(comparison));
   writeFileSync(html, await renderHtml(comparison));
   const missed = comparison.targets.filter((t) => !t.met).length;
-  process.stderr.write(
+  io.stderr.write(
     `wrote ${md} and ${html} in ${((performance.now() - t0) / 1000).toFixed(0)} s; targets: ${comparison.targets.length - missed} met, ${missed} missed\n`,
   );
   return 0;
