@@ -165,6 +165,45 @@ describe('run', () => {
   });
 });
 
+describe('profile file', () => {
+  it('runs with a kvroute-cost-profile/v1 file and names it in the report', async () => {
+    const profile = {
+      format: 'kvroute-cost-profile/v1',
+      name: 'test-gpu',
+      description: 'a test profile',
+      prefill: { floorMs: 10, perTokenMs: 0.01, attnMsPerMTokenPairs: 0.5 },
+      decode: { floorMs: 8, perSeqMs: 0.05, perKContextTokenMs: 0.001 },
+      kvCapacityTokens: 500000,
+      chunkedPrefillSize: 8192,
+    };
+    writeFileSync(join(dir, 'profile.json'), JSON.stringify(profile));
+    const r = await cli([
+      'run',
+      ...SMALL,
+      '--policies',
+      'round_robin',
+      '--profile-file',
+      'profile.json',
+      '--json',
+      '-',
+    ]);
+    expect(r.code).toBe(0);
+    const j = JSON.parse(r.stdout);
+    expect(j.profile).toBe('test-gpu');
+    // A cold ~22,700-token prompt prefilled in three 8,192-token chunks under this profile's
+    // formula takes about 430 ms (the seed profile would take 7.4 s).
+    expect(j.policies[0].coldTtftMs.p50).toBeGreaterThan(400);
+    expect(j.policies[0].coldTtftMs.p50).toBeLessThan(600);
+
+    writeFileSync(join(dir, 'bad-profile.json'), JSON.stringify({ ...profile, format: 'v0' }));
+    const bad = await cli(['run', ...SMALL, '--profile-file', 'bad-profile.json']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(
+      /--profile-file: .*bad-profile\.json.*format must be 'kvroute-cost-profile\/v1'/,
+    );
+  });
+});
+
 describe('bad input exits 2 with a message naming the problem', () => {
   const cases: [string, string[], RegExp][] = [
     [
@@ -469,11 +508,14 @@ describe('as a process', () => {
   const run = (args: string[]) =>
     spawnSync(tsx, ['src/cli.ts', ...args], { cwd: pkgDir, encoding: 'utf8', timeout: 60_000 });
 
-  it('keeps stdout pure JSON with --json - and exits 0', () => {
-    const r = run(['run', ...SMALL, '--policies', 'round_robin,prefix_match', '--json', '-']);
+  it('keeps stdout pure JSON with --json -, exits 0, and matches an in-process run byte for byte', async () => {
+    const args = ['run', ...SMALL, '--policies', 'round_robin,prefix_match', '--json', '-'];
+    const r = run(args);
     expect(r.status).toBe(0);
     expect(() => JSON.parse(r.stdout)).not.toThrow();
     expect(r.stdout.trimStart().startsWith('{')).toBe(true);
+    // A fresh process and this one (which has run other simulations already) agree exactly.
+    expect((await cli(args)).stdout).toBe(r.stdout);
   });
 
   it('exits 2 on bad input through the bin launcher', () => {
