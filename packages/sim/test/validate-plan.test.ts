@@ -18,7 +18,7 @@ function closed(): ValidatePlan {
 }
 
 describe('scalePlan', () => {
-  it('closed loop: --requests keeps whole rounds first, each client in its own order', () => {
+  it('closed loop: with equal think times --requests keeps whole rounds, each client in order', () => {
     const p = scalePlan(closed(), { requests: 7 });
     expect(p.clients.map((c) => c.map((q) => q.id))).toEqual([
       [0, 1, 2],
@@ -27,6 +27,28 @@ describe('scalePlan', () => {
     ]);
     expect(planSize(p)).toBe(7);
     expect(p.requests.map((q) => q.id).sort((a, b) => a - b)).toEqual([0, 1, 2, 10, 11, 20, 21]);
+  });
+  it('closed loop: --requests follows nominal start times, so early sessions keep their turns', () => {
+    const think = (id: number, clientId: number, thinkMs: number) => ({
+      ...r(id, clientId),
+      thinkMs,
+    });
+    const clients = [
+      [think(0, 0, 0), think(1, 0, 10), think(2, 0, 10)],
+      [think(10, 1, 100), think(11, 1, 10)],
+      [think(20, 2, 15)],
+    ];
+    const plan: ValidatePlan = { scenario: 's', mode: 'closed', ranks: 2, clients, requests: [] };
+    // Nominal starts: 0, 10, 20 | 100, 110 | 15.
+    expect(scalePlan(plan, { requests: 3 }).clients.map((c) => c.map((q) => q.id))).toEqual([
+      [0, 1],
+      [20],
+    ]);
+    expect(scalePlan(plan, { requests: 5 }).clients.map((c) => c.map((q) => q.id))).toEqual([
+      [0, 1, 2],
+      [10],
+      [20],
+    ]);
   });
   it('closed loop: --concurrency keeps the first clients', () => {
     const p = scalePlan(closed(), { concurrency: 2, requests: 3 });

@@ -23,7 +23,8 @@ observed: hit rate, TTFT p50/p90/p99, throughput, errors, with the error of each
   --scenario NAME           workload scenario (see \`kvroute-sim scenarios\`)
   --set KEY=VALUE           scenario option, repeatable (numbers and true/false parsed)
   --seed S                  workload seed (default 1)
-  --requests N              send only the first N requests (closed loop: round by round)
+  --requests N              send only the first N requests (closed loop: by each client's summed
+                            think times, so early sessions keep their later turns)
   --concurrency C           closed loop: use the first C clients; open loop: at most C in flight
   --policy METHOD           the policy the target routes with (default: --policy-label if it
                             names a method, else the load_balance_method the target reports

@@ -3,8 +3,8 @@
 import type { PlanRequest, ValidatePlan } from './types.ts';
 
 export interface ScaleOptions {
-  /** Keep the first N requests: closed loop round by round (every client's first request,
-   * then every client's second, ...), open loop by arrival. */
+  /** Keep the first N requests the scenario sends: closed loop by nominal start (each
+   * client's think times summed; ties: earlier turns first), open loop by arrival. */
   requests?: number;
   /** Closed loop: keep the first C clients. Open loop: not a cut (it bounds in-flight requests). */
   concurrency?: number;
@@ -15,16 +15,19 @@ export function scalePlan<P extends ValidatePlan>(plan: P, opts: ScaleOptions): 
     let clients = plan.clients;
     if (opts.concurrency !== undefined) clients = clients.slice(0, opts.concurrency);
     if (opts.requests !== undefined) {
-      const keep = new Set<PlanRequest>();
-      const longest = Math.max(0, ...clients.map((c) => c.length));
-      outer: for (let round = 0; round < longest; round++) {
-        for (const c of clients) {
-          const r = c[round];
-          if (r === undefined) continue;
-          if (keep.size >= opts.requests) break outer;
-          keep.add(r);
-        }
-      }
+      // Nominal start: the client's think times summed, service time left out (unknown
+      // before the run). The N earliest are what the scenario sends first; within a client
+      // nominal starts only grow, so each client keeps a prefix of its session.
+      const order: { r: PlanRequest; at: number; client: number; seq: number }[] = [];
+      clients.forEach((c, client) => {
+        let at = 0;
+        c.forEach((r, seq) => {
+          at += r.thinkMs ?? 0;
+          order.push({ r, at, client, seq });
+        });
+      });
+      order.sort((a, b) => a.at - b.at || a.seq - b.seq || a.client - b.client);
+      const keep = new Set(order.slice(0, opts.requests).map((o) => o.r));
       clients = clients.map((c) => c.filter((r) => keep.has(r))).filter((c) => c.length > 0);
     }
     const kept = new Set(clients.flat().map((r) => r.id));
