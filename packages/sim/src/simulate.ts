@@ -96,7 +96,7 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
   const records: RequestRecord[] = [];
   const pending: Flight[] = []; // no healthy rank when they arrived
   let attempts = 0;
-  let failed = 0;
+  let issued = 0;
   const total =
     plan.mode === 'open' ? plan.requests.length : plan.clients.reduce((a, c) => a + c.length, 0);
   let finished = 0;
@@ -182,6 +182,7 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
   };
 
   const issue = (req: WorkloadRequest) => {
+    issued++;
     const inputIds = req.inputIds; // may be built on read (replay): read once
     dispatch({
       req,
@@ -298,7 +299,8 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
   for (const e of events) q.at(e.atMs, () => applyEvent(e));
 
   q.run();
-  failed = total - finished;
+  // Closed-loop requests never sent (past durationMs) are not failures; sent and unfinished are.
+  const failed = issued - finished;
   progress();
 
   const perRank: RankSummary[] = [];
