@@ -45,6 +45,20 @@ describe('text table', () => {
     expect(rows[2]).toContain('90.0%');
   });
 
+  it('shows retried and failed requests only when some policy had any', () => {
+    expect(renderRunTable(three())).not.toContain('retried');
+    const out = renderRunTable(
+      runReport([
+        policyReport('round_robin', { retried: 3, failed: 1 }),
+        policyReport('prefix_match'),
+      ]),
+    );
+    const lines = out.split('\n');
+    expect(lines.find((l) => l.startsWith('policy'))).toMatch(/queue mean\s+retried\s+failed$/);
+    expect(lines.find((l) => l.startsWith('round_robin'))).toMatch(/\s3\s+1$/);
+    expect(lines.find((l) => l.startsWith('prefix_match'))).toMatch(/\s0\s+0$/);
+  });
+
   it('drops the cold and steady columns when no policy has them', () => {
     const out = renderRunTable(
       runReport([policyReport('round_robin', { coldTtftMs: null, steadyTtftMs: null })]),

@@ -70,6 +70,7 @@ export async function renderRunHtml(
   samples: readonly PolicySamples[],
 ): Promise<string> {
   const title = `kvroute-sim: ${report.scenario}`;
+  const hasFaults = report.policies.some((p) => p.retried > 0 || p.failed > 0);
   const header = [
     'policy',
     'hit rate',
@@ -84,6 +85,7 @@ export async function renderRunHtml(
     'imbalance',
     'evicted tok',
     'queue mean',
+    ...(hasFaults ? ['retried', 'failed'] : []),
   ];
   const rows = report.policies.map((p) => [
     policyLabel(p),
@@ -99,6 +101,7 @@ export async function renderRunHtml(
     fmtNum(p.imbalance, 2),
     fmtInt(p.evictions),
     fmtMs(p.queueingMs.mean),
+    ...(hasFaults ? [fmtInt(p.retried), fmtInt(p.failed)] : []),
   ]);
   const meta = `${report.command === 'replay' ? 'Replay of' : 'Scenario'} <b>${escapeHtml(report.command === 'replay' ? String(report.scenarioOptions.file ?? report.scenario) : report.scenario)}</b>, ${report.ranks} ranks, cost profile <b>${escapeHtml(report.profile)}</b>, seed ${escapeHtml(String(report.seed))}.${report.skippedLines ? ` ${report.skippedLines} invalid trace lines skipped.` : ''} Times in ms of simulated time.`;
   const body = [

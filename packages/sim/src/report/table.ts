@@ -16,6 +16,8 @@ export function policyLabel(p: PolicyReport): string {
 export function renderRunTable(report: RunReport): string {
   const hasCold = report.policies.some((p) => p.coldTtftMs !== null);
   const hasSteady = report.policies.some((p) => p.steadyTtftMs !== null);
+  // Only scenarios with rank failures or scale changes retry or fail requests.
+  const hasFaults = report.policies.some((p) => p.retried > 0 || p.failed > 0);
   const header = [
     'policy',
     'hit rate',
@@ -30,6 +32,7 @@ export function renderRunTable(report: RunReport): string {
     'imbalance',
     'evicted tok',
     'queue mean',
+    ...(hasFaults ? ['retried', 'failed'] : []),
   ];
   const rows = report.policies.map((p) => [
     policyLabel(p),
@@ -47,6 +50,7 @@ export function renderRunTable(report: RunReport): string {
     fmtNum(p.imbalance, 2),
     fmtInt(p.evictions),
     fmtMs(p.queueingMs.mean),
+    ...(hasFaults ? [fmtInt(p.retried), fmtInt(p.failed)] : []),
   ]);
   const title =
     (report.command === 'replay'
