@@ -10,10 +10,12 @@ import sys
 import time
 from typing import List, Optional
 
-import torch
+from typing import TYPE_CHECKING
 
-from .engine import Engine, EngineConfig
-from .model import SHAPES, LlamaModel, get_shape
+from .shapes import SHAPES, get_shape
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 # Per-shape defaults: tiny is for CPU tests; the real shapes assume a GPU shared by a few workers.
 DEFAULTS = {
@@ -54,7 +56,13 @@ def _fail(msg: str) -> None:
     sys.exit(2)
 
 
-def build_engine(args: argparse.Namespace) -> Engine:
+def build_engine(args: argparse.Namespace) -> "Engine":
+    # torch is imported only once the flags are known to be good: it takes seconds.
+    import torch
+
+    from .engine import Engine, EngineConfig
+    from .model import LlamaModel
+
     shape = get_shape(args.shape)
     d = DEFAULTS[args.shape]
     device = args.device
