@@ -188,6 +188,14 @@ describe('progress bar', () => {
     bar.done();
     expect(tty.chunks.at(-1)).toBe('\r\x1b[K');
 
+    // A pty that reports 0 columns still gets the whole line.
+    const zero = fakeErr(true);
+    zero.io.stderr.columns = 0;
+    const z = createProgress(zero.io);
+    zero.advance(2000);
+    z.update(0.25, 'prefix_match (2/3)');
+    expect(zero.chunks[0]).toContain(' 25% prefix_match (2/3)');
+
     const pipe = fakeErr(false);
     const quiet = createProgress(pipe.io);
     pipe.advance(5000);

@@ -27,7 +27,8 @@ export function createProgress(io: CliIo): Progress {
       const f = Math.min(1, Math.max(0, fraction));
       const filled = Math.round(f * BAR);
       const line = `[${'#'.repeat(filled)}${'.'.repeat(BAR - filled)}] ${(f * 100).toFixed(0).padStart(3)}% ${detail}`;
-      const cols = io.stderr.columns ?? 100;
+      // Some terminals (script, CI ptys) report 0 columns; assume a normal width then.
+      const cols = (io.stderr.columns ?? 0) >= 40 ? io.stderr.columns! : 100;
       io.stderr.write(`\r\x1b[K${line.slice(0, Math.max(10, cols - 1))}`);
       drawn = true;
     },
