@@ -12,7 +12,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type RunningMockWorker, startMockWorker } from '@kvroute/mock-worker';
 import { buildRouter, resolveConfig } from '@kvroute/router';
-import { runValidate, type ValidateReport } from '@kvroute/sim';
+import { approximateTokenIds, canonicalChatText } from '@kvroute/protocol';
+import { chatRoutingIds, idsToChatText, runValidate, type ValidateReport } from '@kvroute/sim';
 import { afterEach, describe, expect, it } from 'vitest';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvroute-validate-e2e-'));
@@ -92,6 +93,15 @@ afterEach(async () => {
   await Promise.all(workers.map((w) => w.close()));
   router = undefined;
   workers = [];
+});
+
+describe('validate --api chat', () => {
+  it('predicts with exactly the token ids the router derives from the chat body (spec S-3)', () => {
+    for (const ids of [[1], [5, 29999, 7, 300], Array.from({ length: 37 }, (_, i) => 1 + i * 811)]) {
+      const text = canonicalChatText([{ role: 'user', content: idsToChatText(ids) }]);
+      expect(Array.from(chatRoutingIds(ids))).toEqual(Array.from(approximateTokenIds(text)));
+    }
+  });
 });
 
 describe('kvroute-sim validate against mock workers at time scale 1', () => {

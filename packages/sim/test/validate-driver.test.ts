@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   buildBody,
+  chatRoutingIds,
   createHttpDriver,
   endpointUrl,
   idsToChatText,
@@ -57,6 +58,19 @@ describe('request bodies', () => {
       stream: true,
       stream_options: { include_usage: true },
     });
+  });
+  it('chatRoutingIds are the S-3 token ids of the chat text: header, one token per id, tail', () => {
+    const ids = chatRoutingIds([1, 2]);
+    const le = (s: string) => Buffer.from(s, 'latin1').readUInt32LE(0);
+    // "<|us" "er|>" "\nxxx" then "AAB " "AAC " then "\n<|a" "ssis" "tant" "|>\n" (zero-padded).
+    expect(ids.length).toBe(3 + 2 + 4);
+    expect(ids[0]).toBe(le('<|us'));
+    expect(ids[2]).toBe(le('\nxxx'));
+    expect(ids[3]).toBe(le('AAB '));
+    expect(ids[4]).toBe(le('AAC '));
+    expect(ids[8]).toBe(le('|>\n\0'));
+    // A shared id prefix is a shared token prefix.
+    expect(Array.from(chatRoutingIds([1, 2, 3])).slice(0, 5)).toEqual(Array.from(ids).slice(0, 5));
   });
   it('chat text keeps one 4-byte group per id after the routing header', () => {
     const text = idsToChatText([1, 29999, 4096]);

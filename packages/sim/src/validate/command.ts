@@ -8,9 +8,9 @@ import type { CliIo, Subcommand } from '../cli/command.ts';
 import { defaultProfileName } from '../cli/common.ts';
 import { UsageError } from '../cli/errors.ts';
 import { createProgress } from '../cli/progress.ts';
-import { createHttpDriver, endpointUrl, getJson } from './http-driver.ts';
+import { chatRoutingIds, createHttpDriver, endpointUrl, getJson } from './http-driver.ts';
 import { describePolicy, parseValidateArgs, VALIDATE_USAGE } from './options.ts';
-import { restrictPlan, scalePlan } from './plan.ts';
+import { mapInputIds, restrictPlan, scalePlan } from './plan.ts';
 import { loadRecord, openRecord, type RecordWriter } from './record.ts';
 import { renderComparison } from './render.ts';
 import { buildReport, type ValidateReport } from './report.ts';
@@ -194,8 +194,10 @@ export async function runValidate(
     timeoutMs: opts.timeoutMs,
     headers: opts.headers,
   });
+  // The simulator must see the tokens the target sees: for chat, those of the chat text.
+  const seen = opts.api === 'chat' ? mapInputIds(plan, chatRoutingIds) : plan;
   const byId = new Map<number, PlanRequest>();
-  for (const r of plan.mode === 'closed' ? plan.clients.flat() : plan.requests) byId.set(r.id, r);
+  for (const r of seen.mode === 'closed' ? seen.clients.flat() : seen.requests) byId.set(r.id, r);
 
   let recorder: RecordWriter | undefined;
   if (opts.record !== undefined) {
@@ -269,8 +271,8 @@ export async function runValidate(
   if (failed > 0 && firstError !== undefined) notes.push(`first error: ${firstError}`);
 
   const simPlan = drive.interrupted
-    ? restrictPlan(plan, new Set(drive.observations.map((o) => o.id)))
-    : plan;
+    ? restrictPlan(seen, new Set(drive.observations.map((o) => o.id)))
+    : seen;
   const predicted =
     planSize(simPlan) > 0
       ? backend.simulate(simPlan, {

@@ -94,6 +94,26 @@ export function idsToChatText(ids: ArrayLike<number>): string {
   return parts.join('');
 }
 
+/**
+ * The token ids a kvroute router or worker derives from the chat body sent for `ids` (spec
+ * S-3: canonical chat text, UTF-8 bytes in little-endian groups of 4), so the simulator can
+ * route and cache exactly what such a target sees.
+ */
+export function chatRoutingIds(ids: ArrayLike<number>): Uint32Array {
+  const bytes = Buffer.from(`<|user|>\n${idsToChatText(ids)}\n<|assistant|>\n`, 'utf8');
+  const out = new Uint32Array(Math.ceil(bytes.length / 4));
+  for (let i = 0; i < out.length; i++) {
+    const o = i * 4;
+    out[i] =
+      ((bytes[o] ?? 0) |
+        ((bytes[o + 1] ?? 0) << 8) |
+        ((bytes[o + 2] ?? 0) << 16) |
+        ((bytes[o + 3] ?? 0) << 24)) >>>
+      0;
+  }
+  return out;
+}
+
 export function buildBody(req: PlanRequest, opts: DriverOptions): Record<string, unknown> {
   const temperature = opts.temperature ?? 0;
   const ids = Array.from(req.inputIds);

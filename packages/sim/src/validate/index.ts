@@ -1,6 +1,7 @@
 // The validate harness's public surface, re-exported from @kvroute/sim's index.
 export { command as validateCommand, runValidate, type ValidateIo } from './command.ts';
 export {
+  chatRoutingIds,
   createHttpDriver,
   type DriverOptions,
   endpointUrl,

@@ -45,7 +45,8 @@ observed: hit rate, TTFT p50/p90/p99, throughput, errors, with the error of each
   --page-size N             radix page size (default: the target's page_size, else 1)
   --chunked-prefill-size N  (default: the target's chunked_prefill_size, else the profile's)
   --api generate|completions|chat   request shape (default generate: SGLang /generate with
-                            input_ids; completions: /v1/completions with a token-id prompt)
+                            input_ids; completions: /v1/completions with a token-id prompt;
+                            chat: /v1/chat/completions, ids as text the routing tokenizer reads back)
   --model M                 model name for the OpenAI APIs (default: first of /v1/models)
   --header 'K: V'           extra request header, repeatable (e.g. authorization)
   --time-scale X            wall ms per plan ms, as the mock worker's --time-scale (default: the

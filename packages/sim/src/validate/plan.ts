@@ -83,3 +83,24 @@ export function materializePlan<P extends ValidatePlan>(plan: P): P {
   const requests = plan.requests.map(get);
   return { ...plan, clients, requests };
 }
+
+/** The plan with every request's token ids replaced (e.g. by what a chat target sees). */
+export function mapInputIds<P extends ValidatePlan>(
+  plan: P,
+  fn: (ids: ArrayLike<number>) => Uint32Array,
+): P {
+  const byId = new Map<number, PlanRequest>();
+  const get = (r: PlanRequest) => {
+    let q = byId.get(r.id);
+    if (!q) {
+      q = { ...r, inputIds: fn(r.inputIds) };
+      byId.set(r.id, q);
+    }
+    return q;
+  };
+  return {
+    ...plan,
+    clients: plan.clients.map((c) => c.map(get)),
+    requests: plan.requests.map(get),
+  };
+}
