@@ -11,8 +11,8 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type RunningMockWorker, startMockWorker } from '@kvroute/mock-worker';
-import { buildRouter, resolveConfig } from '@kvroute/router';
 import { approximateTokenIds, canonicalChatText } from '@kvroute/protocol';
+import { buildRouter, resolveConfig } from '@kvroute/router';
 import { chatRoutingIds, idsToChatText, runValidate, type ValidateReport } from '@kvroute/sim';
 import { afterEach, describe, expect, it } from 'vitest';
 
@@ -97,7 +97,11 @@ afterEach(async () => {
 
 describe('validate --api chat', () => {
   it('predicts with exactly the token ids the router derives from the chat body (spec S-3)', () => {
-    for (const ids of [[1], [5, 29999, 7, 300], Array.from({ length: 37 }, (_, i) => 1 + i * 811)]) {
+    for (const ids of [
+      [1],
+      [5, 29999, 7, 300],
+      Array.from({ length: 37 }, (_, i) => 1 + i * 811),
+    ]) {
       const text = canonicalChatText([{ role: 'user', content: idsToChatText(ids) }]);
       expect(Array.from(chatRoutingIds(ids))).toEqual(Array.from(approximateTokenIds(text)));
     }
