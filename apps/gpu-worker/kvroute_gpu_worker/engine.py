@@ -356,6 +356,24 @@ class Engine:
         req.kv = None  # the prompt's KV now lives in the batch row (and the tree)
         self.running.append(req)
 
+    def _cache_output(self, req: Request, row: int) -> None:
+        """SGLang caches a finished request's prompt + output (less the last token, whose KV
+        was never computed); the sim does the same, so the pools fill alike."""
+        n_out = len(req.output_ids) - 1
+        if n_out <= 0 or self._batch_kv is None or req.match is None:
+            return
+        ids = req.ids + req.output_ids[:n_out]
+        added = self.cache.new_tokens(ids)
+        # The outputs were reserved as this request's private tokens; they move into the tree.
+        over = self.cache.total_tokens + self._private_reserved() + added - req.reserved - self.config.capacity_tokens
+        if over > 0:
+            self.cache.evict(over)
+        path = self.cache.insert(ids, self._batch_kv[:, :, row, :, : len(ids)])
+        self.cache.lock(path.last)
+        self.cache.unlock(req.match.last)
+        req.match = path
+        req.in_tree = path.matched_tokens
+
     def _drop_row(self, i: int) -> None:
         last = len(self.running) - 1
         if i != last and self._batch_kv is not None:
@@ -385,6 +403,7 @@ class Engine:
                 done.append(i)
         for i in reversed(done):
             r = self.running[i]
+            self._cache_output(r, i)
             self._drop_row(i)
             self._finish(r)
 

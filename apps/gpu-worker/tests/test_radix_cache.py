@@ -148,3 +148,21 @@ def test_context_limit_rejects_before_queueing(engine_factory):
     with pytest.raises(ContextLengthError, match="maximum context length is 100"):
         eng.submit(Request(ids=[1] * 90, max_new_tokens=20))
     assert not eng.waiting
+
+
+def test_finished_request_caches_prompt_and_output_like_sglang(engine_factory):
+    eng = engine_factory(capacity_tokens=2000)
+    a = eng.submit(Request(ids=list(range(500, 600)), max_new_tokens=8))
+    eng.run_until_idle()
+    # The last output token's KV was never computed, so 100 + 7 tokens are cached.
+    assert eng.cache.total_tokens == 107
+    follow = a.ids + a.output_ids[:7] + [42, 43]
+    b = eng.submit(Request(ids=follow, max_new_tokens=2))
+    eng.run_until_idle()
+    assert b.cached_tokens == 107
+    # The decode-written K/V served from the tree give what a cold prefill gives.
+    cold = engine_factory(capacity_tokens=2000)
+    c = cold.submit(Request(ids=follow, max_new_tokens=2))
+    cold.run_until_idle()
+    assert c.cached_tokens == 0 and c.output_ids == b.output_ids
+    assert eng.cache.locked_tokens == 0 and eng.load()["num_used_tokens"] == eng.cache.total_tokens
