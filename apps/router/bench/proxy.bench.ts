@@ -9,21 +9,12 @@
 //   pnpm --filter @kvroute/router bench [-- --duration 10 --connections 32 --stream]
 import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { cpus, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
-interface AutocannonResult {
-  requests: { average: number; total: number };
-  latency: { p50: number; p90: number; p99: number; average: number; max: number };
-  non2xx: number;
-  errors: number;
-  timeouts: number;
-}
-type Autocannon = (opts: Record<string, unknown>) => Promise<AutocannonResult>;
-const autocannon = createRequire(import.meta.url)('autocannon') as Autocannon;
+import autocannon, { type AutocannonResult } from 'autocannon';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const routerRoot = join(here, '..');
@@ -43,13 +34,17 @@ const duration = Number(values.duration);
 const warmup = Number(values.warmup);
 const connections = Number(values.connections);
 
+// KVROUTE_BENCH_BUNDLE_DIR: run the esbuild bundles (kvroute-router.mjs, kvroute-mock-worker.mjs)
+// with plain node instead of the TypeScript sources, for machines without node_modules.
+const bundleDir = process.env.KVROUTE_BENCH_BUNDLE_DIR;
+
 function startProcess(
   name: string,
   args: string[],
   cwd: string,
 ): Promise<{ child: ChildProcess; url: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', ...args], {
+    const child = spawn(process.execPath, bundleDir ? args : ['--import', 'tsx', ...args], {
       cwd,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -126,14 +121,22 @@ const children: ChildProcess[] = [];
 try {
   const worker = await startProcess(
     'mock worker',
-    [join(repoRoot, 'apps/mock-worker/src/server.ts'), '--time-scale', '0', '--port', '0'],
-    join(repoRoot, 'apps/mock-worker'),
+    [
+      bundleDir
+        ? join(bundleDir, 'kvroute-mock-worker.mjs')
+        : join(repoRoot, 'apps/mock-worker/src/server.ts'),
+      '--time-scale',
+      '0',
+      '--port',
+      '0',
+    ],
+    bundleDir ?? join(repoRoot, 'apps/mock-worker'),
   );
   children.push(worker.child);
   const router = await startProcess(
     'router',
     [
-      join(routerRoot, 'src/server.ts'),
+      bundleDir ? join(bundleDir, 'kvroute-router.mjs') : join(routerRoot, 'src/server.ts'),
       '--worker-urls',
       worker.url,
       '--port',
@@ -141,7 +144,7 @@ try {
       '--load-balance-method',
       'prefix_match',
     ],
-    routerRoot,
+    bundleDir ?? routerRoot,
   );
   children.push(router.child);
 

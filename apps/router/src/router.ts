@@ -96,6 +96,9 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     logger: opts.logger ?? false,
     bodyLimit: config.maxBodyBytes,
     disableRequestLogging: true,
+    // One logger for all requests instead of a pino child per request: the router logs
+    // failures, not traffic, and the child costs an allocation on every proxied call.
+    childLoggerFactory: (logger) => logger,
     // Streams may run for minutes; the per-request timer (--request-timeout-ms) governs instead.
     requestTimeout: 0,
     return503OnClosing: false,
@@ -240,7 +243,8 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     };
     res.on('close', onEarlyClose);
 
-    const excluded = new Set<number>();
+    // Allocated on the first failure only: most requests never retry.
+    let excluded: Set<number> | undefined;
     let lastFailure: { rank: number; failure: AttemptFailure } | undefined;
     try {
       for (let attemptNo = 0; ; attemptNo++) {
@@ -317,6 +321,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
           const failure = result.failure;
           if (failure.kind === 'connect') health.reportConnectError(worker, failure.detail);
           else health.reportServerError(worker, failure.detail);
+          excluded ??= new Set<number>();
           excluded.add(decision.rank);
           lastFailure = { rank: decision.rank, failure };
           const canRetry =
