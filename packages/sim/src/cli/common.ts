@@ -13,7 +13,13 @@ import type { CliIo } from './command.ts';
 import { UsageError } from './errors.ts';
 import { checkTargets, type OutputTargets } from './outputs.ts';
 import { checkAffinity, type PolicyFlags } from './policies.ts';
-import { type CostModel, getProfile, loadProfileFile, profileNames } from './sim-api.ts';
+import {
+  type CostModel,
+  getProfile,
+  loadProfileFile,
+  profileNames,
+  scenarioList,
+} from './sim-api.ts';
 
 export const DEFAULT_SEED = 1;
 
@@ -76,6 +82,11 @@ export function resolveProfile(p: Parsed, scenario: string, io: CliIo): CostMode
   return getProfile(chosen);
 }
 
+function scenarioHasOption(scenario: string, option: string): boolean {
+  const def = scenarioList().find((s) => s.name === scenario);
+  return def !== undefined && Object.hasOwn(def.defaults, option);
+}
+
 export function readSimFlags(p: Parsed, scenario: string, io: CliIo): SimFlags {
   const ranksRaw = str(p, 'ranks');
   const windowRaw = str(p, 'window');
@@ -87,11 +98,22 @@ export function readSimFlags(p: Parsed, scenario: string, io: CliIo): SimFlags {
   if (prefixRaw !== undefined) policyFlags.prefixLength = positiveInt('prefix-length', prefixRaw);
   const affinity = checkAffinity(str(p, 'affinity'));
   if (affinity !== undefined) policyFlags.affinity = affinity;
+  const ranks = ranksRaw !== undefined ? positiveInt('ranks', ranksRaw) : undefined;
+  const scenarioOptions: Record<string, unknown> = parseAssignments('set', strs(p, 'set'));
+  if (ranks !== undefined && scenarioHasOption(scenario, 'ranks')) {
+    // Scenarios place cluster events (a failing rank, a scale-out target) relative to their
+    // own rank count, so --ranks must reach the workload too, not only the simulator.
+    const set = scenarioOptions.ranks;
+    if (set !== undefined && Number(set) !== ranks) {
+      throw new UsageError(`--ranks ${ranks} conflicts with --set ranks=${String(set)}`);
+    }
+    scenarioOptions.ranks = ranks;
+  }
   return {
-    ...(ranksRaw !== undefined ? { ranks: positiveInt('ranks', ranksRaw) } : {}),
+    ...(ranks !== undefined ? { ranks } : {}),
     profile: resolveProfile(p, scenario, io),
     seed: parseSeed(str(p, 'seed'), DEFAULT_SEED),
-    scenarioOptions: parseAssignments('set', strs(p, 'set')),
+    scenarioOptions,
     policyFlags,
     outputs,
   };
