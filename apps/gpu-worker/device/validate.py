@@ -36,7 +36,7 @@ PKG = os.path.dirname(HERE)
 
 DEVICE = os.environ.get("DEVICE", "cuda")
 CPU = DEVICE == "cpu"
-OUT = os.path.abspath(os.environ.get("OUT") or os.path.join(ROOT, ".device-out"))
+OUT = os.path.abspath(os.environ.get("OUT") or "/tmp/kvroute-validate-out")
 CARRY = os.path.abspath(os.environ.get("DEVICE_DIR") or os.path.join(ROOT, ".device"))
 WORKERS = int(os.environ.get("WORKERS", "4"))
 SHAPE = os.environ.get("SHAPE", "tiny" if CPU else "llama-3.2-1b")
@@ -227,14 +227,8 @@ def main() -> None:
     summary["node"] = ver.stdout.strip()
     phase("node", t, node=node, version=ver.stdout.strip())
     log(f"node {ver.stdout.strip()} ({node}); out={OUT}; device={DEVICE}; shape={SHAPE}; workers={WORKERS}")
-    try:
-        import torch
-
-        summary["torch"] = torch.__version__
-        if torch.cuda.is_available():
-            summary["gpu"] = torch.cuda.get_device_name(0)
-    except Exception as exc:  # only informative
-        summary["torch_error"] = repr(exc)
+    # torch/GPU names come from the calibration profile (name, source): importing torch here
+    # would hold a CUDA context for the whole run.
 
     # 2. calibrate alone on the device
     t = time.time()
