@@ -228,6 +228,17 @@ describe('bad input exits 2 with a message naming the problem', () => {
       /--ranks must be a positive integer, got '0'/,
     ],
     [
+      '--ranks against --set ranks',
+      ['run', ...SMALL, '--set', 'ranks=8'],
+      /--ranks 4 conflicts with --set ranks=8/,
+    ],
+    [
+      // --ranks reaches the workload, whose failing rank 3 no longer exists.
+      '--ranks below a scenario rank',
+      ['run', '--scenario', 'rank-failure', '--ranks', '2'],
+      /rank-failure: failRank must be < ranks \(2\), got 3/,
+    ],
+    [
       'negative window',
       ['run', ...SMALL, '--window=-64'],
       /--window must be a positive integer, got '-64'/,
