@@ -39,6 +39,30 @@ describe('kvroute-router CLI', () => {
     }
   });
 
+  it('--dp-aware with --mock-dp-size routes to (worker, DP rank) pairs', async () => {
+    const running = await startRouter(
+      [
+        '--mock-workers',
+        '2',
+        '--mock-dp-size',
+        '2',
+        '--dp-aware',
+        '--mock-time-scale',
+        '0',
+        '--port',
+        '0',
+        '--log-level',
+        'silent',
+      ],
+      {},
+    );
+    try {
+      expect(running.app.kvroute.table.info().map((r) => r.dpRank)).toEqual([0, 1, 0, 1]);
+    } finally {
+      await running.close();
+    }
+  });
+
   it('prints help, and a config error exits 1 with the message', async () => {
     const log = vi.spyOn(console, 'log').mockImplementation(() => {});
     const err = vi.spyOn(console, 'error').mockImplementation(() => {});

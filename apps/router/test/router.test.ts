@@ -406,6 +406,53 @@ describe('admin routes', () => {
 });
 
 describe('streaming', () => {
+  it('propagates backpressure: a client that stops reading stalls the worker instead of filling router memory', async () => {
+    const ws = await workers(1);
+    const TOTAL = 64 * 1024 * 1024;
+    const piece = Buffer.from(`data: ${'x'.repeat(64 * 1024 - 8)}\n\n`);
+    let written = 0;
+    let blocked = false;
+    ws[0]!.handlers.set('POST /v1/completions', (_q, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const pump = (): void => {
+        while (written < TOTAL) {
+          written += piece.length;
+          if (!res.write(piece)) {
+            blocked = true;
+            res.once('drain', () => {
+              blocked = false;
+              pump();
+            });
+            return;
+          }
+        }
+        res.end();
+      };
+      pump();
+    });
+    const { url } = await router(['--worker-urls', ws[0]!.url], true);
+    const res = await request(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'x', stream: true }),
+      highWaterMark: 64 * 1024,
+    });
+    const it = res.body[Symbol.asyncIterator]();
+    await it.next();
+    // The client reads nothing more: the worker must end up blocked well short of the total.
+    // Wait until the worker has made no progress for 300 ms (or has written everything).
+    let last = -1;
+    let still = 0;
+    for (let i = 0; i < 400 && still < 10 && written < TOTAL; i++) {
+      still = written === last ? still + 1 : 0;
+      last = written;
+      await new Promise((r) => setTimeout(r, 30));
+    }
+    expect(blocked).toBe(true);
+    expect(written).toBeLessThan(TOTAL / 2);
+    res.body.destroy();
+  });
+
   it('pipes SSE chunk by chunk, reads usage from the last chunk, and frees the rank on client abort', async () => {
     const ws = await workers(1);
     let release: (() => void) | undefined;
