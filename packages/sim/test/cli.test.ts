@@ -140,7 +140,9 @@ describe('run', () => {
     expect(csv).toHaveLength(3);
     expect(csv[1]).toMatch(/^seed-sequential,4,seed-qwen3-moe-dp16,1,round_robin,/);
     const html = readFileSync(join(dir, 'out/r.html'), 'utf8');
-    expect(html.match(/<svg/g)?.length).toBe(3);
+    // TTFT distribution, TTFT per request, hit rate, per-rank load.
+    expect(html.match(/<svg/g)?.length).toBe(4);
+    expect(html).toContain('TTFT of each request, in arrival order');
     expect(html).not.toMatch(/<script/i);
     expect(html).not.toMatch(/\b(src|href)\s*=\s*["']?https?:/i);
   });

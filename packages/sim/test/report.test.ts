@@ -261,6 +261,33 @@ describe('HTML', () => {
     expect(html).toContain('90.0%');
   });
 
+  it('adds the per-request TTFT chart when arrival-ordered samples are given and few enough', async () => {
+    const { ttftTimelineSpec, MAX_TIMELINE_REQUESTS } = await import('../src/report/charts.ts');
+    const report = three();
+    const samples = report.policies.map((p) => ({
+      policy: p.policy,
+      ttftMs: [7400, 1290],
+      ttftByArrivalMs: [7400, 1290],
+    }));
+    const html = await renderRunHtml(report, samples);
+    expect(html.match(/<svg/g)?.length).toBe(4);
+    expect(html).toContain('TTFT of each request, in arrival order');
+    const spec = ttftTimelineSpec(report.policies, samples) as {
+      data: { values: { request: number; ttftMs: number }[] };
+    };
+    expect(spec.data.values.slice(0, 2)).toEqual([
+      { policy: 'round_robin', request: 1, ttftMs: 7400 },
+      { policy: 'round_robin', request: 2, ttftMs: 1290 },
+    ]);
+    const many = Array.from({ length: MAX_TIMELINE_REQUESTS + 1 }, () => 1);
+    expect(
+      ttftTimelineSpec(report.policies, [
+        { policy: 'round_robin', ttftMs: many, ttftByArrivalMs: many },
+      ]),
+    ).toBeNull();
+    expect(ttftTimelineSpec(report.policies, [{ policy: 'round_robin', ttftMs: [1] }])).toBeNull();
+  });
+
   it('escapes names so a scenario cannot inject markup', async () => {
     const r = three();
     r.scenario = '<img onerror=x>';

@@ -58,10 +58,15 @@ export function compare(
       })),
     };
     if (result.skippedLines !== undefined) report.skippedLines = result.skippedLines;
-    const samples = result.policies.map((s, i) => ({
-      policy: s.policy,
-      ttftMs: (records[i] ?? []).map((r) => r.ttftMs),
-    }));
+    const samples = result.policies.map((s, i) => {
+      const recs = records[i] ?? [];
+      const byArrival = [...recs].sort((a, b) => a.arrivalMs - b.arrivalMs || a.id - b.id);
+      return {
+        policy: s.policy,
+        ttftMs: recs.map((r) => r.ttftMs),
+        ttftByArrivalMs: byArrival.map((r) => r.ttftMs),
+      };
+    });
     return { report, samples };
   } finally {
     progress.done();

@@ -68,6 +68,45 @@ export function ttftCdfSpec(
   };
 }
 
+/** Above this many requests per policy the per-request chart is unreadable (and the SVG huge). */
+export const MAX_TIMELINE_REQUESTS = 1000;
+
+/**
+ * Each request's TTFT in arrival order: shows when a policy pays cold prefills (under
+ * round_robin on N ranks, a shared prefix is found again only once every N requests).
+ * Null when there is nothing to draw or too many requests to draw.
+ */
+export function ttftTimelineSpec(
+  policies: readonly PolicyReport[],
+  samples: readonly PolicySamples[],
+): TopLevelSpec | null {
+  const series = samples.map((s) => s.ttftByArrivalMs ?? []);
+  const longest = Math.max(0, ...series.map((s) => s.length));
+  if (longest === 0 || longest > MAX_TIMELINE_REQUESTS) return null;
+  const labels = policies.map(policyLabel);
+  const values = series.flatMap((ttfts, i) =>
+    ttfts.map((ttftMs, k) => ({ policy: labels[i] ?? samples[i]?.policy, request: k + 1, ttftMs })),
+  );
+  return {
+    title: 'TTFT of each request, in arrival order',
+    width: WIDTH,
+    height: 240,
+    data: { values },
+    mark: { type: 'line', point: true, strokeWidth: 1.5 },
+    encoding: {
+      x: { field: 'request', type: 'quantitative', title: 'request (arrival order)' },
+      y: { field: 'ttftMs', type: 'quantitative', title: 'TTFT (ms)' },
+      color: {
+        field: 'policy',
+        type: 'nominal',
+        scale: { domain: labels },
+        legend: { orient: 'bottom', columns: 1 },
+      },
+      strokeDash: { field: 'policy', type: 'nominal', scale: { domain: labels } },
+    },
+  };
+}
+
 export function hitRateSpec(policies: readonly PolicyReport[]): TopLevelSpec {
   const labels = policies.map(policyLabel);
   const values = policies.map((p, i) => ({ policy: labels[i], hitRate: p.hitRate }));

@@ -4,7 +4,13 @@
 import { parse, View } from 'vega';
 import type { TopLevelSpec } from 'vega-lite';
 import { compile } from 'vega-lite';
-import { hitRateSpec, rankLoadSpec, sweepHeatmapSpec, ttftCdfSpec } from './charts.ts';
+import {
+  hitRateSpec,
+  rankLoadSpec,
+  sweepHeatmapSpec,
+  ttftCdfSpec,
+  ttftTimelineSpec,
+} from './charts.ts';
 import { fmtInt, fmtMs, fmtNum, fmtPct } from './format.ts';
 import { policyLabel } from './table.ts';
 import type { PolicySamples, RunReport, SweepReport } from './types.ts';
@@ -104,12 +110,14 @@ export async function renderRunHtml(
     ...(hasFaults ? [fmtInt(p.retried), fmtInt(p.failed)] : []),
   ]);
   const meta = `${report.command === 'replay' ? 'Replay of' : 'Scenario'} <b>${escapeHtml(report.command === 'replay' ? String(report.scenarioOptions.file ?? report.scenario) : report.scenario)}</b>, ${report.ranks} ranks, cost profile <b>${escapeHtml(report.profile)}</b>, seed ${escapeHtml(String(report.seed))}.${report.skippedLines ? ` ${report.skippedLines} invalid trace lines skipped.` : ''} Times in ms of simulated time.`;
+  const timeline = ttftTimelineSpec(report.policies, samples);
   const body = [
     `<h1>${escapeHtml(title)}</h1>`,
     `<p class="meta">${meta}</p>`,
     htmlTable(header, rows),
     '<h2>Time to first token</h2>',
     await chart(ttftCdfSpec(report.policies, samples)),
+    ...(timeline ? [await chart(timeline)] : []),
     '<h2>Cache hit rate</h2>',
     await chart(hitRateSpec(report.policies)),
     '<h2>Per-rank load</h2>',

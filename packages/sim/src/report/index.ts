@@ -1,5 +1,12 @@
 // The report renderers' public surface, re-exported from @kvroute/sim's index.
-export { ecdfPoints, hitRateSpec, rankLoadSpec, sweepHeatmapSpec, ttftCdfSpec } from './charts.ts';
+export {
+  ecdfPoints,
+  hitRateSpec,
+  rankLoadSpec,
+  sweepHeatmapSpec,
+  ttftCdfSpec,
+  ttftTimelineSpec,
+} from './charts.ts';
 export { runToCsv, sweepToCsv } from './csv.ts';
 export { escapeHtml, renderRunHtml, renderSvg, renderSweepHtml } from './html.ts';
 export { toJson } from './json.ts';

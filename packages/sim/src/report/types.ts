@@ -60,4 +60,6 @@ export interface SweepReport {
 export interface PolicySamples {
   policy: string;
   ttftMs: number[];
+  /** TTFT of each completed request in arrival order, for the per-request chart. */
+  ttftByArrivalMs?: number[];
 }
