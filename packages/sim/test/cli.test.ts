@@ -361,6 +361,27 @@ describe('replay', () => {
     // The second request finds the shared 512-token block cached.
     expect(j.policies[0].hitRate).toBeCloseTo(512 / 2048, 6);
 
+    // The same through run: --set file= is relative to the user's directory too.
+    const viaRun = await cli([
+      'run',
+      '--scenario',
+      'replay',
+      '--set',
+      'file=bad.jsonl',
+      '--set',
+      'skipInvalid=true',
+      '--ranks',
+      '2',
+      '--policies',
+      'prefix_match:prefixLength=512',
+      '--json',
+      '-',
+    ]);
+    expect(viaRun.code).toBe(0);
+    const jr = JSON.parse(viaRun.stdout);
+    expect(jr.scenarioOptions.file).toBe('bad.jsonl');
+    expect(jr.policies).toEqual(j.policies);
+
     const table = await cli(['replay', 'bad.jsonl', '--ranks', '2', '--skip-invalid']);
     expect(table.stdout).toContain('1 invalid trace lines skipped');
   });

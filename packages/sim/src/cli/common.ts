@@ -1,4 +1,5 @@
 // Flags shared by run, sweep and replay, and their checks.
+import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import {
   type OptionSpec,
@@ -37,14 +38,16 @@ export const SIM_OPTIONS: OptionSpec = {
   html: { type: 'string' },
 };
 
-export const SIM_FLAGS_HELP = `  --ranks N             rank count (default: the scenario's own, e.g. 16 for seed-sequential)
+export const SIM_FLAGS_HELP = `  --ranks N             rank count, for the simulator and the scenario's own 'ranks' option
+                        (default: the scenario's, e.g. 16 for seed-sequential)
   --profile NAME        cost profile (see 'kvroute-sim profiles'); default depends on the scenario
   --profile-file FILE   a kvroute-cost-profile/v1 JSON file instead of a named profile
   --seed S              seed of every random stream (default ${DEFAULT_SEED}); same seed, same bytes
-  --set KEY=VALUE       scenario option, repeatable (e.g. --set requests=10 --set thinkMs=2000)
+  --set KEY=VALUE       scenario option, repeatable (e.g. --set requests=10 --set accumulate=true);
+                        an unknown KEY is an error listing the scenario's options
   --affinity KIND       routing-key cache affinity for every policy: routing_key | none
   --json FILE|-         write the JSON report (schema in the package README); '-' = stdout only
-  --csv FILE|-          write one CSV row per policy
+  --csv FILE|-          write one CSV row per policy (sweep: per grid cell)
   --html FILE|-         write a self-contained HTML report with charts
   -h, --help            this help`;
 
@@ -53,6 +56,8 @@ export interface SimFlags {
   profile: CostModel;
   seed: string | number;
   scenarioOptions: Record<string, unknown>;
+  /** Scenario options to show in reports instead of the resolved ones (paths as typed). */
+  displayOptions?: Record<string, unknown>;
   policyFlags: PolicyFlags;
   outputs: OutputTargets;
 }
@@ -109,11 +114,21 @@ export function readSimFlags(p: Parsed, scenario: string, io: CliIo): SimFlags {
     }
     scenarioOptions.ranks = ranks;
   }
+  // A trace named with --set file=... is relative to the user's directory, like every other
+  // path argument (the loader alone would resolve it against the process's).
+  const file = scenarioOptions.file;
+  let displayOptions: Record<string, unknown> | undefined;
+  if (typeof file === 'string' && file !== '' && existsSync(resolve(io.cwd, file))) {
+    scenarioOptions.file = resolve(io.cwd, file);
+    // Reports show the path as typed, so they do not depend on where the repo lives.
+    displayOptions = { file };
+  }
   return {
     ...(ranks !== undefined ? { ranks } : {}),
     profile: resolveProfile(p, scenario, io),
     seed: parseSeed(str(p, 'seed'), DEFAULT_SEED),
     scenarioOptions,
+    ...(displayOptions ? { displayOptions } : {}),
     policyFlags,
     outputs,
   };

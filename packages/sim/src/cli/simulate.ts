@@ -76,6 +76,7 @@ export function compare(
 export interface SweepInput {
   scenario: string;
   scenarioOptions: Record<string, unknown>;
+  displayOptions?: Record<string, unknown>;
   seed: string | number;
   ranks?: number;
   profile: CostModel;
@@ -132,7 +133,10 @@ export function sweep(io: CliIo, input: SweepInput): { report: SweepReport } {
       format: 'kvroute-sim-sweep/v1',
       command: 'sweep',
       scenario: input.scenario,
-      scenarioOptions: plan.options ?? input.scenarioOptions,
+      scenarioOptions: {
+        ...(plan.options ?? input.scenarioOptions),
+        ...(input.displayOptions ?? {}),
+      },
       ranks,
       profile: input.profile.name,
       seed: input.seed,

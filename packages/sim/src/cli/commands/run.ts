@@ -57,6 +57,7 @@ export const command: Subcommand = {
       command: 'run',
       scenario,
       scenarioOptions: flags.scenarioOptions,
+      displayOptions: flags.displayOptions,
       seed: flags.seed,
       ranks: flags.ranks,
       profile: flags.profile,

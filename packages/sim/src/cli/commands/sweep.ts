@@ -91,6 +91,7 @@ export const command: Subcommand = {
     const { report } = sweep(io, {
       scenario,
       scenarioOptions: flags.scenarioOptions,
+      displayOptions: flags.displayOptions,
       seed: flags.seed,
       ranks: flags.ranks,
       profile: flags.profile,
