@@ -70,7 +70,15 @@ function scenarioMd(s: ScenarioResult): string {
   return parts.join('\n');
 }
 
-export const NOTES = `## How to read this
+export const NOTES = `## Findings
+
+- **Recommended default: \`cache_aware\`.** It indexes the whole prompt (chained 256-token window hashes, learned from its own decisions), so a session follows its history and a tenant's prompt is reused wherever it already lives; it leaves a rank only when that rank is over the bound (1.25 x mean in-flight tokens + 64k tokens) and then picks the cheapest rank by uncached prefill + queued tokens, so a hot prompt spreads over just as many ranks as its load needs. Ties on load go to the rank whose cache churns least, which evens out LRU pressure: that is what lifts the replay's hit rate to the one-big-cache bound's neighbourhood.
+- **\`consistent_hash\`** (bounded loads, epsilon 0.25, the classic bound without slack) fixes prefix_match's hot spots (hot-prefix and compressed-replay p99 far below prefix_match's) but pays in hits: at light load a purely relative bound walks a key off its rank whenever that rank holds one long request more than the others, and its key is only the first 4,096 tokens. Its \`slack\` option (e.g. 65536) recovers part of that; it stays as the stateless choice (several router replicas agree without sharing state).
+- **Keys moved** are observed, not computed from a hash: a session counts as moved when its first request after the change ran elsewhere, whatever the reason (a hash changing its mind, or load). The scale-out target is read literally as 1.5/N with N = 12 ranks after the change. A balanced hash (prefix_match's modulo, consistent_hash) must move at least the new ranks' share (4/12 = 33%) to use them; cache_aware keeps live sessions with their cache and lets the new ranks take new sessions and overflow, so they fill as load needs them (at light load they can stay idle).
+- **Seed-sequential** steady state is TTFT p50 after the first 16 requests; with one sequential client every cache-affine method keeps the prefix on one rank, so they tie.
+- **Busy**: a rank is busy while it runs a prefill or decode step; the compressed replay uses the smallest tried speed-up at which round_robin's busiest rank is >= 70% busy, and x8.
+
+## How to read this
 
 - **hit rate**: cached input tokens / input tokens (token-weighted, as SGLang reports \`cached_tokens\`).
 - **imbalance**: busiest rank's prefill tokens / mean over ranks. **busiest rank busy**: fraction of the run the busiest rank spent in prefill or decode steps.

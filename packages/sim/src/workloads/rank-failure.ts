@@ -29,8 +29,12 @@ export const rankFailure: ScenarioDefinition = {
     'agentic sessions on 16 ranks; one rank dies mid-run (its requests retried) and returns later with an empty cache',
   defaults: {
     ...agentic.defaults,
-    sessions: 240,
-    sessionsPerS: 1,
+    // More, longer-lived sessions than agentic (longer think times, same request rate order),
+    // so ~100 sessions are live across the cluster change and keys-moved is not a handful.
+    sessions: 400,
+    sessionsPerS: 1.5,
+    thinkMinMs: 3000,
+    thinkMaxMs: 12000,
     failRank: 3,
     /** Fractions of the session-arrival span. */
     downAt: 0.35,

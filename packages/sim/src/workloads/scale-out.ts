@@ -14,8 +14,12 @@ export const scaleOut: ScenarioDefinition = {
   defaults: {
     ...agentic.defaults,
     ranks: 8,
-    sessions: 240,
-    sessionsPerS: 1,
+    // More, longer-lived sessions than agentic (longer think times, same request rate order),
+    // so ~100 sessions are live across the cluster change and keys-moved is not a handful.
+    sessions: 400,
+    sessionsPerS: 1.5,
+    thinkMinMs: 3000,
+    thinkMaxMs: 12000,
     toRanks: 12,
     /** Fraction of the session-arrival span. */
     at: 0.5,
