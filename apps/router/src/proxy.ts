@@ -5,7 +5,7 @@
 // client that goes away destroys the upstream body, which closes that connection, which is
 // how SGLang and the mock worker learn to abort the request.
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
-import { type Agent, type Dispatcher, request } from 'undici';
+import type { Agent } from 'undici';
 import type { ReportedUsage } from './usage-scanner.ts';
 import { UsageScanner } from './usage-scanner.ts';
 
@@ -46,26 +46,13 @@ export function upstreamRequestHeaders(
   return out;
 }
 
-export function downstreamHeaders(
-  upstream: IncomingHttpHeaders,
-  extra: Record<string, string>,
-): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = {};
-  for (const name in upstream) {
-    if (name !== 'content-length' && HOP_BY_HOP.has(name)) continue;
-    const v = upstream[name];
-    if (v !== undefined) out[name] = v;
-  }
-  return Object.assign(out, extra);
-}
-
 export type AttemptFailure =
   /** Could not connect (refused, unreachable, connect timeout): the worker is gone. */
   | { kind: 'connect'; detail: string }
   /** The connection broke before response headers (reset, closed). */
   | { kind: 'socket'; detail: string }
-  /** Headers arrived with a 5xx status. The response is still open, to forward or discard. */
-  | { kind: 'status'; detail: string; response: Dispatcher.ResponseData };
+  /** Headers arrived with a 5xx status; its body was discarded so the request can be retried. */
+  | { kind: 'status'; status: number; detail: string };
 
 const CONNECT_CODES = new Set([
   'ECONNREFUSED',
@@ -88,116 +75,186 @@ export function classifyNetworkError(err: unknown): AttemptFailure {
   return code && CONNECT_CODES.has(code) ? { kind: 'connect', detail } : { kind: 'socket', detail };
 }
 
-export interface AttemptOptions {
+export interface ForwardOptions {
   agent: Agent;
-  url: string;
+  /** The worker's origin (`http://host:port`) and the request path including any base path. */
+  origin: string;
+  path: string;
   headers: Record<string, string>;
   body: Buffer;
-  signal: AbortSignal;
+  /** The client's response, written to only if `decide` says so. */
+  res: ServerResponse;
+  /** Added to the response headers (x-kvroute-rank, x-kvroute-reason). */
+  extraHeaders: Record<string, string>;
+  /**
+   * Called synchronously when the worker's status arrives, before any byte goes to the client:
+   * 'pipe' starts the response, 'discard' drains the worker's body (a 5xx to be retried).
+   */
+  decide(status: number): 'pipe' | 'discard';
+  /** The first body byte arrived from the worker (TTFT for streams). */
+  onFirstByte(): void;
 }
 
-export type AttemptResult =
-  | { ok: true; response: Dispatcher.ResponseData }
-  | { ok: false; failure: AttemptFailure };
-
-/** One POST to one worker. Resolves when headers arrive; rejects only when `signal` aborted. */
-export async function attempt(opts: AttemptOptions): Promise<AttemptResult> {
-  let response: Dispatcher.ResponseData;
-  try {
-    response = await request(opts.url, {
-      method: 'POST',
-      headers: opts.headers,
-      body: opts.body,
-      signal: opts.signal,
-      dispatcher: opts.agent,
-      // The router's own timer (--request-timeout-ms) bounds the whole request.
-      headersTimeout: 0,
-      bodyTimeout: 0,
-    });
-  } catch (err) {
-    if (opts.signal.aborted) throw err;
-    return { ok: false, failure: classifyNetworkError(err) };
-  }
-  if (response.statusCode >= 500) {
-    return {
-      ok: false,
-      failure: { kind: 'status', detail: `worker answered ${response.statusCode}`, response },
-    };
-  }
-  return { ok: true, response };
-}
+export type ForwardResult =
+  /** Nothing reached the client: connect/socket failure, or a 5xx that was discarded. */
+  | { kind: 'failed'; failure: AttemptFailure }
+  /** Aborted (timeout, client gone) before the worker answered; the caller knows why. */
+  | { kind: 'aborted' }
+  /** The response was piped to the client until `end`. */
+  | { kind: 'piped'; status: number; end: PipeEnd; usage?: ReportedUsage; error?: unknown };
 
 export type PipeEnd =
   /** The worker's body ended and the client got all of it. */
   | 'complete'
-  /** The client went away before the end; the upstream was destroyed. */
+  /** The client went away before the end; the upstream request was aborted. */
   | 'client-closed'
-  /** The upstream body failed mid-way (worker died, timeout); the client's stream was cut. */
+  /** The upstream failed mid-way (worker died, timeout); the client's connection was cut. */
   | 'upstream-error';
 
-export interface PipeOutcome {
-  end: PipeEnd;
-  usage?: ReportedUsage;
-  error?: unknown;
-}
-
 /**
- * Writes status, headers and the body to the client as the worker produces it.
- * `onFirstByte` fires at the first body chunk (TTFT for streams).
+ * One forwarding attempt as an undici dispatch handler: the worker's chunks are written to the
+ * client's socket from onData, and returning false there (client socket full) pauses the
+ * worker's connection until 'drain'. No intermediate stream, promise per chunk or AbortSignal:
+ * this is the router's hot path.
  */
-export function pipeResponse(
-  response: Dispatcher.ResponseData,
-  res: ServerResponse,
-  extraHeaders: Record<string, string>,
-  onFirstByte: () => void,
-): Promise<PipeOutcome> {
-  const body = response.body;
-  const contentType = String(response.headers['content-type'] ?? '');
-  const scanner = new UsageScanner(contentType.startsWith('text/event-stream'));
-  // Headers leave with the first body chunk (one write instead of two per response).
-  res.writeHead(response.statusCode, downstreamHeaders(response.headers, extraHeaders));
-  return new Promise<PipeOutcome>((resolve) => {
-    let first = true;
-    let settled = false;
-    const settle = (outcome: PipeOutcome): void => {
-      if (settled) return;
-      settled = true;
-      body.off('data', onData);
-      res.off('close', onClose);
-      res.off('drain', onDrain);
-      resolve(outcome);
-    };
-    const onDrain = (): void => {
-      body.resume();
-    };
-    const onData = (chunk: Buffer): void => {
-      if (first) {
-        first = false;
-        onFirstByte();
-      }
-      scanner.push(chunk);
-      if (!res.write(chunk)) body.pause();
-    };
-    const onClose = (): void => {
-      // 'close' before 'finish' means the client's connection went away mid-response.
-      if (!res.writableFinished) {
-        body.destroy();
-        settle({ end: 'client-closed' });
-      }
-    };
-    res.on('drain', onDrain);
-    res.on('close', onClose);
-    body.on('data', onData);
-    body.once('end', () => {
-      res.end();
-      settle({ end: 'complete', usage: scanner.result() });
+export class ForwardCall {
+  readonly done: Promise<ForwardResult>;
+  private settle!: (r: ForwardResult) => void;
+  private settled = false;
+  private abortUpstream: ((err?: Error) => void) | undefined;
+  private pendingAbort: Error | undefined;
+  private mode: 'waiting' | 'pipe' | 'discard' = 'waiting';
+  private status = 0;
+  private first = true;
+  private scanner: UsageScanner | undefined;
+  private resumeUpstream: (() => void) | undefined;
+  private clientClosed = false;
+  private abortRequested = false;
+
+  constructor(private readonly o: ForwardOptions) {
+    this.done = new Promise((resolve) => {
+      this.settle = resolve;
     });
-    body.on('error', (err) => {
-      if (settled) return;
-      // Status and part of the body are already out: all we can do is cut the connection,
-      // so the client sees an incomplete response rather than a clean end.
-      res.destroy();
-      settle({ end: 'upstream-error', error: err });
+  }
+
+  start(): Promise<ForwardResult> {
+    this.o.agent.dispatch(
+      {
+        origin: this.o.origin,
+        path: this.o.path,
+        method: 'POST',
+        headers: this.o.headers,
+        body: this.o.body,
+        // The router's own timer (--request-timeout-ms) bounds the whole request.
+        headersTimeout: 0,
+        bodyTimeout: 0,
+      },
+      this,
+    );
+    return this.done;
+  }
+
+  /** Aborts the upstream request (timeout, client gone); safe before the connection exists. */
+  abort(reason: Error): void {
+    this.abortRequested = true;
+    if (this.abortUpstream) this.abortUpstream(reason);
+    else this.pendingAbort ??= reason;
+  }
+
+  private finish(r: ForwardResult): void {
+    if (this.settled) return;
+    this.settled = true;
+    const res = this.o.res;
+    res.off('close', this.onClientClose);
+    res.off('drain', this.onDrain);
+    this.settle(r);
+  }
+
+  private readonly onDrain = (): void => {
+    this.resumeUpstream?.();
+  };
+
+  private readonly onClientClose = (): void => {
+    // 'close' before 'finish' means the client's connection went away mid-response.
+    if (!this.o.res.writableFinished) {
+      this.clientClosed = true;
+      // Settle first: undici may report the abort through onError synchronously.
+      this.finish({ kind: 'piped', status: this.status, end: 'client-closed' });
+      this.abort(new Error('client closed the connection'));
+    }
+  };
+
+  onConnect(abort: (err?: Error) => void): void {
+    if (this.pendingAbort) abort(this.pendingAbort);
+    else this.abortUpstream = abort;
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
+    this.status = statusCode;
+    this.mode = this.o.decide(statusCode);
+    if (this.mode === 'discard') return true;
+    const headers: Record<string, string | string[]> = {};
+    let contentType = '';
+    for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+      const name = rawHeaders[i]!.toString('latin1').toLowerCase();
+      if (name !== 'content-length' && HOP_BY_HOP.has(name)) continue;
+      const value = rawHeaders[i + 1]!.toString('latin1');
+      if (name === 'content-type') contentType = value;
+      const prev = headers[name];
+      headers[name] =
+        prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [prev, value];
+    }
+    this.scanner = new UsageScanner(contentType.startsWith('text/event-stream'));
+    this.resumeUpstream = resume;
+    const res = this.o.res;
+    res.on('close', this.onClientClose);
+    res.on('drain', this.onDrain);
+    // Headers leave with the first body chunk (one write instead of two per response).
+    res.writeHead(statusCode, Object.assign(headers, this.o.extraHeaders));
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    if (this.mode !== 'pipe' || this.settled) return true;
+    if (this.first) {
+      this.first = false;
+      this.o.onFirstByte();
+    }
+    this.scanner!.push(chunk);
+    return this.o.res.write(chunk);
+  }
+
+  onComplete(): void {
+    if (this.mode === 'discard') {
+      this.finish({
+        kind: 'failed',
+        failure: { kind: 'status', status: this.status, detail: `worker answered ${this.status}` },
+      });
+      return;
+    }
+    if (this.settled) return;
+    this.o.res.end();
+    this.finish({
+      kind: 'piped',
+      status: this.status,
+      end: 'complete',
+      usage: this.scanner!.result(),
     });
-  });
+  }
+
+  onError(err: Error): void {
+    if (this.settled) return;
+    if (this.mode === 'pipe') {
+      // Status and part of the body are out: all we can do is cut the connection, so the
+      // client sees an incomplete response rather than a clean end.
+      if (!this.clientClosed) this.o.res.destroy();
+      this.finish({ kind: 'piped', status: this.status, end: 'upstream-error', error: err });
+      return;
+    }
+    if (this.abortRequested) {
+      this.finish({ kind: 'aborted' });
+      return;
+    }
+    this.finish({ kind: 'failed', failure: classifyNetworkError(err) });
+  }
 }

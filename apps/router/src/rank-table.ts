@@ -11,6 +11,9 @@ import { createLoadTracker, type LoadTracker, type RankState } from '@kvroute/po
 export interface Worker {
   /** Base URL without a trailing slash. */
   readonly url: string;
+  /** `http://host:port` of url, and its path (empty or `/prefix`), split once for the proxy. */
+  readonly origin: string;
+  readonly basePath: string;
   /** Ranks this worker contributes: its dp_size with --dp-aware, else 1. */
   readonly dpSize: number;
   /** Whether requests to it carry routed_dp_rank (its ranks are DP ranks inside one server). */
@@ -73,8 +76,11 @@ export class RankTable {
   /** Adds a worker's ranks; dpSize must already be known (see topology.ts). */
   addWorker(url: string, dpSize: number, dpAware: boolean): Worker {
     if (this.byUrl.has(url)) throw new Error(`worker ${url} is already in the rank table`);
+    const parsed = new URL(url);
     const worker: Worker = {
       url,
+      origin: parsed.origin,
+      basePath: parsed.pathname.replace(/\/+$/, ''),
       dpSize,
       dpAware,
       ranks: [],

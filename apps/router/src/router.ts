@@ -33,7 +33,7 @@ import { RouterError } from './errors.ts';
 import { HealthMonitor } from './health.ts';
 import { LoadPoller } from './load-poller.ts';
 import { createRouterMetrics, type RouterMetrics } from './metrics.ts';
-import { type AttemptFailure, attempt, pipeResponse, upstreamRequestHeaders } from './proxy.ts';
+import { type AttemptFailure, ForwardCall, upstreamRequestHeaders } from './proxy.ts';
 import { RankTable, type Worker } from './rank-table.ts';
 import { addWorker } from './topology.ts';
 import { describeError, getText } from './upstream.ts';
@@ -226,28 +226,35 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
       ...(route_.bootstrapRoom !== undefined ? { bootstrapRoom: route_.bootstrapRoom } : {}),
     };
 
-    // One timer and one abort signal for the whole request, across retries.
-    const ac = new AbortController();
+    // One timer for the whole request, across retries; it aborts whichever attempt is current.
+    let call: ForwardCall | undefined;
     let timedOut = false;
     let clientGone = false;
     const timer = setTimeout(() => {
       timedOut = true;
-      ac.abort(new Error('request timeout'));
+      call?.abort(new Error('request timeout'));
     }, config.requestTimeoutMs);
     const res = reply.raw;
     const onEarlyClose = (): void => {
       if (!res.writableFinished && !res.headersSent) {
         clientGone = true;
-        ac.abort(new Error('client closed the connection'));
+        call?.abort(new Error('client closed the connection'));
       }
     };
     res.on('close', onEarlyClose);
+    const streamLabel = parsed.stream ? 'true' : 'false';
 
     // Allocated on the first failure only: most requests never retry.
     let excluded: Set<number> | undefined;
     let lastFailure: { rank: number; failure: AttemptFailure } | undefined;
     try {
       for (let attemptNo = 0; ; attemptNo++) {
+        if (clientGone) {
+          // Nothing left to answer: the socket is gone. Hijack so fastify does not try.
+          reply.hijack();
+          metrics.requests.inc({ route, rank: 'none', reason: 'none', status: '499' });
+          return;
+        }
         const view = table.view(excluded);
         let decision: Decision;
         const t0 = performance.now();
@@ -264,13 +271,15 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
           (performance.now() - t0) / 1e3,
         );
         const slot = table.slot(decision.rank);
-        if (!slot)
+        if (!slot) {
           throw new RouterError(
             'internal_error',
             `policy chose rank ${decision.rank}, which does not exist`,
           );
+        }
         const worker = slot.worker;
-        const rankLabel = String(decision.rank);
+        const rank = decision.rank;
+        const rankLabel = String(rank);
 
         let outBody = raw;
         if (slot.dpRank !== undefined) {
@@ -280,99 +289,81 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
           const { routed_dp_rank: _ignored, ...rest } = body;
           outBody = Buffer.from(JSON.stringify(rest));
         }
-        const headers = upstreamRequestHeaders(req.headers, outBody.length, slot.dpRank);
 
-        table.tracker.onDispatch(decision.rank, tokens);
-        let released = false;
-        const release = (): void => {
-          if (released) return;
-          released = true;
-          table.tracker.onComplete(decision.rank, tokens);
+        // Decided synchronously when the worker's status arrives: a 5xx is discarded (and
+        // retried) only while another healthy rank and a retry are left.
+        const canRetryAfter = (): boolean => {
+          if (routed !== undefined || attemptNo >= config.maxRetries) return false;
+          const ex = new Set(excluded);
+          ex.add(rank);
+          return table.hasHealthy(ex);
         };
+        table.tracker.onDispatch(rank, tokens);
         const sentAt = performance.now();
-        let result: Awaited<ReturnType<typeof attempt>>;
-        try {
-          result = await attempt({
-            agent,
-            url: worker.url + route,
-            headers,
-            body: outBody,
-            signal: ac.signal,
-          });
-        } catch (err) {
-          release();
+        call = new ForwardCall({
+          agent,
+          origin: worker.origin,
+          path: worker.basePath + route,
+          headers: upstreamRequestHeaders(req.headers, outBody.length, slot.dpRank),
+          body: outBody,
+          res,
+          extraHeaders: { 'x-kvroute-rank': rankLabel, 'x-kvroute-reason': decision.reason },
+          decide: (status) => {
+            if (status >= 500 && canRetryAfter()) return 'discard';
+            reply.hijack();
+            return 'pipe';
+          },
+          onFirstByte: () => {
+            metrics.ttftSeconds.observe(
+              { rank: rankLabel, stream: streamLabel },
+              (performance.now() - sentAt) / 1e3,
+            );
+          },
+        });
+        const result = await call.start();
+        table.tracker.onComplete(rank, tokens);
+
+        if (result.kind === 'aborted') {
           if (timedOut) {
             health.reportServerError(worker, 'request timed out');
             throw timeoutError(worker.url);
           }
-          if (clientGone) {
-            metrics.requests.inc({
-              route,
-              rank: rankLabel,
-              reason: decision.reason,
-              status: '499',
-            });
-            return;
-          }
-          throw err;
+          reply.hijack();
+          metrics.requests.inc({ route, rank: rankLabel, reason: decision.reason, status: '499' });
+          return;
         }
-
-        if (!result.ok) {
+        if (result.kind === 'failed') {
           const failure = result.failure;
           if (failure.kind === 'connect') health.reportConnectError(worker, failure.detail);
           else health.reportServerError(worker, failure.detail);
           excluded ??= new Set<number>();
-          excluded.add(decision.rank);
-          lastFailure = { rank: decision.rank, failure };
-          const canRetry =
-            routed === undefined && attemptNo < config.maxRetries && table.hasHealthy(excluded);
-          if (canRetry) {
-            if (failure.kind === 'status') await failure.response.body.dump().catch(() => {});
-            release();
+          excluded.add(rank);
+          lastFailure = { rank, failure };
+          if (failure.kind === 'status' || canRetryAfter()) {
             metrics.retries.inc({ rank: rankLabel, cause: failure.kind });
             req.log.warn(
-              { rank: decision.rank, worker: worker.url, failure: failure.detail },
+              { rank, worker: worker.url, failure: failure.detail },
               'retrying on another rank',
             );
             continue;
           }
-          if (failure.kind !== 'status') {
-            release();
-            throw noRankLeft(lastFailure, undefined);
-          }
-          // Out of retries with a 5xx in hand: the worker's own error body is the clearest answer.
-          result = { ok: true, response: failure.response };
-        } else {
-          health.reportSuccess(worker);
+          throw noRankLeft(lastFailure, undefined);
         }
 
-        const response = result.response;
-        reply.hijack();
-        const streaming = String(response.headers['content-type'] ?? '').startsWith(
-          'text/event-stream',
-        );
-        const outcome = await pipeResponse(
-          response,
-          res,
-          { 'x-kvroute-rank': rankLabel, 'x-kvroute-reason': decision.reason },
-          () => {
-            metrics.ttftSeconds.observe(
-              { rank: rankLabel, stream: streaming ? 'true' : 'false' },
-              (performance.now() - sentAt) / 1e3,
-            );
-          },
-        );
-        release();
-        if (outcome.usage) {
-          metrics.promptTokens.inc({ rank: rankLabel }, outcome.usage.promptTokens);
-          metrics.cachedTokens.inc({ rank: rankLabel }, outcome.usage.cachedTokens);
+        // Piped: a worker 5xx on the last attempt is forwarded as is (its body is the clearest
+        // answer) and still counts against the worker's health.
+        if (result.status >= 500)
+          health.reportServerError(worker, `worker answered ${result.status}`);
+        else health.reportSuccess(worker);
+        if (result.usage) {
+          metrics.promptTokens.inc({ rank: rankLabel }, result.usage.promptTokens);
+          metrics.cachedTokens.inc({ rank: rankLabel }, result.usage.cachedTokens);
         }
-        let status = String(response.statusCode);
-        if (outcome.end === 'client-closed') status = '499';
-        else if (outcome.end === 'upstream-error') {
+        let status = String(result.status);
+        if (result.end === 'client-closed') status = '499';
+        else if (result.end === 'upstream-error') {
           status = timedOut ? '504' : '502';
-          if (!timedOut && !clientGone)
-            health.reportServerError(worker, describeError(outcome.error));
+          if (!timedOut) health.reportServerError(worker, describeError(result.error));
         }
         metrics.requests.inc({ route, rank: rankLabel, reason: decision.reason, status });
         return;
