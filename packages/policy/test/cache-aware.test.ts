@@ -188,6 +188,17 @@ describe('cache_aware', () => {
     expect(leastLoadedCool(ctx, makeRanks(3), [50, 100, 20]).rank).toBe(2); // then fill
   });
 
+  it('does not reuse keys across dispatches of a reused request object and buffer', () => {
+    const d = createDispatcher({ method: 'cache_aware' });
+    const ranks = makeRanks(4);
+    const buffer = Uint32Array.from(withTail(SYSTEM, 0));
+    const request = { inputIds: buffer };
+    const first = d.dispatch(request, ranks).rank;
+    buffer.set(randomIds(rand, buffer.length)); // same object, same length, new prompt
+    expect(d.dispatch(request, ranks)).toMatchObject({ reason: 'cache-miss-least-load' });
+    expect(d.dispatch({ inputIds: withTail(SYSTEM, 3) }, ranks).rank).toBe(first);
+  });
+
   it('rejects bad options and token ids', () => {
     expect(() => createDispatcher({ method: 'cache_aware', slackTokens: -5 })).toThrow(
       PolicyRangeError,

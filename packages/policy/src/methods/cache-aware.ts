@@ -162,6 +162,9 @@ export function createCacheAwareCore(
     learn(ctx, decision) {
       sync(ctx);
       const k = keysOf(ctx);
+      // The memo only bridges select and commit of one dispatch: a host reusing a request
+      // object and its token buffer for the next prompt must not get stale keys.
+      lastRequest = undefined;
       if (k.length === 0) return;
       const state = ctx.ranks[decision.rank];
       const capTokens = state?.kvCapacityTokens ?? capacityTokens;
