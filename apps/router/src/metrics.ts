@@ -28,6 +28,17 @@ export interface RouterMetrics {
   readonly promptTokens: Counter<'rank'>;
   readonly cachedTokens: Counter<'rank'>;
   readonly retries: Counter<'rank' | 'cause'>;
+  /** Label-bound children for one rank, cached: the request path skips label hashing. */
+  rank(rank: string): RankMetrics;
+  /** The decision histogram bound to the dispatcher's method. */
+  decision(method: string): Histogram.Internal<'method'>;
+}
+
+export interface RankMetrics {
+  ttftStream: Histogram.Internal<'rank' | 'stream'>;
+  ttftPlain: Histogram.Internal<'rank' | 'stream'>;
+  promptTokens: Counter.Internal;
+  cachedTokens: Counter.Internal;
 }
 
 // Counters mirrored from a source that only offers totals: reset and re-add at scrape.
@@ -156,5 +167,36 @@ export function createRouterMetrics(sources: MetricsSources): RouterMetrics {
     (a) => a.repicks,
   );
 
-  return { registry, requests, decisionSeconds, ttftSeconds, promptTokens, cachedTokens, retries };
+  const byRank = new Map<string, RankMetrics>();
+  const byMethod = new Map<string, Histogram.Internal<'method'>>();
+  return {
+    registry,
+    requests,
+    decisionSeconds,
+    ttftSeconds,
+    promptTokens,
+    cachedTokens,
+    retries,
+    rank(rank) {
+      let m = byRank.get(rank);
+      if (!m) {
+        m = {
+          ttftStream: ttftSeconds.labels({ rank, stream: 'true' }),
+          ttftPlain: ttftSeconds.labels({ rank, stream: 'false' }),
+          promptTokens: promptTokens.labels({ rank }),
+          cachedTokens: cachedTokens.labels({ rank }),
+        };
+        byRank.set(rank, m);
+      }
+      return m;
+    },
+    decision(method) {
+      let h = byMethod.get(method);
+      if (!h) {
+        h = decisionSeconds.labels({ method });
+        byMethod.set(method, h);
+      }
+      return h;
+    },
+  };
 }

@@ -329,7 +329,6 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
       }
     };
     res.on('close', onEarlyClose);
-    const streamLabel = parsed.stream ? 'true' : 'false';
 
     // Allocated on the first failure only: most requests never retry.
     let excluded: Set<number> | undefined;
@@ -351,10 +350,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
           }
           throw err;
         }
-        metrics.decisionSeconds.observe(
-          { method: dispatcher.method },
-          (performance.now() - t0) / 1e3,
-        );
+        metrics.decision(dispatcher.method).observe((performance.now() - t0) / 1e3);
         const slot = table.slot(decision.rank);
         if (!slot) {
           throw new RouterError(
@@ -397,8 +393,8 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
             return status >= 500 && canRetryAfter() ? 'discard' : 'pipe';
           },
           onFirstByte: () => {
-            metrics.ttftSeconds.observe(
-              { rank: rankLabel, stream: streamLabel },
+            const m = metrics.rank(rankLabel);
+            (parsed.stream ? m.ttftStream : m.ttftPlain).observe(
               (performance.now() - sentAt) / 1e3,
             );
           },
@@ -438,8 +434,9 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
           health.reportServerError(worker, `worker answered ${result.status}`);
         else health.reportSuccess(worker);
         if (result.usage) {
-          metrics.promptTokens.inc({ rank: rankLabel }, result.usage.promptTokens);
-          metrics.cachedTokens.inc({ rank: rankLabel }, result.usage.cachedTokens);
+          const m = metrics.rank(rankLabel);
+          m.promptTokens.inc(result.usage.promptTokens);
+          m.cachedTokens.inc(result.usage.cachedTokens);
         }
         let status = String(result.status);
         if (result.end === 'client-closed') status = '499';
