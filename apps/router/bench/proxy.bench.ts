@@ -17,6 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 import autocannon, { type AutocannonResult } from 'autocannon';
+import { request } from 'undici';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const routerRoot = join(here, '..');
@@ -30,15 +31,45 @@ const { values } = parseArgs({
     warmup: { type: 'string', default: '2' },
     connections: { type: 'string', default: '32' },
     stream: { type: 'boolean', default: false },
+    tsx: { type: 'boolean', default: false },
   },
 });
 const duration = Number(values.duration);
 const warmup = Number(values.warmup);
 const connections = Number(values.connections);
 
-// KVROUTE_BENCH_BUNDLE_DIR: run the esbuild bundles (kvroute-router.mjs, kvroute-mock-worker.mjs)
-// with plain node instead of the TypeScript sources, for machines without node_modules.
-const bundleDir = process.env.KVROUTE_BENCH_BUNDLE_DIR;
+// Both servers run as esbuild bundles with plain node, the form the router ships in (tsx
+// adds a loader and per-closure helpers to every request; --tsx measures the sources instead).
+// KVROUTE_BENCH_BUNDLE_DIR: use bundles built elsewhere (kvroute-router.mjs,
+// kvroute-mock-worker.mjs), for machines without node_modules.
+async function buildBundles(): Promise<string | undefined> {
+  if (process.env.KVROUTE_BENCH_BUNDLE_DIR) return process.env.KVROUTE_BENCH_BUNDLE_DIR;
+  if (values.tsx) return undefined;
+  const { build } = await import('esbuild');
+  const outdir = join(routerRoot, 'dist', 'bench');
+  const common = {
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    logLevel: 'warning',
+    banner: {
+      js: "import{createRequire}from'module';const require=createRequire(import.meta.url);",
+    },
+  } as const;
+  await build({
+    ...common,
+    entryPoints: [join(routerRoot, 'src/server.ts')],
+    outfile: join(outdir, 'kvroute-router.mjs'),
+  });
+  await build({
+    ...common,
+    entryPoints: [join(repoRoot, 'apps/mock-worker/src/server.ts')],
+    outfile: join(outdir, 'kvroute-mock-worker.mjs'),
+  });
+  return outdir;
+}
+const bundleDir = await buildBundles();
 
 function startProcess(
   name: string,
@@ -90,6 +121,24 @@ async function load(url: string, seconds: number, rate?: number): Promise<Autoca
     duration: seconds,
     ...(rate ? { overallRate: rate } : {}),
   });
+}
+
+/** One request at a time: latency without queueing, to the microsecond (autocannon rounds to ms). */
+async function sequential(url: string, n: number): Promise<{ p50: number; p99: number }> {
+  const lat: number[] = [];
+  for (let i = 0; i < n + 200; i++) {
+    const t0 = performance.now();
+    const res = await request(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+    });
+    await res.body.text();
+    if (i >= 200) lat.push(performance.now() - t0);
+  }
+  lat.sort((a, b) => a - b);
+  const q = (p: number): number => lat[Math.floor(p * (lat.length - 1))]!;
+  return { p50: q(0.5), p99: q(0.99) };
 }
 
 function row(name: string, r: AutocannonResult): string {
@@ -153,7 +202,7 @@ try {
   children.push(router.child);
 
   console.log(
-    `kvroute router proxy benchmark: ${connections} connections, ${duration}s per run (+${warmup}s warm-up), ${values.stream ? 'streaming' : 'non-streaming'} chat, body ${body.length} bytes`,
+    `kvroute router proxy benchmark: ${connections} connections, ${duration}s per run (+${warmup}s warm-up), ${values.stream ? 'streaming' : 'non-streaming'} chat, body ${body.length} bytes, ${bundleDir ? 'esbuild bundles' : 'tsx sources'}`,
   );
   console.log(
     `machine: ${cpus().length} CPUs, load average ${loadavg()
@@ -195,6 +244,12 @@ try {
   const fixedP99 = routedAtRate.latency.p99 - directAtRate.latency.p99;
   console.log(
     `added latency at ${rate} req/s: p50 ${(routedAtRate.latency.p50 - directAtRate.latency.p50).toFixed(2)} ms, p99 ${fixedP99.toFixed(2)} ms (target <= 2 ms: ${verdict(fixedP99 <= 2)})`,
+  );
+  const seqDirect = await sequential(worker.url, 2000);
+  const seqRouted = await sequential(router.url, 2000);
+  const seqP99 = seqRouted.p99 - seqDirect.p99;
+  console.log(
+    `one request at a time: direct p50 ${seqDirect.p50.toFixed(3)} ms p99 ${seqDirect.p99.toFixed(3)} ms, router p50 ${seqRouted.p50.toFixed(3)} ms p99 ${seqRouted.p99.toFixed(3)} ms: added p50 ${(seqRouted.p50 - seqDirect.p50).toFixed(3)} ms, p99 ${seqP99.toFixed(3)} ms (target <= 2 ms: ${verdict(seqP99 <= 2)})`,
   );
   if (routerCpuBefore !== undefined && routerCpuAfter !== undefined) {
     const routerUs = ((routerCpuAfter - routerCpuBefore) * 1e6) / routed.requests.total;

@@ -3,7 +3,7 @@
 // server.ts's job, so tests use app.inject() or a loopback port. Worker discovery (dp_size
 // from /get_server_info) runs in onReady, so the builder stays synchronous.
 import { createHash, timingSafeEqual } from 'node:crypto';
-import type { IncomingMessage } from 'node:http';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import {
   createDispatcher,
@@ -18,6 +18,7 @@ import {
   buildRouteRequest,
   createRoutingTokenizer,
   isProtocolError,
+  kindForPath,
   openAIErrorBody,
   type ParsedRequest,
   parseJsonBody,
@@ -30,7 +31,6 @@ import {
 import Fastify, {
   type FastifyBaseLogger,
   type FastifyInstance,
-  type FastifyReply,
   type FastifyRequest,
 } from 'fastify';
 import { Agent } from 'undici';
@@ -75,6 +75,11 @@ const PROXIED: Readonly<Record<string, RequestKind>> = {
   '/v1/chat/completions': 'chat',
   '/v1/completions': 'completion',
   '/generate': 'generate',
+};
+const PATH_OF: Readonly<Record<RequestKind, string>> = {
+  chat: '/v1/chat/completions',
+  completion: '/v1/completions',
+  generate: '/generate',
 };
 
 /** The policy config the CLI flags describe (S-1 plain object). */
@@ -137,6 +142,18 @@ function tokenDigest(token: string): Buffer {
 
 export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {}): FastifyInstance {
   const app = Fastify({
+    // POSTs to the proxied paths go straight to serveProxy; everything else to fastify.
+    serverFactory: (handler) => {
+      const server = createServer((req, res) => {
+        const kind = req.method === 'POST' ? kindForPath(req.url ?? '') : undefined;
+        if (kind) void serveProxy(req, res, kind, PATH_OF[kind]);
+        else handler(req, res);
+      });
+      // What fastify sets on servers it creates itself (it leaves a factory's alone).
+      server.keepAliveTimeout = 72_000;
+      server.requestTimeout = 0;
+      return server;
+    },
     logger: opts.logger ?? false,
     bodyLimit: config.maxBodyBytes,
     disableRequestLogging: true,
@@ -245,13 +262,14 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     app.post(
       path,
       {
-        // The proxy path reads the body itself and answers on the raw response from onRequest:
-        // fastify's body parsing and reply lifecycle cost about a quarter of the router's CPU
-        // per request. inject() and real sockets both go through here.
+        // The proxy path reads the body itself and answers on the raw response: fastify's body
+        // parsing and reply lifecycle cost about a quarter of the router's CPU per request.
+        // Real sockets reach serveProxy before fastify's routing (serverFactory above);
+        // app.inject() comes through this route into the same function.
         onRequest: (req, reply, done) => {
           reply.hijack();
           done();
-          void serveProxy(req, reply, kind, path);
+          void serveProxy(req.raw, reply.raw, kind, path);
         },
       },
       async () => {},
@@ -259,25 +277,24 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
   }
 
   async function serveProxy(
-    req: FastifyRequest,
-    reply: FastifyReply,
+    req: IncomingMessage,
+    res: ServerResponse,
     kind: RequestKind,
     route: string,
   ): Promise<void> {
     try {
-      const raw = await readBody(req.raw, config.maxBodyBytes);
-      await handleProxy(req, reply, kind, route, raw);
+      const raw = await readBody(req, config.maxBodyBytes);
+      await handleProxy(req, res, kind, route, raw);
     } catch (err) {
       if (err === CLIENT_GONE) {
         countRejected(route, 499);
         return;
       }
-      const res = reply.raw;
       if (res.headersSent) {
         res.destroy();
         return;
       }
-      const { status, body } = errorReply(err, req.log);
+      const { status, body } = errorReply(err, log);
       countRejected(route, status);
       const text = JSON.stringify(body);
       res.writeHead(status, {
@@ -291,8 +308,8 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
   }
 
   async function handleProxy(
-    req: FastifyRequest,
-    reply: FastifyReply,
+    req: IncomingMessage,
+    res: ServerResponse,
     kind: RequestKind,
     route: string,
     raw: Buffer,
@@ -304,7 +321,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     const parsed: ParsedRequest = parseRequest(kind, body);
     const route_ = buildRouteRequest(parsed, tokenizer, req.headers);
     const routed = route_.routedRank;
-    if (routed !== undefined) checkRoutedRank(routed, parsed, req);
+    if (routed !== undefined) checkRoutedRank(routed, req);
     const tokens = route_.inputIds.length + route_.maxTokens;
     const policyRequest = {
       inputIds: route_.inputIds,
@@ -321,7 +338,6 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
       timedOut = true;
       call?.abort(new Error('request timeout'));
     }, config.requestTimeoutMs);
-    const res = reply.raw;
     const onEarlyClose = (): void => {
       if (!res.writableFinished && !res.headersSent) {
         clientGone = true;
@@ -419,7 +435,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
           lastFailure = { rank, failure };
           if (failure.kind === 'status' || canRetryAfter()) {
             metrics.retries.inc({ rank: rankLabel, cause: failure.kind });
-            req.log.warn(
+            log.warn(
               { rank, worker: worker.url, failure: failure.detail },
               'retrying on another rank',
             );
@@ -453,7 +469,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     }
   }
 
-  function checkRoutedRank(routed: number, _parsed: ParsedRequest, req: FastifyRequest): void {
+  function checkRoutedRank(routed: number, req: IncomingMessage): void {
     const source =
       req.headers['x-data-parallel-rank'] !== undefined ? 'X-Data-Parallel-Rank' : 'routed_dp_rank';
     if (!config.allowRankOverride) {
