@@ -1,9 +1,9 @@
 // Forwarding one attempt to one rank, and piping the answer back. The body is the client's
 // raw bytes unless the router must change it (routed_dp_rank), so fields the router does not
 // read pass through untouched. Streams are piped chunk by chunk: each upstream chunk is
-// written as it arrives, the upstream is paused while the client's socket is full, and a
-// client that goes away destroys the upstream body, which closes that connection, which is
-// how SGLang and the mock worker learn to abort the request.
+// written as it arrives, the upstream connection is paused while the client's socket is full,
+// and a client that goes away aborts the upstream request, which closes that connection,
+// which is how SGLang and the mock worker learn to abort the generation.
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import type { Agent } from 'undici';
 import type { ReportedUsage } from './usage-scanner.ts';
