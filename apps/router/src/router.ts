@@ -39,7 +39,12 @@ import { RouterError } from './errors.ts';
 import { HealthMonitor } from './health.ts';
 import { LoadPoller } from './load-poller.ts';
 import { createRouterMetrics, type RouterMetrics } from './metrics.ts';
-import { type AttemptFailure, ForwardCall, upstreamRequestHeaders } from './proxy.ts';
+import {
+  type AttemptFailure,
+  ForwardCall,
+  type ForwardResult,
+  upstreamRequestHeaders,
+} from './proxy.ts';
 import { RankTable, type Worker } from './rank-table.ts';
 import { addWorker } from './topology.ts';
 import { describeError, getText } from './upstream.ts';
@@ -415,8 +420,13 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
             );
           },
         });
-        const result = await call.start();
-        table.tracker.onComplete(rank, tokens);
+        let result: ForwardResult;
+        try {
+          result = await call.start();
+        } finally {
+          // Whatever happened (even a throw from undici's dispatch), the rank's load goes back.
+          table.tracker.onComplete(rank, tokens);
+        }
 
         if (result.kind === 'aborted') {
           if (timedOut) {

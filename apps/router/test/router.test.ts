@@ -199,6 +199,39 @@ describe('failures', () => {
     expect(res.json().error.message).toBe('engine crashed');
   });
 
+  it('a client that leaves before the worker answers frees the rank and closes the upstream', async () => {
+    const ws = await workers(1);
+    let upstreamClosed = false;
+    ws[0]!.handlers.set('POST /v1/chat/completions', (_q, res) => {
+      res.on('close', () => {
+        upstreamClosed = true;
+      });
+    });
+    const { app, url } = await router(['--worker-urls', ws[0]!.url], true);
+    const ac = new AbortController();
+    const pending = request(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(chat()),
+      signal: ac.signal,
+    }).catch((err: Error) => err);
+    for (let i = 0; i < 100 && ws[0]!.received.length === 0; i++)
+      await new Promise((r) => setTimeout(r, 10));
+    expect(app.kvroute.table.tracker.ranks[0]!.inFlightRequests).toBe(1);
+    ac.abort();
+    expect(await pending).toBeInstanceOf(Error);
+    for (
+      let i = 0;
+      i < 100 && !(upstreamClosed && app.kvroute.table.tracker.ranks[0]!.inFlightRequests === 0);
+      i++
+    ) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    expect(upstreamClosed).toBe(true);
+    expect(app.kvroute.table.tracker.ranks[0]!.inFlightRequests).toBe(0);
+    expect((await app.inject('/metrics')).body).toMatch(/reason="prefix-hash",status="499"\} 1/);
+  });
+
   it('gives 504 when the worker does not answer in time, and frees the rank', async () => {
     const ws = await workers(1);
     ws[0]!.handlers.set('POST /v1/chat/completions', () => {});
