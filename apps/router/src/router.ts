@@ -220,8 +220,8 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     await agent.destroy();
   });
 
-  // Bodies are kept as raw bytes: parsed once by @kvroute/protocol for routing, and forwarded
-  // as received (no re-serialization) unless the router has to set routed_dp_rank.
+  // Admin bodies arrive as raw bytes and are parsed by @kvroute/protocol like proxied ones (the
+  // proxy path reads its own bodies, forwarding them as received unless routed_dp_rank is set).
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
 
