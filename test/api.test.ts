@@ -53,6 +53,8 @@ describe('--dp-aware in front of one DP-attention worker', () => {
     });
     expect(res.status).toBe(200);
     expect(res.headers['x-kvroute-rank']).toMatch(/^[0-3]$/);
+    // The worker says which DP rank served it (its own header, forwarded): the router's choice.
+    expect(res.headers['x-kvroute-dp-rank']).toBe(res.headers['x-kvroute-rank']);
   });
 });
 
