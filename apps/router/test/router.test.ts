@@ -107,6 +107,36 @@ describe('proxying', () => {
     expect(metrics).toContain('kvroute_router_decision_seconds_count{method="prefix_match"} 5');
   });
 
+  it('pins a routing key (X-Routing-Key, x-smg-routing-key, body routing_key) with --dp-cache-affinity', async () => {
+    const ws = await workers(3);
+    const { app } = await router([
+      '--worker-urls',
+      ...ws.map((w) => w.url),
+      '--load-balance-method',
+      'round_robin',
+      '--dp-cache-affinity',
+      'routing_key',
+    ]);
+    const rankOf = async (i: number, how: 'header' | 'smg' | 'body'): Promise<string> => {
+      const headers: Record<string, string> =
+        how === 'header'
+          ? { 'x-routing-key': 'agent-7' }
+          : how === 'smg'
+            ? { 'x-smg-routing-key': 'agent-7' }
+            : {};
+      const body = chat(`turn ${i}`, how === 'body' ? { routing_key: 'agent-7' } : {});
+      const res = await post(app, '/v1/chat/completions', body, headers);
+      return String(res.headers['x-kvroute-rank']);
+    };
+    const first = await rankOf(0, 'header');
+    for (let i = 1; i < 7; i++)
+      expect(await rankOf(i, (['header', 'smg', 'body'] as const)[i % 3]!)).toBe(first);
+    const metrics = (await app.inject('/metrics')).body;
+    expect(metrics).toContain('kvroute_router_affinity_entries 1');
+    expect(metrics).toContain('kvroute_router_affinity_hits_total 6');
+    expect(metrics).toMatch(/reason="affinity",status="200"\} 6/);
+  });
+
   it('reads meta_info.cached_tokens from /generate', async () => {
     const ws = await workers(1);
     const { app } = await router(['--worker-urls', ws[0]!.url]);
