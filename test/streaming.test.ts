@@ -1,6 +1,6 @@
 // (b) streams arrive incrementally, (c) a client abort mid-stream releases the rank's
-// in-flight count and reaches the worker. Workers run in real time here (time scale 1), so a
-// stream's tokens are produced over a few hundred milliseconds.
+// in-flight count and reaches the worker. Workers run slower than real time here (time scale
+// 3), so a stream's tokens are produced over more than a second.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Cluster, getText, startCluster, sumMetric, waitFor } from './helpers/cluster.ts';
 
@@ -8,7 +8,9 @@ let cluster: Cluster;
 beforeAll(async () => {
   cluster = await startCluster({
     workers: 4,
-    worker: { timeScale: 1 },
+    // Three times slower than real time: the stream lasts over a second, so the checks made
+    // at its first chunk cannot race its end even on a loaded machine.
+    worker: { timeScale: 3 },
     routerArgs: ['--load-balance-method', 'round_robin'],
   });
 });
