@@ -51,10 +51,10 @@ describe('resolveConfig', () => {
     expect(cfg.port).toBe(0);
   });
 
-  it('defaults: 32 MiB body limit, prefix_match, no admin routes, no rank override', () => {
+  it('defaults: 32 MiB body limit, cache_aware (the recommended method), no admin routes, no rank override', () => {
     const cfg = resolveConfig(W);
     expect(cfg.maxBodyBytes).toBe(32 * 1024 * 1024);
-    expect(cfg.loadBalanceMethod).toBe('prefix_match');
+    expect(cfg.loadBalanceMethod).toBe('cache_aware');
     expect(cfg.adminToken).toBeUndefined();
     expect(cfg.allowRankOverride).toBe(false);
   });
@@ -135,6 +135,8 @@ describe('dispatcherConfig', () => {
   it('maps flags onto the policy config (S-1 shape)', () => {
     const cfg = resolveConfig([
       ...W,
+      '--load-balance-method',
+      'prefix_match',
       '--prefix-window',
       '64',
       '--prefix-length',

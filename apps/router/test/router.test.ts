@@ -82,6 +82,8 @@ describe('proxying', () => {
   it('routes a session to one rank under prefix_match and records cached tokens per rank', async () => {
     const ws = await workers(4);
     const { app } = await router([
+      '--load-balance-method',
+      'prefix_match',
       '--worker-urls',
       ...ws.map((w) => w.url),
       '--prefix-window',
@@ -237,7 +239,10 @@ describe('failures', () => {
         upstreamClosed = true;
       });
     });
-    const { app, url } = await router(['--worker-urls', ws[0]!.url], true);
+    const { app, url } = await router(
+      ['--load-balance-method', 'prefix_match', '--worker-urls', ws[0]!.url],
+      true,
+    );
     const ac = new AbortController();
     const pending = request(`${url}/v1/chat/completions`, {
       method: 'POST',
