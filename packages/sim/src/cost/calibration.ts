@@ -1,6 +1,6 @@
 // Reading the H200 prefill calibration and scoring a cost model against it. Shared by the
 // fit script (which chooses the coefficients) and the test (which checks the committed ones).
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { PrefillCoefficients } from './cost-model.ts';
@@ -24,8 +24,25 @@ export function sharedDir(): string {
   return resolve(repoRoot(), '../shared');
 }
 
+/** Copies of the shared material committed in this package (packages/sim/data). */
+export function vendoredDataDir(): string {
+  return resolve(repoRoot(), 'packages/sim/data');
+}
+
+/**
+ * A file of the shared material: `$KVROUTE_SHARED_DIR`, else `<repo>/../shared` (the team's
+ * canonical copy), else the vendored copy, so a clone anywhere still fits and replays.
+ */
+export function sharedFile(relative: string): string {
+  const roots = [process.env.KVROUTE_SHARED_DIR, sharedDir(), vendoredDataDir()];
+  for (const root of roots) {
+    if (root && existsSync(resolve(root, relative))) return resolve(root, relative);
+  }
+  return resolve(vendoredDataDir(), relative);
+}
+
 export function defaultCalibrationPath(): string {
-  return resolve(sharedDir(), 'calibration/h200-prefill.jsonl');
+  return sharedFile('calibration/h200-prefill.jsonl');
 }
 
 export function readCalibration(path = defaultCalibrationPath()): CalibrationPoint[] {

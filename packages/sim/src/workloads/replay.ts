@@ -5,7 +5,7 @@
 // a request's token array is built only when it is read (the whole trace is ~144M tokens).
 import { existsSync, readFileSync } from 'node:fs';
 import { isAbsolute, resolve } from 'node:path';
-import { repoRoot, sharedDir } from '../cost/calibration.ts';
+import { repoRoot, sharedFile } from '../cost/calibration.ts';
 import { optBool, optInt, optNum } from './options.ts';
 import { stream, VOCAB } from './random.ts';
 import type { ScenarioDefinition, WorkloadRequest } from './types.ts';
@@ -15,7 +15,7 @@ export class TraceFormatError extends Error {
 }
 
 export function defaultTracePath(): string {
-  return resolve(sharedDir(), 'traces/mooncake-conversation.jsonl');
+  return sharedFile('traces/mooncake-conversation.jsonl');
 }
 
 /** Absolute paths as given; relative ones from the working directory, else the repo root. */
