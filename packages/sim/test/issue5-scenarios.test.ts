@@ -69,6 +69,12 @@ describe('rank-failure', () => {
     for (const r of run.records) {
       if (r.arrivalMs > down!.atMs && r.arrivalMs < up!.atMs) expect(r.rank).not.toBe(3);
     }
+    // It served before it died, and serves again (cold) after it returns.
+    expect(run.records.some((r) => r.arrivalMs < down!.atMs && r.rank === 3)).toBe(true);
+    // (cache_aware keeps live sessions where their history is; a load-only method shows it back.)
+    const rr = simulatePlan(plan, { policy: { method: 'round_robin' }, profile, seed: 2 });
+    expect(rr.records.some((r) => r.arrivalMs >= up!.atMs && r.rank === 3)).toBe(true);
+    expect(rr.summary.failed).toBe(0);
     expect(() => buildWorkload('rank-failure', { failRank: 16 }, 1)).toThrow(/failRank/);
     expect(() => buildWorkload('rank-failure', { downAt: 0.8, upAt: 0.5 }, 1)).toThrow(/upAt/);
   });

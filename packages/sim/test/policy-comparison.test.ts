@@ -5,7 +5,13 @@ import { describe, expect, it } from 'vitest';
 import { oneBigCacheBound } from '../src/compare/bound.ts';
 import { keysMoved } from '../src/compare/keys-moved.ts';
 import { main } from '../src/compare/main.ts';
-import { judgeTargets, runPolicyComparison } from '../src/compare/policy-comparison.ts';
+import {
+  judgeTargets,
+  type PolicyComparison,
+  type PolicyRow,
+  runPolicyComparison,
+  type ScenarioResult,
+} from '../src/compare/policy-comparison.ts';
 import { renderHtml, renderMarkdown } from '../src/compare/render.ts';
 import { getProfile } from '../src/cost/profiles.ts';
 import type { RequestRecord } from '../src/metrics/types.ts';
@@ -133,6 +139,18 @@ describe('policy comparison report', () => {
     expect(c.targets.length).toBeGreaterThan(5);
     expect(c.targets.every((t) => t.method === 'cache_aware')).toBe(true);
     expect(judgeTargets(c)).toEqual(c.targets);
+    // No per-scenario tuning: every row is the method's plain defaults on that scenario's plan.
+    const profile = getProfile('h200-llama-3.1-8b');
+    for (const s of c.scenarios.filter((x) => ['hot-prefix', 'scale-out'].includes(x.id))) {
+      const plan = buildWorkload(s.scenario, s.options, 1);
+      const run = simulatePlan(plan, { policy: { method: 'cache_aware' }, profile, seed: 1 });
+      const r = s.rows.find((x) => x.policy === 'cache_aware')!;
+      expect([r.hitRate, r.ttftP99, r.imbalance]).toEqual([
+        run.summary.hitRate,
+        run.summary.ttftMs.p99,
+        run.summary.imbalance,
+      ]);
+    }
     const md = renderMarkdown(c);
     expect(md).toContain('## Targets (issue 5)');
     expect(md).toContain('One-big-cache bound');
@@ -154,5 +172,140 @@ describe('policy comparison report', () => {
     expect(await main(['--bogus'], io)).toBe(2);
     expect(err.join('')).toMatch(/unknown method 'nope'.*cache_aware/);
     expect(() => readFileSync(join(dir, 'policy-comparison.md'))).toThrow();
+  });
+});
+
+/** A row with only the fields the targets read set; the rest neutral. */
+const prow = (policy: string, f: Partial<PolicyRow> = {}): PolicyRow => ({
+  policy,
+  requests: 100,
+  failed: 0,
+  retried: 0,
+  hitRate: 0.5,
+  ttftP50: 100,
+  ttftP99: 1000,
+  ttftMean: 100,
+  steadyP50: 100,
+  steadyMean: 100,
+  imbalance: 1,
+  maxBusy: 0.5,
+  keysMoved: [],
+  reasons: {},
+  ...f,
+});
+
+const scen = (
+  id: string,
+  scenario: string,
+  rows: PolicyRow[],
+  extra: Partial<ScenarioResult> = {},
+) =>
+  ({
+    id,
+    title: id,
+    scenario,
+    options: {},
+    ranks: 16,
+    requests: 100,
+    events: [],
+    rows,
+    ...extra,
+  }) as ScenarioResult;
+
+const moved = (fraction: number) => ({
+  atMs: 1,
+  sessions: 100,
+  moved: Math.round(fraction * 100),
+  fraction,
+  orphaned: 0,
+  collateral: 0,
+});
+
+describe('judgeTargets', () => {
+  // consistent_hash sits at or just inside every bound, cache_aware just outside it.
+  const c: PolicyComparison = {
+    profile: 'p',
+    seed: 1,
+    methods: ['round_robin', 'total_tokens', 'prefix_match', 'consistent_hash', 'cache_aware'],
+    quick: false,
+    busySpeedup: 2,
+    busySearch: [],
+    targets: [],
+    scenarios: [
+      scen('hot-prefix', 'hot-prefix', [
+        prow('prefix_match', { ttftP99: 1000, hitRate: 0.8 }),
+        prow('consistent_hash', { ttftP99: 500, hitRate: 0.73 }),
+        prow('cache_aware', { ttftP99: 501, hitRate: 0.71 }),
+      ]),
+      scen('seed-sequential', 'seed-sequential', [
+        prow('prefix_match', { steadyP50: 100 }),
+        prow('consistent_hash', { steadyP50: 105 }),
+        prow('cache_aware', { steadyP50: 105.5 }),
+      ]),
+      scen(
+        'replay-x2',
+        'replay',
+        [
+          prow('round_robin', { ttftP99: 900 }),
+          prow('total_tokens', { ttftP99: 800 }),
+          prow('prefix_match', { ttftP99: 1000, hitRate: 0.3, imbalance: 1.2 }),
+          prow('consistent_hash', { ttftP99: 790, hitRate: 0.286 }),
+          prow('cache_aware', { ttftP99: 801, hitRate: 0.284 }),
+        ],
+        { bound: { capacityTokens: 1, inputTokens: 1, cachedTokens: 0.3, hitRate: 0.3 } },
+      ),
+      scen(
+        'scale-out',
+        'scale-out',
+        [
+          prow('consistent_hash', { keysMoved: [moved(0.125)] }),
+          prow('cache_aware', { keysMoved: [moved(0.13)] }),
+        ],
+        { ranks: 8, options: { toRanks: 12 } },
+      ),
+    ],
+  };
+  const targets = judgeTargets(c);
+  const get = (method: string, prefix: string) => {
+    const t = targets.find((x) => x.method === method && x.target.startsWith(prefix));
+    if (!t) throw new Error(`no target ${prefix} for ${method}`);
+    return t;
+  };
+
+  it('judges each issue-5 target per new method, met inside its bound, missed just outside', () => {
+    expect(targets.map((t) => t.method)).not.toContain('prefix_match');
+    for (const prefix of [
+      'hot-prefix:',
+      'seed-sequential:',
+      'replay-x2: token hit rate',
+      'replay-x2: TTFT p99 >= 20%',
+      'replay-x2: TTFT p99 never worse',
+      'scale-out:',
+    ]) {
+      expect(get('consistent_hash', prefix).met, prefix).toBe(true);
+      expect(get('cache_aware', prefix).met, prefix).toBe(false);
+    }
+    expect(targets).toHaveLength(12);
+  });
+
+  it('says why each missed target was missed, from the numbers', () => {
+    expect(get('cache_aware', 'hot-prefix:').why).toMatch(/too few ranks.*cold prefills/);
+    expect(get('cache_aware', 'hot-prefix:').measured).toContain('0.50x');
+    expect(get('cache_aware', 'replay-x2: TTFT p99 >= 20%').why).toMatch(/imbalance 1\.20/);
+    expect(get('cache_aware', 'replay-x2: TTFT p99 never worse').why).toBe(
+      'worse than total_tokens',
+    );
+    expect(get('cache_aware', 'scale-out:').why).toMatch(/33\.3%/);
+    for (const t of targets) expect(t.why.length).toBeGreaterThan(10);
+  });
+
+  it('judges no compression target on the replay at its own pace', () => {
+    const own = {
+      ...c,
+      scenarios: c.scenarios.map((s) => (s.id === 'replay-x2' ? { ...s, id: 'replay-x1' } : s)),
+    };
+    expect(judgeTargets(own).some((t) => t.target.startsWith('replay-x1: TTFT p99 >= 20%'))).toBe(
+      false,
+    );
   });
 });

@@ -289,11 +289,16 @@ export function judgeTargets(c: PolicyComparison): TargetResult[] {
         measured: `p99 ${ms(mine.ttftP99)} vs ${ms(base.ttftP99)} (${p99.toFixed(2)}x); hit ${pct(mine.hitRate)} vs ${pct(base.hitRate)} (${pct(hit)})`,
         met: p99 <= 0.5 && hit >= 0.9,
         why:
-          p99 > 0.5
-            ? 'the hot tenant still queues on too few ranks'
-            : hit < 0.9
-              ? 'spreading the hot prompt over ranks costs more cold prefills than it saves'
-              : 'spreads the hot tenant over just enough ranks',
+          p99 <= 0.5 && hit >= 0.9
+            ? 'spreads the hot tenant over just enough ranks'
+            : [
+                p99 > 0.5 ? 'the hot tenant still queues on too few ranks' : '',
+                hit < 0.9
+                  ? 'spreading the hot prompt over ranks costs more cold prefills than it saves'
+                  : '',
+              ]
+                .filter(Boolean)
+                .join('; '),
       });
     }
     const sBase = rowOf(seq, 'prefix_match');
@@ -335,7 +340,10 @@ export function judgeTargets(c: PolicyComparison): TargetResult[] {
           method: m,
           measured: `${ms(mr.ttftP99)} vs ${ms(pm.ttftP99)} (${pct(gain)} better)`,
           met: gain >= 0.2,
-          why: gain >= 0.2 ? 'load-aware placement avoids prefix_match hot spots' : 'see notes',
+          why:
+            gain >= 0.2
+              ? 'load-aware placement avoids prefix_match hot spots'
+              : `prefix_match's busiest rank is not the bottleneck here (imbalance ${pm.imbalance.toFixed(2)} vs ${mr.imbalance.toFixed(2)}; hit rate ${pct(pm.hitRate)} vs ${pct(mr.hitRate)}), so load-aware placement has little queueing to remove`,
         });
       }
       const worse = [rr, tt].filter((o) => o && mr.ttftP99 > o.ttftP99) as PolicyRow[];
