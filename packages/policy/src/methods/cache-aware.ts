@@ -177,7 +177,7 @@ export function createCacheAwareCore(
 
 /**
  * The least-loaded candidate (in-flight tokens, then requests); among equals the one whose
- * cache churns least (`fill`), then the rotating tie-break.
+ * cache churns least (`fill`, 0 for ranks it does not list), then the rotating tie-break.
  */
 export function leastLoadedCool(
   ctx: MethodContext,

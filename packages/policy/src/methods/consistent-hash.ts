@@ -33,6 +33,7 @@ import { chainedWindowHashes, rendezvousScore, stringKey } from '../hashing/chai
 import { prefixKeyLength, validateTokenIds } from '../hashing/prefix-digest.ts';
 import { readInt, readNumber } from '../options.ts';
 import type { Decision, Method, MethodContext, RankState } from '../types.ts';
+import { leastLoadedCool } from './cache-aware.ts';
 
 export interface ConsistentHashOptions {
   /** Tokens per window; the key is whole windows of the prefix. Default 256. */
@@ -74,24 +75,11 @@ export function readLoadUnit(
   return raw;
 }
 
+const NO_FILL: readonly number[] = [];
+
 /** The least-loaded rank (tokens, then requests), fair tie-break among equals. */
 export function leastLoaded(ctx: MethodContext, candidates: readonly RankState[]): RankState {
-  let best: RankState[] = [];
-  let bestTokens = Number.POSITIVE_INFINITY;
-  let bestRequests = Number.POSITIVE_INFINITY;
-  for (const r of candidates) {
-    if (
-      r.inFlightTokens < bestTokens ||
-      (r.inFlightTokens === bestTokens && r.inFlightRequests < bestRequests)
-    ) {
-      best = [r];
-      bestTokens = r.inFlightTokens;
-      bestRequests = r.inFlightRequests;
-    } else if (r.inFlightTokens === bestTokens && r.inFlightRequests === bestRequests) {
-      best.push(r);
-    }
-  }
-  return best.length === 1 ? (best[0] as RankState) : ctx.tieBreak(best);
+  return leastLoadedCool(ctx, candidates, NO_FILL);
 }
 
 export const createConsistentHash = defineMethod(
