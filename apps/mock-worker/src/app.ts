@@ -16,6 +16,7 @@ import {
   routeNotFound,
   routingHints,
 } from '@kvroute/protocol';
+import { stream } from '@kvroute/sim';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { type EngineHandle, MockEngine } from './engine.ts';
 import { fillerToken, promptSeed } from './filler.ts';
@@ -46,19 +47,6 @@ const PROMPT_PARAM: Record<RequestKind, string> = {
   generate: 'text',
 };
 
-/** mulberry32 over an FNV-1a hash of the seed: small, seeded, good enough for fault draws. */
-function seededRandom(seed: string): () => number {
-  let a = 0x811c9dc5;
-  for (let i = 0; i < seed.length; i++) a = Math.imul(a ^ seed.charCodeAt(i), 0x01000193) >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstance {
   const opts = resolveOptions(options);
   const engine = new MockEngine(opts);
@@ -66,7 +54,8 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
     opts.tokenizer ? { tokenizerJsonPath: opts.tokenizer } : {},
   );
   const metrics = createWorkerMetrics(engine);
-  const random = seededRandom(opts.seed);
+  // Fault draws come from their own seeded stream, as every random choice in the simulator.
+  const random = stream(opts.seed, 'mock-worker-faults');
   let received = 0;
   const app = Fastify({ logger: opts.logger, bodyLimit: BODY_LIMIT });
   app.decorate('mockEngine', engine);
@@ -268,7 +257,7 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
       finished: false,
       e2eLatency: 0,
     };
-    const stream = parsed.stream;
+    const streaming = parsed.stream;
     const raw = reply.raw;
     let handle: EngineHandle | undefined;
     let resolve!: (body: unknown) => void;
@@ -301,7 +290,7 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
           const delta = fillerToken(seed, index);
           outcome.text += delta;
           outcome.completionTokens = index + 1;
-          if (stream) write(streamDelta(outcome, delta));
+          if (streaming) write(streamDelta(outcome, delta));
         },
         onFinish() {
           outcome.finished = true;
@@ -310,7 +299,7 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
             { dp_rank: String(outcome.dpRank) },
             outcome.completionTokens,
           );
-          if (stream) {
+          if (streaming) {
             write(streamEnd(outcome));
             raw.end();
           }
@@ -335,7 +324,7 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
     if (clientGone()) onClose();
     else raw.once('close', onClose);
 
-    if (!stream) {
+    if (!streaming) {
       reply.header('x-kvroute-dp-rank', String(handle.rank));
       return done;
     }
