@@ -23,6 +23,7 @@ import { fillerToken, promptSeed } from './filler.ts';
 import { createWorkerMetrics } from './metrics.ts';
 import { type MockWorkerOptions, type ResolvedOptions, resolveOptions } from './options.ts';
 import { finalBody, type Outcome, streamDelta, streamEnd, streamStart } from './responses.ts';
+import { SseWriter } from './sse-writer.ts';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -265,9 +266,7 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
       resolve = r;
     });
 
-    const write = (chunk: string) => {
-      if (chunk && !raw.destroyed) raw.write(chunk);
-    };
+    const sse = new SseWriter(raw, (delta) => streamDelta(outcome, delta));
 
     handle = engine.start(
       {
@@ -290,7 +289,7 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
           const delta = fillerToken(seed, index);
           outcome.text += delta;
           outcome.completionTokens = index + 1;
-          if (streaming) write(streamDelta(outcome, delta));
+          if (streaming) sse.token(delta);
         },
         onFinish() {
           outcome.finished = true;
@@ -299,10 +298,7 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
             { dp_rank: String(outcome.dpRank) },
             outcome.completionTokens,
           );
-          if (streaming) {
-            write(streamEnd(outcome));
-            raw.end();
-          }
+          if (streaming) sse.end(streamEnd(outcome));
           resolve(finalBody(outcome));
         },
       },
@@ -336,7 +332,7 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
       'x-kvroute-dp-rank': String(handle.rank),
     });
     raw.flushHeaders();
-    if (!outcome.finished) write(streamStart(outcome));
+    if (!outcome.finished) sse.send(streamStart(outcome));
     return reply;
   }
 

@@ -4,7 +4,9 @@
 import { spawn } from 'node:child_process';
 import { request } from 'node:http';
 import { fileURLToPath } from 'node:url';
+import { approximateTokenIds } from '@kvroute/protocol';
 import { afterEach, describe, expect, it } from 'vitest';
+import { fillerText, promptSeed } from '../src/filler.ts';
 import { type RunningMockWorker, startMockWorker } from '../src/start.ts';
 import { type Json, sseEvents } from './helpers.ts';
 
@@ -115,6 +117,42 @@ describe('mock worker on a loopback port', () => {
     req.destroy();
     await until(() => engine.activeRequests === 0, 'the abort');
     expect(engine.loads()[0]?.num_used_tokens).toBe(0);
+  });
+
+  it('a client that stops reading gets every token once it resumes, merged into fewer frames', async () => {
+    // Instant mode produces all tokens in one burst, far more than loopback socket buffers
+    // hold, while this client reads nothing: the writer must hold tokens back, not lose them.
+    const TOKENS = 60_000;
+    const w = await start({ timeScale: 0, kvCapacity: 200_000 });
+    const engine = w.app.mockEngine;
+    const body = await new Promise<string>((resolve, reject) => {
+      const req = request(`${w.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+      });
+      req.on('error', reject);
+      req.on('response', (res) => {
+        res.pause();
+        void until(() => engine.activeRequests === 0, 'the generation to finish').then(() => {
+          let text = '';
+          res.setEncoding('utf8');
+          res.on('data', (d: string) => {
+            text += d;
+          });
+          res.on('end', () => resolve(text));
+          res.resume();
+        }, reject);
+      });
+      req.end(JSON.stringify({ prompt: 'slow reader', max_tokens: TOKENS, stream: true }));
+    });
+    const events = sseEvents(body) as Json[];
+    expect(events.at(-1)).toBe('[DONE]');
+    const frames = events.filter((e) => e !== '[DONE]' && e.choices[0]?.finish_reason === null);
+    expect(frames.map((e) => e.choices[0].text).join('')).toBe(
+      fillerText(promptSeed(approximateTokenIds('slow reader')), TOKENS),
+    );
+    expect(frames.length).toBeLessThan(TOKENS);
+    expect(events.at(-2).usage.completion_tokens).toBe(TOKENS);
   });
 
   it('--fail-mode reset drops the connection without a response', async () => {
