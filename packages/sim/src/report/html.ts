@@ -11,8 +11,7 @@ import {
   ttftCdfSpec,
   ttftTimelineSpec,
 } from './charts.ts';
-import { fmtInt, fmtMs, fmtNum, fmtPct } from './format.ts';
-import { policyLabel } from './table.ts';
+import { runColumns, sweepColumns } from './table.ts';
 import type { PolicySamples, RunReport, SweepReport } from './types.ts';
 
 export async function renderSvg(spec: TopLevelSpec): Promise<string> {
@@ -76,39 +75,7 @@ export async function renderRunHtml(
   samples: readonly PolicySamples[],
 ): Promise<string> {
   const title = `kvroute-sim: ${report.scenario}`;
-  const hasFaults = report.policies.some((p) => p.retried > 0 || p.failed > 0);
-  const header = [
-    'policy',
-    'hit rate',
-    'TTFT p50',
-    'p90',
-    'p99',
-    'mean',
-    'cold mean (n)',
-    'steady p50',
-    'req/s',
-    'tok/s',
-    'imbalance',
-    'evicted tok',
-    'queue mean',
-    ...(hasFaults ? ['retried', 'failed'] : []),
-  ];
-  const rows = report.policies.map((p) => [
-    policyLabel(p),
-    fmtPct(p.hitRate),
-    fmtMs(p.ttftMs.p50),
-    fmtMs(p.ttftMs.p90),
-    fmtMs(p.ttftMs.p99),
-    fmtMs(p.ttftMs.mean),
-    p.coldTtftMs ? `${fmtMs(p.coldTtftMs.mean)} (${p.coldTtftMs.count})` : '-',
-    p.steadyTtftMs ? fmtMs(p.steadyTtftMs.p50) : '-',
-    fmtNum(p.throughputRps, 3),
-    fmtInt(p.throughputTokPerS),
-    fmtNum(p.imbalance, 2),
-    fmtInt(p.evictions),
-    fmtMs(p.queueingMs.mean),
-    ...(hasFaults ? [fmtInt(p.retried), fmtInt(p.failed)] : []),
-  ]);
+  const { header, rows } = runColumns(report, 'html');
   const meta = `${report.command === 'replay' ? 'Replay of' : 'Scenario'} <b>${escapeHtml(report.command === 'replay' ? String(report.scenarioOptions.file ?? report.scenario) : report.scenario)}</b>, ${report.ranks} ranks, cost profile <b>${escapeHtml(report.profile)}</b>, seed ${escapeHtml(String(report.seed))}.${report.skippedLines ? ` ${report.skippedLines} invalid trace lines skipped.` : ''} Times in ms of simulated time.`;
   const timeline = ttftTimelineSpec(report.policies, samples);
   const body = [
@@ -128,29 +95,10 @@ export async function renderRunHtml(
 
 export async function renderSweepHtml(report: SweepReport): Promise<string> {
   const title = `kvroute-sim sweep: ${report.policy} on ${report.scenario}`;
-  const header = [
-    'window',
-    'prefix length',
-    'hit rate',
-    'TTFT p50',
-    'p99',
-    'mean',
-    'req/s',
-    'imbalance',
-  ];
   const bestIndex = report.grid.findIndex(
     (c) => c.window === report.best.window && c.prefixLength === report.best.prefixLength,
   );
-  const rows = report.grid.map((c) => [
-    String(c.window),
-    String(c.prefixLength),
-    fmtPct(c.result.hitRate),
-    fmtMs(c.result.ttftMs.p50),
-    fmtMs(c.result.ttftMs.p99),
-    fmtMs(c.result.ttftMs.mean),
-    fmtNum(c.result.throughputRps, 3),
-    fmtNum(c.result.imbalance, 2),
-  ]);
+  const { header, rows } = sweepColumns(report, 'html');
   const best = report.grid[bestIndex];
   const body = [
     `<h1>${escapeHtml(title)}</h1>`,

@@ -1,4 +1,5 @@
-// Plain-text comparison tables for the terminal.
+// Plain-text comparison tables for the terminal, and the columns the HTML report shares with
+// them (runColumns, sweepColumns).
 import { fmtInt, fmtMs, fmtNum, fmtPct, renderTable } from './format.ts';
 import type { PolicyReport, RunReport, SweepReport } from './types.ts';
 
@@ -13,9 +14,20 @@ export function policyLabel(p: PolicyReport): string {
   return opts.length > 0 ? `${p.policy} (${opts.join(', ')})` : p.policy;
 }
 
-export function renderRunTable(report: RunReport): string {
-  const hasCold = report.policies.some((p) => p.coldTtftMs !== null);
-  const hasSteady = report.policies.some((p) => p.steadyTtftMs !== null);
+export interface Columns {
+  header: string[];
+  rows: string[][];
+}
+
+/**
+ * The comparison's columns, one place for the terminal table and the HTML report so they
+ * cannot drift. The text table drops the cold/steady columns when no policy has them (the
+ * HTML always shows them) and explains the cold count in its subtitle instead of the header.
+ */
+export function runColumns(report: RunReport, target: 'text' | 'html'): Columns {
+  const html = target === 'html';
+  const hasCold = html || report.policies.some((p) => p.coldTtftMs !== null);
+  const hasSteady = html || report.policies.some((p) => p.steadyTtftMs !== null);
   // Only scenarios with rank failures or scale changes retry or fail requests.
   const hasFaults = report.policies.some((p) => p.retried > 0 || p.failed > 0);
   const header = [
@@ -25,7 +37,7 @@ export function renderRunTable(report: RunReport): string {
     'p90',
     'p99',
     'mean',
-    ...(hasCold ? ['cold mean'] : []),
+    ...(hasCold ? [html ? 'cold mean (n)' : 'cold mean'] : []),
     ...(hasSteady ? ['steady p50'] : []),
     'req/s',
     'tok/s',
@@ -52,26 +64,24 @@ export function renderRunTable(report: RunReport): string {
     fmtMs(p.queueingMs.mean),
     ...(hasFaults ? [fmtInt(p.retried), fmtInt(p.failed)] : []),
   ]);
-  const title =
-    (report.command === 'replay'
-      ? `replay of ${String(report.scenarioOptions.file ?? report.scenario)}, `
-      : `scenario ${report.scenario}, `) +
-    `${report.ranks} ranks, profile ${report.profile}, seed ${String(report.seed)}` +
-    (report.skippedLines ? `, ${report.skippedLines} invalid trace lines skipped` : '');
-  return `${title}\n(TTFT and queueing in ms; cold = requests that found nothing cached, count in parentheses)\n\n${renderTable(header, rows)}\n`;
+  return { header, rows };
 }
 
-export function renderSweepTable(report: SweepReport): string {
+/** The sweep grid's columns; the text table marks the best row in an extra column. */
+export function sweepColumns(report: SweepReport, target: 'text' | 'html'): Columns {
+  const text = target === 'text';
+  const isBest = (c: SweepReport['grid'][number]) =>
+    c.window === report.best.window && c.prefixLength === report.best.prefixLength;
   const header = [
     'window',
-    'prefix len',
+    text ? 'prefix len' : 'prefix length',
     'hit rate',
     'TTFT p50',
     'p99',
     'mean',
     'req/s',
     'imbalance',
-    '',
+    ...(text ? [''] : []),
   ];
   const rows = report.grid.map((c) => [
     String(c.window),
@@ -82,8 +92,24 @@ export function renderSweepTable(report: SweepReport): string {
     fmtMs(c.result.ttftMs.mean),
     fmtNum(c.result.throughputRps, 3),
     fmtNum(c.result.imbalance, 2),
-    c.window === report.best.window && c.prefixLength === report.best.prefixLength ? '<- best' : '',
+    ...(text ? [isBest(c) ? '<- best' : ''] : []),
   ]);
+  return { header, rows };
+}
+
+export function renderRunTable(report: RunReport): string {
+  const { header, rows } = runColumns(report, 'text');
+  const title =
+    (report.command === 'replay'
+      ? `replay of ${String(report.scenarioOptions.file ?? report.scenario)}, `
+      : `scenario ${report.scenario}, `) +
+    `${report.ranks} ranks, profile ${report.profile}, seed ${String(report.seed)}` +
+    (report.skippedLines ? `, ${report.skippedLines} invalid trace lines skipped` : '');
+  return `${title}\n(TTFT and queueing in ms; cold = requests that found nothing cached, count in parentheses)\n\n${renderTable(header, rows)}\n`;
+}
+
+export function renderSweepTable(report: SweepReport): string {
+  const { header, rows } = sweepColumns(report, 'text');
   const title =
     `sweep ${report.policy} on ${report.scenario}, ${report.ranks} ranks, profile ${report.profile}, ` +
     `seed ${String(report.seed)}, objective ${report.objective}`;
