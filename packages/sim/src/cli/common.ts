@@ -2,6 +2,8 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import {
+  checkName,
+  nameList,
   type OptionSpec,
   type Parsed,
   parseAssignments,
@@ -13,16 +15,18 @@ import {
 import type { CliIo } from './command.ts';
 import { UsageError } from './errors.ts';
 import { checkTargets, type OutputTargets } from './outputs.ts';
-import { checkAffinity, type PolicyFlags } from './policies.ts';
+import { checkAffinity, type PolicyFlags, type PolicySpec, parsePolicies } from './policies.ts';
 import {
   type CostModel,
   getProfile,
   loadProfileFile,
   profileNames,
   scenarioList,
+  scenarioNames,
 } from './sim-api.ts';
 
 export const DEFAULT_SEED = 1;
+export const DEFAULT_POLICIES = 'round_robin,total_tokens,prefix_match';
 
 export const SIM_OPTIONS: OptionSpec = {
   ranks: { type: 'string' },
@@ -132,4 +136,21 @@ export function readSimFlags(p: Parsed, scenario: string, io: CliIo): SimFlags {
     policyFlags,
     outputs,
   };
+}
+
+/** --scenario, required and one of the registered names (run, sweep). */
+export function requireScenario(p: Parsed): string {
+  const scenario = str(p, 'scenario');
+  if (scenario === undefined) {
+    throw new UsageError(`--scenario is required; valid scenarios: ${scenarioNames().join(', ')}`);
+  }
+  return checkName('scenario', scenario, scenarioNames());
+}
+
+/** --policies (default DEFAULT_POLICIES) with the shared policy flags applied (run, replay). */
+export function readPolicies(p: Parsed, flags: SimFlags): PolicySpec[] {
+  return parsePolicies(
+    nameList('policies', str(p, 'policies') ?? DEFAULT_POLICIES),
+    flags.policyFlags,
+  );
 }

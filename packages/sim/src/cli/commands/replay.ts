@@ -1,18 +1,18 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { runToCsv } from '../../report/csv.ts';
-import { renderRunHtml } from '../../report/html.ts';
-import { toJson } from '../../report/json.ts';
-import { renderRunTable } from '../../report/table.ts';
-import { bool, nameList, parseCommandArgs, positiveNumber, str } from '../args.ts';
+import { bool, parseCommandArgs, positiveNumber, str } from '../args.ts';
 import type { Subcommand } from '../command.ts';
-import { readSimFlags, SIM_FLAGS_HELP, SIM_OPTIONS } from '../common.ts';
+import {
+  DEFAULT_POLICIES,
+  readPolicies,
+  readSimFlags,
+  SIM_FLAGS_HELP,
+  SIM_OPTIONS,
+} from '../common.ts';
+import { emitRunReport } from '../emit-report.ts';
 import { UsageError } from '../errors.ts';
-import { emit } from '../outputs.ts';
-import { parsePolicies } from '../policies.ts';
 import { REPLAY_SCENARIO, replayOptions } from '../sim-api.ts';
 import { compare } from '../simulate.ts';
-import { DEFAULT_POLICIES } from './run.ts';
 
 const usage = `usage: kvroute-sim replay FILE [--policies a,b,c] [--ranks N] [--speedup X] [--skip-invalid] [flags]
 
@@ -71,10 +71,7 @@ export const command: Subcommand = {
         skipInvalid: bool(p, 'skip-invalid'),
       }),
     };
-    const policies = parsePolicies(
-      nameList('policies', str(p, 'policies') ?? DEFAULT_POLICIES),
-      flags.policyFlags,
-    );
+    const policies = readPolicies(p, flags);
     const { report, samples } = compare(io, {
       command: 'replay',
       scenario: REPLAY_SCENARIO,
@@ -85,12 +82,7 @@ export const command: Subcommand = {
       profile: flags.profile,
       policies,
     });
-    await emit(io, flags.outputs, {
-      table: () => renderRunTable(report),
-      json: () => toJson(report),
-      csv: () => runToCsv(report),
-      html: () => renderRunHtml(report, samples),
-    });
+    await emitRunReport(io, flags.outputs, report, samples);
     return 0;
   },
 };

@@ -1,17 +1,15 @@
-import { runToCsv } from '../../report/csv.ts';
-import { renderRunHtml } from '../../report/html.ts';
-import { toJson } from '../../report/json.ts';
-import { renderRunTable } from '../../report/table.ts';
-import { checkName, nameList, parseCommandArgs, str } from '../args.ts';
+import { parseCommandArgs } from '../args.ts';
 import type { Subcommand } from '../command.ts';
-import { readSimFlags, SIM_FLAGS_HELP, SIM_OPTIONS } from '../common.ts';
-import { UsageError } from '../errors.ts';
-import { emit } from '../outputs.ts';
-import { parsePolicies } from '../policies.ts';
-import { scenarioNames } from '../sim-api.ts';
+import {
+  DEFAULT_POLICIES,
+  readPolicies,
+  readSimFlags,
+  requireScenario,
+  SIM_FLAGS_HELP,
+  SIM_OPTIONS,
+} from '../common.ts';
+import { emitRunReport } from '../emit-report.ts';
 import { compare } from '../simulate.ts';
-
-export const DEFAULT_POLICIES = 'round_robin,total_tokens,prefix_match';
 
 const usage = `usage: kvroute-sim run --scenario NAME [--policies a,b,c] [flags]
 
@@ -41,18 +39,9 @@ export const command: Subcommand = {
       policies: { type: 'string' },
       ...SIM_OPTIONS,
     });
-    const scenario = str(p, 'scenario');
-    if (scenario === undefined) {
-      throw new UsageError(
-        `--scenario is required; valid scenarios: ${scenarioNames().join(', ')}`,
-      );
-    }
-    checkName('scenario', scenario, scenarioNames());
+    const scenario = requireScenario(p);
     const flags = readSimFlags(p, scenario, io);
-    const policies = parsePolicies(
-      nameList('policies', str(p, 'policies') ?? DEFAULT_POLICIES),
-      flags.policyFlags,
-    );
+    const policies = readPolicies(p, flags);
     const { report, samples } = compare(io, {
       command: 'run',
       scenario,
@@ -63,12 +52,7 @@ export const command: Subcommand = {
       profile: flags.profile,
       policies,
     });
-    await emit(io, flags.outputs, {
-      table: () => renderRunTable(report),
-      json: () => toJson(report),
-      csv: () => runToCsv(report),
-      html: () => renderRunHtml(report, samples),
-    });
+    await emitRunReport(io, flags.outputs, report, samples);
     return 0;
   },
 };

@@ -1,15 +1,10 @@
 import { methodNames, methodRegistry } from '@kvroute/policy';
-import { sweepToCsv } from '../../report/csv.ts';
-import { renderSweepHtml } from '../../report/html.ts';
-import { toJson } from '../../report/json.ts';
-import { renderSweepTable } from '../../report/table.ts';
 import type { SweepObjective } from '../../report/types.ts';
 import { checkName, parseCommandArgs, positiveIntList, str } from '../args.ts';
 import type { Subcommand } from '../command.ts';
-import { readSimFlags, SIM_FLAGS_HELP, SIM_OPTIONS } from '../common.ts';
+import { readSimFlags, requireScenario, SIM_FLAGS_HELP, SIM_OPTIONS } from '../common.ts';
+import { emitSweepReport } from '../emit-report.ts';
 import { UsageError } from '../errors.ts';
-import { emit } from '../outputs.ts';
-import { scenarioNames } from '../sim-api.ts';
 import { sweep } from '../simulate.ts';
 
 export const OBJECTIVES: readonly SweepObjective[] = ['ttft-p99', 'ttft-mean', 'hit-rate'];
@@ -55,13 +50,7 @@ export const command: Subcommand = {
       objective: { type: 'string' },
       ...SIM_OPTIONS,
     });
-    const scenario = str(p, 'scenario');
-    if (scenario === undefined) {
-      throw new UsageError(
-        `--scenario is required; valid scenarios: ${scenarioNames().join(', ')}`,
-      );
-    }
-    checkName('scenario', scenario, scenarioNames());
+    const scenario = requireScenario(p);
     const policy = str(p, 'policy') ?? 'prefix_match';
     checkName('policy', policy, methodNames());
     const sweepable = sweepableMethods();
@@ -101,12 +90,7 @@ export const command: Subcommand = {
       prefixLengths,
       objective,
     });
-    await emit(io, flags.outputs, {
-      table: () => renderSweepTable(report),
-      json: () => toJson(report),
-      csv: () => sweepToCsv(report),
-      html: () => renderSweepHtml(report),
-    });
+    await emitSweepReport(io, flags.outputs, report);
     return 0;
   },
 };
