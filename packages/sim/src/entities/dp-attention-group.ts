@@ -7,6 +7,8 @@
 import type { CostModel } from '../cost/cost-model.ts';
 import type { ScheduledEvent, Scheduler } from '../engine/event-queue.ts';
 import {
+  type CoalescedRun,
+  cutCoalescedRun,
   type DecodeState,
   type PrefillPlan,
   RankModel,
@@ -14,11 +16,8 @@ import {
   type StepDriver,
 } from './rank.ts';
 
-interface GroupRun {
-  t0: number;
+interface GroupRun extends CoalescedRun {
   members: { rank: RankModel; state: DecodeState }[];
-  steps: number;
-  event: ScheduledEvent;
 }
 
 export class DpAttentionGroup implements StepDriver {
@@ -116,19 +115,13 @@ export class DpAttentionGroup implements StepDriver {
 
   private cut(): void {
     const run = this.run;
-    if (run === null || run.steps <= 1) return;
-    const now = this.scheduler.now();
-    let t = run.t0;
-    let j = 0;
-    while (j < run.steps) {
-      t += this.stepMs(run.members, j);
-      j++;
-      if (t >= now) break;
-    }
-    if (j >= run.steps) return;
-    run.event.cancel();
-    run.steps = j;
-    run.event = this.scheduler.at(t, () => this.endRun());
+    if (run === null) return;
+    cutCoalescedRun(
+      run,
+      this.scheduler,
+      (j) => this.stepMs(run.members, j),
+      () => this.endRun(),
+    );
   }
 
   private endRun(): void {

@@ -72,11 +72,41 @@ export interface DecodeState {
   steps: number;
 }
 
-interface DecodeRun {
+/** A run of decode-only steps coalesced into one event: started at t0, `steps` long. */
+export interface CoalescedRun {
   t0: number;
-  state: DecodeState;
   steps: number;
   event: ScheduledEvent;
+}
+
+interface DecodeRun extends CoalescedRun {
+  state: DecodeState;
+}
+
+/**
+ * Shortens a coalesced run to the first step boundary at or after now (where SGLang would
+ * pick a new request up) and reschedules its end there; `stepMs(j)` is step j's duration.
+ * Shared by RankModel and DpAttentionGroup. @internal
+ */
+export function cutCoalescedRun(
+  run: CoalescedRun,
+  scheduler: Scheduler,
+  stepMs: (j: number) => number,
+  onEnd: () => void,
+): void {
+  if (run.steps <= 1) return;
+  const now = scheduler.now();
+  let t = run.t0;
+  let j = 0;
+  while (j < run.steps) {
+    t += stepMs(j);
+    j++;
+    if (t >= now) break;
+  }
+  if (j >= run.steps) return;
+  run.event.cancel();
+  run.steps = j;
+  run.event = scheduler.at(t, onEnd);
 }
 
 /** What a rank needs from a lockstep driver (DpAttentionGroup). */
@@ -399,22 +429,15 @@ export class RankModel {
     this.decoding.length = w;
   }
 
-  /** Shortens the running decode run to the first step boundary at or after now. */
   private cutRun(): void {
     const run = this.run;
-    if (run === null || run.steps <= 1) return;
-    const now = this.scheduler.now();
-    let t = run.t0;
-    let j = 0;
-    while (j < run.steps) {
-      t += this.decodeStepMs(run.state, j);
-      j++;
-      if (t >= now) break;
-    }
-    if (j >= run.steps) return;
-    run.event.cancel();
-    run.steps = j;
-    run.event = this.scheduler.at(t, () => this.endDecodeRun());
+    if (run === null) return;
+    cutCoalescedRun(
+      run,
+      this.scheduler,
+      (j) => this.decodeStepMs(run.state, j),
+      () => this.endDecodeRun(),
+    );
   }
 
   private endDecodeRun(): void {

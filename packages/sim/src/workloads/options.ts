@@ -5,20 +5,37 @@ export class WorkloadOptionError extends Error {
   readonly code = 'WORKLOAD_OPTION';
 }
 
+/** A numeric option (numeric strings accepted) that passes `ok`, else an error saying `must`. */
+function optNumeric(
+  scenario: string,
+  o: Record<string, unknown>,
+  key: string,
+  ok: (v: number) => boolean,
+  must: string,
+): number {
+  const raw = o[key];
+  const v = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw;
+  if (typeof v !== 'number' || !ok(v)) {
+    throw new WorkloadOptionError(
+      `${scenario}: ${key} must be ${must}, got ${JSON.stringify(raw)}`,
+    );
+  }
+  return v;
+}
+
 export function optInt(
   scenario: string,
   o: Record<string, unknown>,
   key: string,
   min: number,
 ): number {
-  const raw = o[key];
-  const v = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw;
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < min) {
-    throw new WorkloadOptionError(
-      `${scenario}: ${key} must be an integer >= ${min}, got ${JSON.stringify(raw)}`,
-    );
-  }
-  return v;
+  return optNumeric(
+    scenario,
+    o,
+    key,
+    (v) => Number.isInteger(v) && v >= min,
+    `an integer >= ${min}`,
+  );
 }
 
 export function optNum(
@@ -27,14 +44,7 @@ export function optNum(
   key: string,
   min: number,
 ): number {
-  const raw = o[key];
-  const v = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw;
-  if (typeof v !== 'number' || !Number.isFinite(v) || v < min) {
-    throw new WorkloadOptionError(
-      `${scenario}: ${key} must be a number >= ${min}, got ${JSON.stringify(raw)}`,
-    );
-  }
-  return v;
+  return optNumeric(scenario, o, key, (v) => Number.isFinite(v) && v >= min, `a number >= ${min}`);
 }
 
 export function optBool(scenario: string, o: Record<string, unknown>, key: string): boolean {
