@@ -2,8 +2,9 @@
 // nothing here is tuned to make a simulated result come out a particular way.
 //
 // Sources:
-// - Prefill of the three dense shapes: least-squares fit (scripts/fit-cost-model.ts) to
-//   ../shared/calibration/h200-prefill.jsonl (one H200, bf16, HF transformers + SDPA).
+// - Prefill of the three dense shapes: fitted by scripts/fit-cost-model.ts (minimising the mean
+//   absolute relative error) to ../shared/calibration/h200-prefill.jsonl (one H200, bf16,
+//   HF transformers + SDPA).
 // - H200: 141 GB HBM3e at 4.8 TB/s, 989 TFLOPS dense bf16 (NVIDIA H200 datasheet).
 // - Model shapes from the models' published config.json (layers, KV heads, head dim).
 // - SGLang's --mem-fraction-static: about 0.88 on 80+ GB GPUs; the KV pool is what that
