@@ -50,31 +50,36 @@ export function restrictPlan<P extends ValidatePlan>(plan: P, ids: ReadonlySet<n
 }
 
 /**
+ * A plain PlanRequest with exactly the plan fields of `r` (a workload request, or a
+ * recording's line), its token ids copied into a Uint32Array; other fields are dropped.
+ */
+export function copyPlanRequest(r: PlanRequest): PlanRequest {
+  const q: PlanRequest = {
+    id: r.id,
+    clientId: r.clientId,
+    inputIds: Uint32Array.from(r.inputIds),
+    outputTokens: r.outputTokens,
+    sessionKey: r.sessionKey,
+  };
+  if (r.thinkMs !== undefined) q.thinkMs = r.thinkMs;
+  if (r.arrivalMs !== undefined) q.arrivalMs = r.arrivalMs;
+  if (r.routingKey !== undefined) q.routingKey = r.routingKey;
+  if (r.tenant !== undefined) q.tenant = r.tenant;
+  return q;
+}
+
+/**
  * Plain copies of a workload plan's requests, token ids read once into arrays (a replay
  * plan builds them on access) and without `outputIds`: a live engine generates its own
  * reply tokens, so the plan's replies can never be in its cache. The simulator then caches
  * what the target can match (the input), not the plan's imaginary replies.
  */
 export function materializePlan<P extends ValidatePlan>(plan: P): P {
-  const copy = (r: PlanRequest): PlanRequest => {
-    const q: PlanRequest = {
-      id: r.id,
-      clientId: r.clientId,
-      inputIds: Uint32Array.from(r.inputIds),
-      outputTokens: r.outputTokens,
-      sessionKey: r.sessionKey,
-    };
-    if (r.thinkMs !== undefined) q.thinkMs = r.thinkMs;
-    if (r.arrivalMs !== undefined) q.arrivalMs = r.arrivalMs;
-    if (r.routingKey !== undefined) q.routingKey = r.routingKey;
-    if (r.tenant !== undefined) q.tenant = r.tenant;
-    return q;
-  };
   const byId = new Map<number, PlanRequest>();
   const get = (r: PlanRequest) => {
     let q = byId.get(r.id);
     if (!q) {
-      q = copy(r);
+      q = copyPlanRequest(r);
       byId.set(r.id, q);
     }
     return q;

@@ -3,6 +3,7 @@
 // the file back into a plan with the same token content, order and timing model.
 import { closeSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { UsageError } from '../cli/errors.ts';
+import { copyPlanRequest } from './plan.ts';
 import type { Observation, PlanRequest, ValidatePlan } from './types.ts';
 
 export const RECORD_FORMAT = 'kvroute-validate-record/v1';
@@ -148,21 +149,6 @@ export function loadRecord(path: string): LoadedRecord {
     lines.push(l);
   }
 
-  const toReq = (l: RecordLine): PlanRequest => {
-    const r: PlanRequest = {
-      id: l.id,
-      clientId: l.clientId,
-      inputIds: Uint32Array.from(l.inputIds),
-      outputTokens: l.outputTokens,
-      sessionKey: l.sessionKey,
-    };
-    if (l.thinkMs !== undefined) r.thinkMs = l.thinkMs;
-    if (l.arrivalMs !== undefined) r.arrivalMs = l.arrivalMs;
-    if (l.routingKey !== undefined) r.routingKey = l.routingKey;
-    if (l.tenant !== undefined) r.tenant = l.tenant;
-    return r;
-  };
-
   const plan: ValidatePlan = {
     scenario: header.scenario,
     mode: header.mode,
@@ -180,12 +166,12 @@ export function loadRecord(path: string): LoadedRecord {
     const clientIds = [...byClient.keys()].sort((a, b) => a - b);
     for (const c of clientIds) {
       const list = byClient.get(c)!.sort((a, b) => a.seq - b.seq);
-      plan.clients.push(list.map(toReq));
+      plan.clients.push(list.map(copyPlanRequest));
     }
   } else {
     plan.requests = [...lines]
       .sort((a, b) => (a.arrivalMs ?? 0) - (b.arrivalMs ?? 0) || a.seq - b.seq)
-      .map(toReq);
+      .map(copyPlanRequest);
   }
   return { header, plan, lines };
 }

@@ -23,18 +23,25 @@ export function agenticOptions(o: Record<string, unknown>): Record<string, unkno
   return out;
 }
 
+/**
+ * agentic's defaults with more, longer-lived sessions (longer think times, same request rate
+ * order), so ~100 sessions are live across a cluster change and keys-moved is not a handful.
+ * Shared by rank-failure and scale-out.
+ */
+export const CLUSTER_CHANGE_SESSIONS: Readonly<Record<string, unknown>> = {
+  ...agentic.defaults,
+  sessions: 400,
+  sessionsPerS: 1.5,
+  thinkMinMs: 3000,
+  thinkMaxMs: 12000,
+};
+
 export const rankFailure: ScenarioDefinition = {
   name: 'rank-failure',
   description:
     'agentic sessions on 16 ranks; one rank dies mid-run (its requests retried) and returns later with an empty cache',
   defaults: {
-    ...agentic.defaults,
-    // More, longer-lived sessions than agentic (longer think times, same request rate order),
-    // so ~100 sessions are live across the cluster change and keys-moved is not a handful.
-    sessions: 400,
-    sessionsPerS: 1.5,
-    thinkMinMs: 3000,
-    thinkMaxMs: 12000,
+    ...CLUSTER_CHANGE_SESSIONS,
     failRank: 3,
     /** Fractions of the session-arrival span. */
     downAt: 0.35,

@@ -5,21 +5,15 @@
 // routing only what load pushes over.
 import { agentic } from './agentic.ts';
 import { optInt, optNum } from './options.ts';
-import { agenticOptions, lastSessionStartMs } from './rank-failure.ts';
+import { agenticOptions, CLUSTER_CHANGE_SESSIONS, lastSessionStartMs } from './rank-failure.ts';
 import type { ScenarioDefinition } from './types.ts';
 
 export const scaleOut: ScenarioDefinition = {
   name: 'scale-out',
   description: 'agentic sessions; 8 ranks become 12 mid-run (new ranks start cold)',
   defaults: {
-    ...agentic.defaults,
+    ...CLUSTER_CHANGE_SESSIONS,
     ranks: 8,
-    // More, longer-lived sessions than agentic (longer think times, same request rate order),
-    // so ~100 sessions are live across the cluster change and keys-moved is not a handful.
-    sessions: 400,
-    sessionsPerS: 1.5,
-    thinkMinMs: 3000,
-    thinkMaxMs: 12000,
     toRanks: 12,
     /** Fraction of the session-arrival span. */
     at: 0.5,
