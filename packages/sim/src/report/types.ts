@@ -22,7 +22,7 @@ export interface RunReport {
   profile: string;
   seed: string | number;
   policies: PolicyReport[];
-  /** Trace lines skipped with --skip-invalid (replay only). */
+  /** Replay only: trace lines skipped with --skip-invalid (0 without it). */
   skippedLines?: number;
 }
 

@@ -1,0 +1,131 @@
+// Issue 3 item 7: the JSON output's keys are a documented contract. This reads the package
+// README's "JSON output" section and checks it against what the CLI actually writes, both
+// ways: every key the CLI writes is documented, and every documented key is written.
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { runCli } from '../src/cli/main.ts';
+
+const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+const section = readme.slice(
+  readme.indexOf('## JSON output'),
+  readme.indexOf('\n## ', readme.indexOf('## JSON output') + 1),
+);
+
+/** Keys at the first level of the first ```jsonc block after `marker`. */
+function jsoncTopKeys(marker: string): string[] {
+  const from = section.indexOf(marker);
+  const block = section.slice(
+    section.indexOf('```jsonc', from),
+    section.indexOf('```\n', from + 10),
+  );
+  const keys = new Set<string>();
+  // A line may hold several keys ("format": ..., "command": ...) and nested objects.
+  for (const line of block.split('\n')) {
+    if (!line.startsWith('  "')) continue;
+    for (const m of line.matchAll(/"(\w+)":/g)) {
+      // Only keys of the top object: skip anything inside a nested { ... } on that line.
+      const before = line.slice(0, m.index);
+      const depth = (before.match(/[{[]/g) ?? []).length - (before.match(/[}\]]/g) ?? []).length;
+      if (depth === 0) keys.add(m[1]!);
+    }
+  }
+  return [...keys].sort();
+}
+
+/** Backticked names in the first column of the `policies[]` entry table. */
+function policyEntryKeys(): string[] {
+  const from = section.indexOf('Each `policies[]` entry:');
+  const table = section.slice(from, section.indexOf('`sweep --json` writes', from));
+  const keys: string[] = [];
+  for (const line of table.split('\n')) {
+    const first = line.split('|')[1];
+    if (!first) continue;
+    for (const m of first.matchAll(/`(\w+)`/g)) keys.push(m[1]!);
+  }
+  return keys.sort();
+}
+
+async function cliJson(args: string[], cwd: string): Promise<Record<string, unknown>> {
+  let stdout = '';
+  const code = await runCli([...args, '--json', '-'], {
+    stdout: { write: (s: string) => (stdout += s) },
+    stderr: { write: () => {}, isTTY: false },
+    cwd,
+  });
+  expect(code).toBe(0);
+  return JSON.parse(stdout) as Record<string, unknown>;
+}
+
+const SMALL = ['--scenario', 'seed-sequential', '--ranks', '4', '--set', 'requests=6'];
+
+describe('JSON output matches the README', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'kvroute-json-doc-'));
+
+  it('run and replay: the top-level keys and every policies[] key are documented, and vice versa', async () => {
+    const documentedTop = jsoncTopKeys('`run` and `replay` (`--json`)');
+    const documentedPolicy = policyEntryKeys();
+    // The issue's required keys are among them.
+    expect(documentedTop).toEqual(
+      expect.arrayContaining(['scenario', 'ranks', 'profile', 'seed', 'policies']),
+    );
+    expect(documentedPolicy).toEqual(
+      expect.arrayContaining([
+        'policy',
+        'options',
+        'hitRate',
+        'ttftMs',
+        'coldTtftMs',
+        'steadyTtftMs',
+        'throughputRps',
+        'imbalance',
+        'requests',
+      ]),
+    );
+
+    const run = await cliJson(['run', ...SMALL, '--policies', 'round_robin,prefix_match'], dir);
+    const line = (t: number, ids: number[]) =>
+      JSON.stringify({
+        timestamp: t,
+        input_length: ids.length * 512,
+        output_length: 4,
+        hash_ids: ids,
+      });
+    writeFileSync(
+      join(dir, 't.jsonl'),
+      [line(0, [1, 2]), 'not json', line(500, [1, 3])].join('\n'),
+    );
+    const replay = await cliJson(
+      ['replay', 't.jsonl', '--ranks', '2', '--policies', 'prefix_match', '--skip-invalid'],
+      dir,
+    );
+    // skippedLines is documented as replay-only, 0 when nothing was skipped.
+    expect(replay.skippedLines).toBe(1);
+    writeFileSync(join(dir, 'ok.jsonl'), [line(0, [1, 2]), line(500, [1, 3])].join('\n'));
+    const clean = await cliJson(['replay', 'ok.jsonl', '--ranks', '2'], dir);
+    expect(clean.skippedLines).toBe(0);
+    expect(Object.keys(run).sort()).toEqual(documentedTop.filter((k) => k !== 'skippedLines'));
+    expect(Object.keys(replay).sort()).toEqual(documentedTop);
+    for (const report of [run, replay]) {
+      for (const p of report.policies as Record<string, unknown>[]) {
+        expect(Object.keys(p).sort()).toEqual(documentedPolicy);
+        const ttft = p.ttftMs as Record<string, unknown>;
+        expect(Object.keys(ttft).sort()).toEqual(['mean', 'p50', 'p90', 'p99']);
+        expect(p.hitRate as number).toBeGreaterThanOrEqual(0);
+        expect(p.hitRate as number).toBeLessThanOrEqual(1);
+      }
+    }
+  });
+
+  it('sweep: the documented top-level keys are exactly the ones written', async () => {
+    const sweep = await cliJson(
+      ['sweep', ...SMALL, '--window', '256', '--prefix-length', '1024,4096'],
+      dir,
+    );
+    expect(Object.keys(sweep).sort()).toEqual(jsoncTopKeys('`sweep --json` writes'));
+    const cell = (sweep.grid as Record<string, unknown>[])[0]!;
+    expect(Object.keys(cell).sort()).toEqual(['prefixLength', 'result', 'window']);
+    expect(Object.keys(cell.result as object).sort()).toEqual(policyEntryKeys());
+  });
+});
