@@ -10,6 +10,10 @@ Decode is batched: every running request owns one row of a shared padded buffer
 ``[layers, 2, rows, kv_heads, capacity, head_dim]``; one step feeds one token per
 row and masks each row's keys past its own length. Padding costs nothing extra
 to build (rows are written in place) and one step's kernels serve the whole batch.
+The keys a step attends over are padded up to a multiple of ``DECODE_KV_BUCKET``
+(the mask hides the pad), so the attention shape changes once per 256 tokens of
+context, not every step: on an H200 each never-seen shape cost ~60 ms (a per-shape
+plan build, docs/validation/README.md) against ~12 ms for a step on a seen one.
 
 Memory is counted in tokens, as SGLang's KV pool is: the radix tree's tokens plus
 each running request's private tokens (its input tail not in the tree, and its
@@ -44,6 +48,10 @@ class ContextLengthError(ValueError):
 
 
 _rid_counter = itertools.count(1)
+
+# Decode attends over keys [0, kv_len) with kv_len rounded up to this (the batch buffer's
+# own length granularity, so the padded length always fits in it).
+DECODE_KV_BUCKET = 256
 
 
 @dataclass(eq=False)
@@ -382,6 +390,15 @@ class Engine:
             self.running[i] = self.running[last]
         self.running.pop()
 
+    def decode_shape(self, n: int) -> Tuple[int, int]:
+        """(rows, kv_len) of the attention a decode step over the first n running requests
+        runs: kv_len is the longest row's length rounded up to DECODE_KV_BUCKET (at most the
+        batch buffer's length). Calibration uses it to tell first-visit shapes from seen ones."""
+        longest = max(len(r.ids) + len(r.output_ids) for r in self.running[:n])
+        padded = -(-longest // DECODE_KV_BUCKET) * DECODE_KV_BUCKET
+        cap = self._batch_kv.shape[4] if self._batch_kv is not None else padded
+        return n, max(longest, min(padded, cap))
+
     def _decode_step(self, n: int) -> None:
         """One token for rows 0..n-1 (the first n running requests)."""
         assert self._batch_kv is not None
@@ -390,8 +407,9 @@ class Engine:
         ids = torch.tensor([r.output_ids[-1] for r in reqs], dtype=torch.int64).to(dev)
         pos_list = [len(r.ids) + len(r.output_ids) - 1 for r in reqs]
         positions = torch.tensor(pos_list, dtype=torch.int64).to(dev)
+        _, kv_len = self.decode_shape(n)
         t0 = time.perf_counter()
-        logits = self.model.decode(ids, positions, self._batch_kv, max(pos_list) + 1)
+        logits = self.model.decode(ids, positions, self._batch_kv, kv_len)
         tokens = logits.argmax(-1).tolist()
         self.metrics["decode_ms_total"] += (time.perf_counter() - t0) * 1000.0
         self.metrics["decode_steps_total"] += 1

@@ -187,7 +187,9 @@ class LlamaModel:
 
         Row b's new token sits at ``positions[b]`` (its current length); keys past a row's own
         length are masked, so rows of different lengths share one padded attention call.
-        ``max_len`` is max(positions)+1. Returns logits ``[B, vocab]`` (fp32).
+        ``max_len`` is at least max(positions)+1 (the engine pads it to a bucket so the
+        attention shape repeats across steps; padded keys are masked like any row's tail).
+        Returns logits ``[B, vocab]`` (fp32).
         """
         s = self.shape
         b = int(ids.shape[0])

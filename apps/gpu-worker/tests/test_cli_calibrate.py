@@ -50,6 +50,10 @@ def test_calibrate_in_process_writes_a_valid_profile(tiny_model):
     check_profile(profile)
     cached = [p for p in details["points"]["prefill"] if p["cached"] > 0]
     assert cached and len(details["points"]["decode"]) >= 3
+    # Decode points time steady-state steps only: each shape's first visit runs untimed.
+    for d in details["points"]["decode"]:
+        assert len(d["ms"]) == 4 and d["warmup_steps"] >= 0
+    assert sum(d["warmup_steps"] for d in details["points"]["decode"]) >= 1
     assert eng.cache.total_tokens == 0 and not eng.running
 
 

@@ -86,6 +86,22 @@ def test_batched_decode_matches_each_sequence_alone(tiny_model):
         assert torch.allclose(together[i], ref[i], **TOL)
 
 
+def test_decode_over_padded_keys_equals_unpadded(tiny_model):
+    """The engine pads decode's key length to a bucket so the attention shape repeats; the
+    padding (here filled with junk, as a reused buffer row may be) must be masked out."""
+    s = tiny_model.shape
+    lens = [9, 40]
+    cap = 128
+    batch = torch.randn(s.num_layers, 2, 2, s.num_kv_heads, cap, s.head_dim, generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        for row, n in enumerate(lens):
+            _, kv = full_prefill(tiny_model, ids_of(n, seed=30 + n))
+            batch[:, :, row, :, :n] = kv
+        exact = tiny_model.decode(torch.tensor([5, 6]), torch.tensor(lens), batch.clone(), max(lens) + 1)
+        padded = tiny_model.decode(torch.tensor([5, 6]), torch.tensor(lens), batch.clone(), cap)
+    assert torch.allclose(exact, padded, **TOL)
+
+
 @pytest.mark.skipif(not HAS_SDPA, reason=f"torch {torch.__version__} has no scaled_dot_product_attention (needs >= 2.0)")
 def test_sdpa_and_explicit_attention_agree():
     shape = get_shape("tiny")

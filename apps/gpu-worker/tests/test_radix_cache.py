@@ -166,3 +166,32 @@ def test_finished_request_caches_prompt_and_output_like_sglang(engine_factory):
     cold.run_until_idle()
     assert c.cached_tokens == 0 and c.output_ids == b.output_ids
     assert eng.cache.locked_tokens == 0 and eng.load()["num_used_tokens"] == eng.cache.total_tokens
+
+
+def test_decode_attends_over_bucketed_key_lengths(engine_factory, tiny_model, monkeypatch):
+    """Decode shapes repeat (kv length padded to DECODE_KV_BUCKET) and the tokens are those of
+    an engine that attends over exactly the live length."""
+    from kvroute_gpu_worker import engine as engine_mod
+
+    seen = []
+    real = tiny_model.decode
+
+    def spy(ids, positions, kv, max_len):
+        seen.append((int(ids.shape[0]), max_len))
+        return real(ids, positions, kv, max_len)
+
+    monkeypatch.setattr(tiny_model, "decode", spy)
+    prompts = [list(range(100, 350)), list(range(500, 530))]  # 250 and 30 tokens, 12 new each
+    eng = engine_factory(chunked_prefill_size=512)
+    padded = [eng.submit(Request(ids=p, max_new_tokens=12)) for p in prompts]
+    eng.run_until_idle()
+    assert seen and all(n % engine_mod.DECODE_KV_BUCKET == 0 for _, n in seen)
+    # 250 + 12 tokens cross one bucket boundary: at most two lengths per batch size.
+    assert len({n for _, n in seen}) <= 2 < len(seen)
+    monkeypatch.setattr(engine_mod, "DECODE_KV_BUCKET", 1)
+    seen.clear()
+    eng1 = engine_factory(chunked_prefill_size=512)
+    exact = [eng1.submit(Request(ids=p, max_new_tokens=12)) for p in prompts]
+    eng1.run_until_idle()
+    assert len({n for _, n in seen}) > 2  # a new length every step without the bucket
+    assert [r.output_ids for r in padded] == [r.output_ids for r in exact]
