@@ -7,6 +7,27 @@ import type { PolicyReport, PolicySamples, SweepReport } from './types.ts';
 
 const WIDTH = 560;
 
+/** One colour per policy, in the user's order, with the legend under the chart. */
+function policyColor(labels: string[]) {
+  return {
+    field: 'policy',
+    type: 'nominal',
+    scale: { domain: labels },
+    legend: { orient: 'bottom', columns: 1 },
+  } as const;
+}
+
+/**
+ * Colour and dash per policy for line charts: policies that behave alike draw the same
+ * curve, and the dashes keep each one visible.
+ */
+function policyLines(labels: string[]) {
+  return {
+    color: policyColor(labels),
+    strokeDash: { field: 'policy', type: 'nominal', scale: { domain: labels } },
+  } as const;
+}
+
 /** At most `maxPoints` (value, fraction <= value) pairs of the empirical CDF, keeping the extremes. */
 export function ecdfPoints(values: readonly number[], maxPoints = 200): { x: number; y: number }[] {
   const sorted = [...values].filter(Number.isFinite).sort((a, b) => a - b);
@@ -56,14 +77,7 @@ export function ttftCdfSpec(
         title: 'share of requests',
         axis: { format: '%' },
       },
-      color: {
-        field: 'policy',
-        type: 'nominal',
-        scale: { domain: labels },
-        legend: { orient: 'bottom', columns: 1 },
-      },
-      // Policies that behave alike draw the same curve; dashes keep each one visible.
-      strokeDash: { field: 'policy', type: 'nominal', scale: { domain: labels } },
+      ...policyLines(labels),
     },
   };
 }
@@ -96,13 +110,7 @@ export function ttftTimelineSpec(
     encoding: {
       x: { field: 'request', type: 'quantitative', title: 'request (arrival order)' },
       y: { field: 'ttftMs', type: 'quantitative', title: 'TTFT (ms)' },
-      color: {
-        field: 'policy',
-        type: 'nominal',
-        scale: { domain: labels },
-        legend: { orient: 'bottom', columns: 1 },
-      },
-      strokeDash: { field: 'policy', type: 'nominal', scale: { domain: labels } },
+      ...policyLines(labels),
     },
   };
 }
@@ -160,12 +168,7 @@ export function rankLoadSpec(policies: readonly PolicyReport[]): TopLevelSpec {
       x: { field: 'rank', type: 'ordinal', title: 'rank', axis: { labelAngle: 0 } },
       xOffset: { field: 'policy', type: 'nominal', sort: labels },
       y: { field: 'prefillTokens', type: 'quantitative', title: 'prefilled tokens' },
-      color: {
-        field: 'policy',
-        type: 'nominal',
-        scale: { domain: labels },
-        legend: { orient: 'bottom', columns: 1 },
-      },
+      color: policyColor(labels),
     },
   };
 }
