@@ -89,6 +89,30 @@ describe('cache_aware', () => {
     expect(next.matchedTokens).toBe(2048);
   });
 
+  it('off an overloaded holder, picks the least uncached prefill + queued work', () => {
+    const turn = withTail(SYSTEM, 1024); // 3072 tokens: 12 windows
+    const next = withTail(turn, 300); // w = 3372
+    const dispatchWithRank1Load = (load1: number) => {
+      const d = createDispatcher({ method: 'cache_aware', epsilon: 0.25, slackTokens: 0 });
+      const tracker = createLoadTracker(4);
+      d.dispatch({ inputIds: turn, routedRank: 0 }, tracker.ranks); // rank 0: the whole turn
+      d.dispatch({ inputIds: withTail(SYSTEM, 5), routedRank: 1 }, tracker.ranks); // rank 1: SYSTEM
+      tracker.onDispatch(0, 100_000); // the longest holder is far over the bound
+      tracker.onDispatch(1, load1);
+      return d.dispatch({ inputIds: next }, tracker.ranks);
+    };
+    // rank 1: 3372 - 2048 + 1000 = 2324 beats an idle rank's 3372.
+    expect(dispatchWithRank1Load(1000)).toEqual({
+      rank: 1,
+      reason: 'cache-hit-overloaded',
+      matchedTokens: 2048,
+    });
+    // With 2,500 queued on rank 1 (3824 > 3372), an idle rank without the prefix wins.
+    const spill = dispatchWithRank1Load(2500);
+    expect(spill).toMatchObject({ reason: 'cache-hit-overloaded', matchedTokens: 0 });
+    expect([2, 3]).toContain(spill.rank);
+  });
+
   it('balances a hot prefix: bounded load while hits stay high', () => {
     const d = createDispatcher({ method: 'cache_aware' });
     const tracker = createLoadTracker(16);
