@@ -5,7 +5,13 @@ import { renderRunHtml, renderSweepHtml } from '../src/report/html.ts';
 import { toJson } from '../src/report/json.ts';
 import { chooseBest } from '../src/report/sweep-choice.ts';
 import { renderRunTable, renderSweepTable } from '../src/report/table.ts';
-import { policyReport, runReport, sweepCell, sweepReport } from './report-fixtures.ts';
+import {
+  policyReport,
+  REQUIRED_POLICY_KEYS,
+  runReport,
+  sweepCell,
+  sweepReport,
+} from './report-fixtures.ts';
 
 const three = () =>
   runReport([
@@ -92,17 +98,7 @@ describe('JSON', () => {
       'policies',
     ]);
     const p = parsed.policies[0];
-    for (const k of [
-      'policy',
-      'options',
-      'hitRate',
-      'ttftMs',
-      'coldTtftMs',
-      'steadyTtftMs',
-      'throughputRps',
-      'imbalance',
-      'requests',
-    ]) {
+    for (const k of REQUIRED_POLICY_KEYS) {
       expect(p).toHaveProperty(k);
     }
     expect(Object.keys(p.ttftMs)).toEqual(['p50', 'p90', 'p99', 'mean']);

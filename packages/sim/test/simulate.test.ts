@@ -7,6 +7,7 @@ import { DpAttentionGroup } from '../src/entities/dp-attention-group.ts';
 import { simulatePlan } from '../src/simulate.ts';
 import { buildWorkload } from '../src/workloads/registry.ts';
 import type { WorkloadPlan } from '../src/workloads/types.ts';
+import { REQUIRED_POLICY_KEYS } from './report-fixtures.ts';
 
 const profile = getProfile('h200-llama-3.1-8b');
 
@@ -141,17 +142,7 @@ describe('determinism', () => {
       expect.arrayContaining(['scenario', 'ranks', 'profile', 'seed', 'policies']),
     );
     for (const p of parsed.policies) {
-      for (const key of [
-        'policy',
-        'options',
-        'hitRate',
-        'ttftMs',
-        'coldTtftMs',
-        'steadyTtftMs',
-        'throughputRps',
-        'imbalance',
-        'requests',
-      ]) {
+      for (const key of REQUIRED_POLICY_KEYS) {
         expect(p).toHaveProperty(key);
       }
     }
@@ -192,64 +183,37 @@ describe('DpAttentionGroup', () => {
     // same pass; r0 has 4 + 1 of its 11 tokens by then and needs 6 more steps.
     expect(first1).toBe(230);
     expect(end0).toBe(230 + 6 * 10);
-    // Independent ranks would not interact.
-    const plan = simulatePlan(
-      {
-        scenario: 'x',
-        mode: 'open',
-        ranks: 2,
-        clients: [],
-        events: [],
-        requests: [
-          {
-            id: 0,
-            clientId: 0,
-            inputIds: ids(1, 10),
-            outputTokens: 11,
-            arrivalMs: 0,
-            sessionKey: 'a',
-          },
-          {
-            id: 1,
-            clientId: 1,
-            inputIds: ids(500, 10),
-            outputTokens: 1,
-            arrivalMs: 125,
-            sessionKey: 'b',
-          },
-        ],
-      },
-      { policy: { method: 'round_robin' }, profile: unit, seed: 1 },
-    );
+    // The same two requests through the host: independent ranks do not interact, lockstep
+    // ranks reproduce the group's timeline.
+    const twoRequests: WorkloadPlan = {
+      scenario: 'x',
+      mode: 'open',
+      ranks: 2,
+      clients: [],
+      events: [],
+      requests: [
+        {
+          id: 0,
+          clientId: 0,
+          inputIds: ids(1, 10),
+          outputTokens: 11,
+          arrivalMs: 0,
+          sessionKey: 'a',
+        },
+        {
+          id: 1,
+          clientId: 1,
+          inputIds: ids(500, 10),
+          outputTokens: 1,
+          arrivalMs: 125,
+          sessionKey: 'b',
+        },
+      ],
+    };
+    const base = { policy: { method: 'round_robin' }, profile: unit, seed: 1 };
+    const plan = simulatePlan(twoRequests, base);
     expect(plan.records.find((r) => r.id === 0)!.endMs).toBe(200);
-    const locked = simulatePlan(
-      {
-        scenario: 'x',
-        mode: 'open',
-        ranks: 2,
-        clients: [],
-        events: [],
-        requests: [
-          {
-            id: 0,
-            clientId: 0,
-            inputIds: ids(1, 10),
-            outputTokens: 11,
-            arrivalMs: 0,
-            sessionKey: 'a',
-          },
-          {
-            id: 1,
-            clientId: 1,
-            inputIds: ids(500, 10),
-            outputTokens: 1,
-            arrivalMs: 125,
-            sessionKey: 'b',
-          },
-        ],
-      },
-      { policy: { method: 'round_robin' }, profile: unit, seed: 1, rank: { dpAttention: true } },
-    );
+    const locked = simulatePlan(twoRequests, { ...base, rank: { dpAttention: true } });
     expect(locked.records.find((r) => r.id === 0)!.endMs).toBe(290);
   });
 });
