@@ -1,5 +1,11 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { main, startRouter } from '../src/cli.ts';
+
+/** Starts the router in-process on a free port, quiet, with the given flags. */
+const quietRouter = (argv: string[]) =>
+  startRouter([...argv, '--mock-time-scale', '0', '--port', '0', '--log-level', 'silent'], {});
 
 afterEach(() => {
   vi.restoreAllMocks();
@@ -7,22 +13,8 @@ afterEach(() => {
 });
 
 describe('kvroute-router CLI', () => {
-  it('--mock-workers N starts N loopback workers behind the router and logs the effective config', async () => {
-    const running = await startRouter(
-      [
-        '--mock-workers',
-        '2',
-        '--mock-time-scale',
-        '0',
-        '--port',
-        '0',
-        '--log-level',
-        'silent',
-        '--admin-token',
-        'abc',
-      ],
-      {},
-    );
+  it('--mock-workers N starts N loopback workers behind the router', async () => {
+    const running = await quietRouter(['--mock-workers', '2', '--admin-token', 'abc']);
     try {
       expect(running.config.workerUrls).toHaveLength(2);
       expect(running.app.kvroute.table.size).toBe(2);
@@ -40,26 +32,81 @@ describe('kvroute-router CLI', () => {
   });
 
   it('--dp-aware with --mock-dp-size routes to (worker, DP rank) pairs', async () => {
-    const running = await startRouter(
-      [
-        '--mock-workers',
-        '2',
-        '--mock-dp-size',
-        '2',
-        '--dp-aware',
-        '--mock-time-scale',
-        '0',
-        '--port',
-        '0',
-        '--log-level',
-        'silent',
-      ],
-      {},
-    );
+    const running = await quietRouter(['--mock-workers', '2', '--mock-dp-size', '2', '--dp-aware']);
     try {
       expect(running.app.kvroute.table.info().map((r) => r.dpRank)).toEqual([0, 1, 0, 1]);
     } finally {
       await running.close();
+    }
+  });
+
+  it('the command `pnpm router` runs logs the effective config from all sources, serves, and stops on SIGTERM', async () => {
+    const dir = fileURLToPath(new URL('..', import.meta.url));
+    const child = spawn(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        'src/server.ts',
+        '--mock-workers',
+        '4',
+        '--mock-time-scale',
+        '0',
+        '--port',
+        '0',
+        '--admin-token',
+        'hush-hush',
+      ],
+      {
+        cwd: dir,
+        env: { ...process.env, KVROUTE_MAX_RETRIES: '5' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let out = '';
+    child.stdout.on('data', (d) => {
+      out += d;
+    });
+    child.stderr.on('data', (d) => {
+      out += d;
+    });
+    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+    try {
+      const started = await new Promise<{ msg: string; config: Record<string, unknown> }>(
+        (resolve, reject) => {
+          child.stdout.on('data', () => {
+            const line = out.split('\n').find((l) => l.includes('kvroute-router listening on'));
+            if (line) resolve(JSON.parse(line));
+          });
+          void exited.then((code) => reject(new Error(`exited ${code}: ${out}`)));
+        },
+      );
+      // Defaults, environment and flags, merged: the effective config, token redacted.
+      expect(started.config).toMatchObject({
+        loadBalanceMethod: 'cache_aware',
+        maxRetries: 5,
+        mockWorkers: 4,
+        maxBodyBytes: 32 * 1024 * 1024,
+        adminToken: '<set>',
+      });
+      expect(started.config.workerUrls).toHaveLength(4);
+      expect(out).not.toContain('hush-hush');
+      const url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(started.msg)![1]!;
+      const res = await fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 }),
+      });
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-kvroute-reason')).toBeTruthy();
+      expect(((await res.json()) as { usage: { completion_tokens: number } }).usage).toMatchObject({
+        completion_tokens: 3,
+      });
+      child.kill('SIGTERM');
+      expect(await exited).toBe(0);
+      expect(out).toContain('SIGTERM: shutting down');
+    } finally {
+      child.kill('SIGKILL');
     }
   });
 
