@@ -1,10 +1,11 @@
 import type { AddressInfo } from 'node:net';
+import { Readable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type RouterConfig, resolveConfig } from '../src/config.ts';
 import { buildRouter } from '../src/router.ts';
-import { type FakeWorker, startFakeWorker } from './helpers/fake-worker.ts';
+import { completionBody, type FakeWorker, startFakeWorker } from './helpers/fake-worker.ts';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -29,6 +30,9 @@ async function router(
     return { app, url: '' };
   }
   await app.listen({ host: '127.0.0.1', port: 0 });
+  // Drop client connections first: a pooled client may hold one open that never sent a request,
+  // which Node counts as active, so a graceful close would wait for its headers timeout.
+  cleanups.push(async () => app.server.closeAllConnections());
   return { app, url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}` };
 }
 
@@ -137,6 +141,53 @@ describe('proxying', () => {
     expect(metrics).toContain('kvroute_router_affinity_entries 1');
     expect(metrics).toContain('kvroute_router_affinity_hits_total 6');
     expect(metrics).toMatch(/reason="affinity",status="200"\} 6/);
+  });
+
+  it('exports in-flight requests and tokens per rank while a request is out, and affinity evictions', async () => {
+    const ws = await workers(1);
+    let release: (() => void) | undefined;
+    ws[0]!.handlers.set('POST /v1/chat/completions', (_q, res, body) => {
+      release = () => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(completionBody(body)));
+      };
+    });
+    const { app } = await router([
+      '--worker-urls',
+      ws[0]!.url,
+      '--dp-cache-affinity',
+      'routing_key',
+      '--affinity-max-entries',
+      '1',
+    ]);
+    const pending = post(app, '/v1/chat/completions', chat('held'), { 'x-routing-key': 'a' });
+    for (let i = 0; i < 200 && !release; i++) await new Promise((r) => setTimeout(r, 5));
+    const tokens = app.kvroute.table.tracker.ranks[0]!.inFlightTokens;
+    expect(tokens).toBeGreaterThan(8); // prompt tokens + max_tokens 8
+    const during = (await app.inject('/metrics')).body;
+    expect(during).toContain('kvroute_router_in_flight_requests{rank="0"} 1');
+    expect(during).toContain(`kvroute_router_in_flight_tokens{rank="0"} ${tokens}`);
+    release!();
+    expect((await pending).statusCode).toBe(200);
+    const after = (await app.inject('/metrics')).body;
+    expect(after).toContain('kvroute_router_in_flight_requests{rank="0"} 0');
+    expect(after).toContain('kvroute_router_in_flight_tokens{rank="0"} 0');
+
+    // A one-entry affinity table: each new key evicts the previous one.
+    ws[0]!.handlers.set('POST /v1/chat/completions', (_q, res, body) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(completionBody(body)));
+    });
+    for (const key of ['b', 'a', 'a']) {
+      expect(
+        (await post(app, '/v1/chat/completions', chat(), { 'x-routing-key': key })).statusCode,
+      ).toBe(200);
+    }
+    const metrics = (await app.inject('/metrics')).body;
+    expect(metrics).toContain('kvroute_router_affinity_entries 1');
+    expect(metrics).toContain('kvroute_router_affinity_evictions_total 2');
+    expect(metrics).toContain('kvroute_router_affinity_hits_total 1');
+    expect(metrics).toContain('kvroute_router_affinity_misses_total 3');
   });
 
   it('reads meta_info.cached_tokens from /generate', async () => {
@@ -404,6 +455,27 @@ describe('request errors in OpenAI shape', () => {
     expect(res.json().error.message).toContain('1000 bytes');
   });
 
+  it('413 for a chunked body (no content-length) once it passes --max-body-bytes', async () => {
+    const ws = await workers(1);
+    const { url } = await router(['--worker-urls', ws[0]!.url, '--max-body-bytes', '1000'], true);
+    async function* body() {
+      yield '{"messages":[{"role":"user","content":"';
+      for (let i = 0; i < 4; i++) yield 'x'.repeat(400);
+      yield '"}]}';
+    }
+    const res = await request(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: Readable.from(body()),
+    });
+    expect(res.statusCode).toBe(413);
+    expect(((await res.body.json()) as { error: unknown }).error).toMatchObject({
+      code: 'payload_too_large',
+      param: 'body',
+    });
+    expect(ws[0]!.received).toHaveLength(0);
+  });
+
   it('404 for unknown routes and methods', async () => {
     const ws = await workers(1);
     const { app } = await router(['--worker-urls', ws[0]!.url]);
@@ -555,7 +627,8 @@ describe('streaming', () => {
     let rest = '';
     for (let n = await it.next(); !n.done; n = await it.next()) rest += String(n.value);
     expect(rest).toContain('[DONE]');
-    await new Promise((r) => setTimeout(r, 20));
+    for (let i = 0; i < 100 && app.kvroute.table.tracker.ranks[0]!.inFlightRequests > 0; i++)
+      await new Promise((r) => setTimeout(r, 10));
     expect(app.kvroute.table.tracker.ranks[0]!.inFlightRequests).toBe(0);
     expect((await app.inject('/metrics')).body).toContain(
       'kvroute_router_cached_tokens_total{rank="0"} 5',
