@@ -2,7 +2,10 @@
 // rank, reset-mode failures and a worker closed mid-request (what the router's failover
 // tests rely on).
 import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { approximateTokenIds } from '@kvroute/protocol';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -38,9 +41,23 @@ describe('mock worker on a loopback port', () => {
   });
 
   it('streams chunks over time, one per output token, not buffered', async () => {
-    // Real time, with a profile whose decode steps take milliseconds: 30 tokens arrive
-    // across many socket reads.
-    const w = await start({ timeScale: 1 });
+    // Real time, with decode steps of 50 ms: 30 tokens span ~1.5 s, so even a test process
+    // starved of CPU for a few hundred ms (server and client share one event loop) cannot
+    // receive the whole stream in its first read unless the worker buffered it.
+    const dir = mkdtempSync(join(tmpdir(), 'kvroute-mock-'));
+    const profileFile = join(dir, 'slow-decode.json');
+    writeFileSync(
+      profileFile,
+      JSON.stringify({
+        format: 'kvroute-cost-profile/v1',
+        name: 'slow-decode',
+        prefill: { floorMs: 5, perTokenMs: 0, attnMsPerMTokenPairs: 0 },
+        decode: { floorMs: 50, perSeqMs: 0, perKContextTokenMs: 0 },
+        kvCapacityTokens: 100000,
+        chunkedPrefillSize: 8192,
+      }),
+    );
+    const w = await start({ timeScale: 1, profileFile });
     const res = await fetch(`${w.url}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
