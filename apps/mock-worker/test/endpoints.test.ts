@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { approximateTokenIds } from '@kvroute/protocol';
+import { getProfile } from '@kvroute/sim';
 import { afterEach, describe, expect, it } from 'vitest';
 import { fillerText, promptSeed } from '../src/filler.ts';
 import { closeAll, type Json, post, sseEvents, textOfTokens, worker } from './helpers.ts';
@@ -38,6 +39,13 @@ describe('GET endpoints', () => {
     expect(metrics.headers['content-type']).toMatch(/text\/plain/);
     expect(metrics.body).toContain('# TYPE kvroute_worker_prompt_tokens_total counter');
     expect(metrics.body).toContain('kvroute_worker_num_running_reqs{dp_rank="2"} 0');
+  });
+
+  it('--profile NAME picks a built-in cost profile and its KV pool', async () => {
+    const info = (await worker({ profile: 'h200-qwen2.5-32b' }).inject('/get_server_info')).json();
+    expect(info.profile).toBe('h200-qwen2.5-32b');
+    expect(info.max_total_num_tokens).toBe(getProfile('h200-qwen2.5-32b').kvCapacityTokens);
+    expect(info.max_total_num_tokens).not.toBe(getProfile('h200-llama-3.1-8b').kvCapacityTokens);
   });
 
   it('--profile-file: a kvroute-cost-profile/v1 file sets the cost model and KV pool', async () => {
