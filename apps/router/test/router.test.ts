@@ -330,6 +330,65 @@ describe('failures', () => {
   });
 });
 
+describe('monitors started by the flags', () => {
+  const until = async (cond: () => boolean): Promise<void> => {
+    for (let i = 0; i < 300 && !cond(); i++) await new Promise((r) => setTimeout(r, 10));
+  };
+
+  it('--load-poll-interval: load a worker reports beyond the router own count steers the policy', async () => {
+    const ws = await workers(2);
+    ws[0]!.handlers.set('GET /v1/loads', (_q, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(
+        JSON.stringify({ dp_size: 1, loads: [{ num_running_reqs: 5, num_waiting_reqs: 1 }] }),
+      );
+    });
+    const { app } = await router([
+      '--worker-urls',
+      ...ws.map((w) => w.url),
+      '--load-balance-method',
+      'total_requests',
+      '--load-poll-interval',
+      '20ms',
+    ]);
+    await until(() => app.kvroute.table.info()[0]!.externalRequests === 6);
+    expect(app.kvroute.table.info().map((r) => r.externalRequests)).toEqual([6, 0]);
+    for (let i = 0; i < 3; i++) {
+      expect((await post(app, '/v1/chat/completions', chat())).headers['x-kvroute-rank']).toBe('1');
+    }
+  });
+
+  it('--health-check-interval-ms: active checks mark a failing worker down and back up', async () => {
+    const ws = await workers(2);
+    let healthy = false;
+    ws[0]!.handlers.set('GET /health', (_q, res) => {
+      res.writeHead(healthy ? 200 : 503);
+      res.end();
+    });
+    const config = resolveConfig([
+      '--worker-urls',
+      ...ws.map((w) => w.url),
+      '--health-check-interval-ms',
+      '20',
+      '--health-failure-threshold',
+      '2',
+      '--health-success-threshold',
+      '2',
+    ]);
+    const app = buildRouter(config);
+    cleanups.push(() => app.close());
+    await app.ready();
+    const w0 = app.kvroute.table.worker(ws[0]!.url)!;
+    await until(() => !w0.healthy);
+    expect(w0.healthy).toBe(false);
+    expect(w0.lastError).toContain('503');
+    expect((await post(app, '/v1/chat/completions', chat())).headers['x-kvroute-rank']).toBe('1');
+    healthy = true;
+    await until(() => w0.healthy);
+    expect(w0.healthy).toBe(true);
+  });
+});
+
 describe('topology', () => {
   it('--dp-aware reads dp_size and sets routed_dp_rank per rank', async () => {
     const ws = await workers(1, { dpSize: 3 });
