@@ -14,7 +14,9 @@ describe('EventQueue', () => {
     const log = (name: string) => () => seen.push(`${name}@${q.now()}`);
     // Many equal times scheduled out of order exercise the heap's tie-breaking.
     const times = [50, 10, 30, 10, 50, 0, 30, 10, 1e9, 0];
-    times.forEach((t, i) => q.at(t, log(`e${i}`)));
+    times.forEach((t, i) => {
+      q.at(t, log(`e${i}`));
+    });
     // An event scheduled while running, at the current time, runs after those already queued.
     q.at(10, () => {
       seen.push(`x@${q.now()}`);
