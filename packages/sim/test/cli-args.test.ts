@@ -12,7 +12,7 @@ import {
 } from '../src/cli/args.ts';
 import { UsageError } from '../src/cli/errors.ts';
 import { checkTargets } from '../src/cli/outputs.ts';
-import { parsePolicies, parsePolicy } from '../src/cli/policies.ts';
+import { parseAffinityFlag, parsePolicies, parsePolicy } from '../src/cli/policies.ts';
 import { createProgress } from '../src/cli/progress.ts';
 
 function usageMessage(fn: () => unknown): string {
@@ -131,6 +131,26 @@ describe('policies', () => {
       prefixLength: 2048,
       affinity: { kind: 'routing_key' },
     });
+  });
+
+  it('reads affinity table options from --affinity KIND:key=value and passes them to every policy', () => {
+    expect(parseAffinityFlag(undefined)).toEqual({});
+    expect(parseAffinityFlag('none')).toEqual({ affinity: 'none' });
+    const flags = parseAffinityFlag('routing_key:maxEntries=1000:ttlMs=0');
+    expect(flags).toEqual({
+      affinity: 'routing_key',
+      affinityOptions: { maxEntries: 1000, ttlMs: 0 },
+    });
+    const [pm] = parsePolicies(['prefix_match'], flags);
+    expect(pm!.config.affinity).toEqual({ kind: 'routing_key', maxEntries: 1000, ttlMs: 0 });
+    expect(pm!.reportOptions).toEqual({
+      affinity: { kind: 'routing_key', maxEntries: 1000, ttlMs: 0 },
+    });
+    expect(usageMessage(() => parseAffinityFlag('sticky:maxEntries=1'))).toMatch(
+      /unknown affinity kind 'sticky'/,
+    );
+    expect(usageMessage(() => parseAffinityFlag('none:maxEntries=1'))).toContain('no options');
+    expect(usageMessage(() => parseAffinityFlag('routing_key:'))).toContain('empty option');
   });
 
   it('rejects unknown policies with the valid names', () => {

@@ -167,6 +167,28 @@ describe('run', () => {
   });
 });
 
+describe('affinity table options', () => {
+  it('sets maxEntries and ttlMs from --affinity, and the policy rejects bad ones (exit 2)', async () => {
+    // accumulate=true: one agent session, so every request carries the same routing key.
+    const args = ['run', ...SMALL, '--set', 'accumulate=true', '--policies', 'round_robin'];
+    const r = await cli([...args, '--affinity', 'routing_key:maxEntries=2:ttlMs=0', '--json', '-']);
+    expect(r.code).toBe(0);
+    const p = JSON.parse(r.stdout).policies[0];
+    expect(p.options).toEqual({ affinity: { kind: 'routing_key', maxEntries: 2, ttlMs: 0 } });
+    // The table holds the one key, so every request after the first is an affinity hit.
+    expect(p.reasons.affinity).toBe(5);
+
+    const zero = await cli([...args, '--affinity', 'routing_key:maxEntries=0']);
+    expect(zero.code).toBe(2);
+    expect(zero.stderr).toMatch(/maxEntries must be an integer >= 1, got 0/);
+    const unknown = await cli([...args, '--affinity', 'routing_key:size=5']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toMatch(
+      /unknown affinity option 'size'; valid options: kind, maxEntries, ttlMs/,
+    );
+  });
+});
+
 describe('profile file', () => {
   it('runs with a kvroute-cost-profile/v1 file and names it in the report', async () => {
     const profile = {

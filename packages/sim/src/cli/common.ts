@@ -15,7 +15,7 @@ import {
 import type { CliIo } from './command.ts';
 import { UsageError } from './errors.ts';
 import { checkTargets, type OutputTargets } from './outputs.ts';
-import { checkAffinity, type PolicyFlags, type PolicySpec, parsePolicies } from './policies.ts';
+import { type PolicyFlags, type PolicySpec, parseAffinityFlag, parsePolicies } from './policies.ts';
 import {
   type CostModel,
   getProfile,
@@ -49,7 +49,8 @@ export const SIM_FLAGS_HELP = `  --ranks N             rank count, for the simul
   --seed S              seed of every random stream (default ${DEFAULT_SEED}); same seed, same bytes
   --set KEY=VALUE       scenario option, repeatable (e.g. --set requests=10 --set accumulate=true);
                         an unknown KEY is an error listing the scenario's options
-  --affinity KIND       routing-key cache affinity for every policy: routing_key | none
+  --affinity KIND       routing-key cache affinity for every policy: routing_key | none;
+                        table options as KIND:key=value, e.g. routing_key:maxEntries=1000:ttlMs=60000
   --json FILE|-         write the JSON report (schema in the package README); '-' = stdout only
   --csv FILE|-          write one CSV row per policy (sweep: per grid cell)
   --html FILE|-         write a self-contained HTML report with charts
@@ -105,8 +106,7 @@ export function readSimFlags(p: Parsed, scenario: string, io: CliIo): SimFlags {
   const policyFlags: PolicyFlags = {};
   if (windowRaw !== undefined) policyFlags.window = positiveInt('window', windowRaw);
   if (prefixRaw !== undefined) policyFlags.prefixLength = positiveInt('prefix-length', prefixRaw);
-  const affinity = checkAffinity(str(p, 'affinity'));
-  if (affinity !== undefined) policyFlags.affinity = affinity;
+  Object.assign(policyFlags, parseAffinityFlag(str(p, 'affinity')));
   const ranks = ranksRaw !== undefined ? positiveInt('ranks', ranksRaw) : undefined;
   const scenarioOptions: Record<string, unknown> = parseAssignments('set', strs(p, 'set'));
   if (ranks !== undefined && scenarioHasOption(scenario, 'ranks')) {

@@ -12,7 +12,10 @@ import { UsageError } from './errors.ts';
 export interface PolicyFlags {
   window?: number;
   prefixLength?: number;
+  /** Affinity kind (`routing_key` or `none`). */
   affinity?: string;
+  /** The affinity table's own options (`maxEntries`, `ttlMs`), from `--affinity KIND:key=value`. */
+  affinityOptions?: Record<string, unknown>;
 }
 
 export interface PolicySpec {
@@ -26,6 +29,30 @@ export interface PolicySpec {
 export function checkAffinity(raw: string | undefined): string | undefined {
   if (raw === undefined) return undefined;
   return checkName('affinity kind', raw, [...AFFINITY_KINDS, 'none']);
+}
+
+/**
+ * `--affinity KIND[:key=value...]`, e.g. `routing_key:maxEntries=1000:ttlMs=60000`; the policy
+ * validates the options (unknown names and bad numbers are its errors, listing the valid ones).
+ */
+export function parseAffinityFlag(
+  raw: string | undefined,
+): Pick<PolicyFlags, 'affinity' | 'affinityOptions'> {
+  if (raw === undefined) return {};
+  const [kind = '', ...assignments] = raw.split(':');
+  const affinity = checkAffinity(kind.trim())!;
+  if (assignments.length === 0) return { affinity };
+  if (affinity === 'none') throw new UsageError(`--affinity none takes no options, got '${raw}'`);
+  if (assignments.some((a) => a.trim() === '')) {
+    throw new UsageError(`--affinity: empty option in '${raw}' (use kind:key=value:key=value)`);
+  }
+  return { affinity, affinityOptions: parseAssignments('affinity', assignments) };
+}
+
+/** The dispatcher's `affinity` config for the flags; undefined when affinity is off. */
+export function affinityConfig(flags: PolicyFlags): Record<string, unknown> | undefined {
+  if (flags.affinity === undefined || flags.affinity === 'none') return undefined;
+  return { kind: flags.affinity, ...(flags.affinityOptions ?? {}) };
 }
 
 /**
@@ -45,7 +72,7 @@ export function parsePolicy(entry: string, flags: PolicyFlags): PolicySpec {
   // to other methods, so `--window` with round_robin in the list is fine.
   if (flags.window !== undefined) config.window = flags.window;
   if (flags.prefixLength !== undefined) config.prefixLength = flags.prefixLength;
-  if (flags.affinity !== undefined) config.affinity = { kind: flags.affinity };
+  if (flags.affinity !== undefined) config.affinity = affinityConfig(flags) ?? { kind: 'none' };
   if (assignments.length > 0) config.options = own;
 
   const reads = (methodRegistry[method] as { optionNames?: readonly string[] } | undefined)
@@ -55,8 +82,8 @@ export function parsePolicy(entry: string, flags: PolicyFlags): PolicySpec {
     if (v !== undefined && (reads === undefined || reads.includes(k))) reportOptions[k] = v;
   }
   Object.assign(reportOptions, own);
-  if (flags.affinity !== undefined && flags.affinity !== 'none')
-    reportOptions.affinity = { kind: flags.affinity };
+  const affinity = affinityConfig(flags);
+  if (affinity !== undefined) reportOptions.affinity = affinity;
   return { method, config, reportOptions };
 }
 

@@ -81,7 +81,8 @@ export interface SweepInput {
   ranks?: number;
   profile: CostModel;
   policy: string;
-  affinity?: string;
+  /** The dispatcher's affinity config for every cell; undefined when off. */
+  affinity?: Record<string, unknown>;
   windows: readonly number[];
   prefixLengths: readonly number[];
   objective: SweepObjective;
@@ -100,10 +101,7 @@ export function sweep(io: CliIo, input: SweepInput): { report: SweepReport } {
   let ranks = input.ranks ?? plan.ranks;
   try {
     pairs.forEach(({ window, prefixLength }, i) => {
-      const affinity =
-        input.affinity !== undefined && input.affinity !== 'none'
-          ? { affinity: { kind: input.affinity } }
-          : {};
+      const affinity = input.affinity !== undefined ? { affinity: input.affinity } : {};
       const { result } = runComparisonDetailed({
         scenario: input.scenario,
         plan,
@@ -119,9 +117,7 @@ export function sweep(io: CliIo, input: SweepInput): { report: SweepReport } {
       });
       ranks = result.ranks;
       const summary = result.policies[0]!;
-      const options: Record<string, unknown> = { window, prefixLength };
-      if (input.affinity !== undefined && input.affinity !== 'none')
-        options.affinity = { kind: input.affinity };
+      const options: Record<string, unknown> = { window, prefixLength, ...affinity };
       grid.push({ window, prefixLength, result: { ...summary, options } });
     });
   } finally {

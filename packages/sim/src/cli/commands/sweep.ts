@@ -5,6 +5,7 @@ import type { Subcommand } from '../command.ts';
 import { readSimFlags, requireScenario, SIM_FLAGS_HELP, SIM_OPTIONS } from '../common.ts';
 import { emitSweepReport } from '../emit-report.ts';
 import { UsageError } from '../errors.ts';
+import { affinityConfig } from '../policies.ts';
 import { sweep } from '../simulate.ts';
 
 export const OBJECTIVES: readonly SweepObjective[] = ['ttft-p99', 'ttft-mean', 'hit-rate'];
@@ -85,7 +86,7 @@ export const command: Subcommand = {
       ranks: flags.ranks,
       profile: flags.profile,
       policy,
-      affinity: flags.policyFlags.affinity,
+      affinity: affinityConfig(flags.policyFlags),
       windows,
       prefixLengths,
       objective,
