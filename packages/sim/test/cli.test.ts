@@ -167,6 +167,43 @@ describe('run', () => {
   });
 });
 
+describe('determinism (issue 3 item 10)', () => {
+  it('gives byte-identical JSON for the same arguments and seed: every issue scenario, replay and sweep', async () => {
+    const small: Record<string, string[]> = {
+      'seed-sequential': ['requests=5', 'accumulate=true'],
+      'seed-concurrent': ['requestsPerAgent=4'],
+      agentic: ['sessions=6'],
+      'shared-prefix': ['groups=3', 'promptsPerGroup=2'],
+      replay: ['limit=40'],
+    };
+    const runs = Object.entries(small).map(([scenario, sets]) => [
+      'run',
+      '--scenario',
+      scenario,
+      '--ranks',
+      '4',
+      ...sets.flatMap((s) => ['--set', s]),
+      '--policies',
+      'round_robin,total_tokens,prefix_match',
+      '--affinity',
+      'routing_key',
+      '--seed',
+      'det',
+    ]);
+    const sweep = ['sweep', ...SMALL, '--window', '64,256', '--prefix-length', '1024'];
+    for (const args of [...runs, sweep]) {
+      const a = await cli([...args, '--json', '-']);
+      const b = await cli([...args, '--json', '-']);
+      expect(a.code, args.join(' ')).toBe(0);
+      expect(a.stdout.length).toBeGreaterThan(100);
+      expect(b.stdout, args.join(' ')).toBe(a.stdout);
+    }
+    // The seed matters: another one gives another workload and other numbers.
+    const other = await cli([...runs[2]!.slice(0, -1), 'det2', '--json', '-']);
+    expect(other.stdout).not.toBe((await cli([...runs[2]!, '--json', '-'])).stdout);
+  });
+});
+
 describe('affinity table options', () => {
   it('sets maxEntries and ttlMs from --affinity, and the policy rejects bad ones (exit 2)', async () => {
     // accumulate=true: one agent session, so every request carries the same routing key.
