@@ -10,8 +10,19 @@ export interface RunningRouter {
   app: FastifyInstance;
   url: string;
   config: RouterConfig;
-  close(): Promise<void>;
+  /**
+   * Stops accepting connections and waits for in-flight responses, at most `graceMs`
+   * (default SHUTDOWN_GRACE_MS); then the remaining connections are cut.
+   */
+  close(graceMs?: number): Promise<void>;
 }
+
+/**
+ * How long a shutdown waits for in-flight responses. Without a bound, one client connection
+ * that is open but has not sent a request (a pooled or pre-opened connection) holds the close
+ * until Node's headers timeout (60 s): Node counts such a connection as active, not idle.
+ */
+export const SHUTDOWN_GRACE_MS = 10_000;
 
 /** Starts N mock workers on loopback (the embedded default for demos and `pnpm router`). */
 async function startMockWorkers(
@@ -69,8 +80,13 @@ export async function startRouter(
     app,
     url,
     config,
-    close: async () => {
-      await app.close();
+    close: async (graceMs = SHUTDOWN_GRACE_MS) => {
+      const cut = setTimeout(() => app.server.closeAllConnections(), graceMs);
+      try {
+        await app.close();
+      } finally {
+        clearTimeout(cut);
+      }
       await mocks?.close();
     },
   };

@@ -1,6 +1,6 @@
 // @kvroute/router public entry point. See README.md for flags, env vars and YAML keys.
 
-export { main, type RunningRouter, startRouter } from './cli.ts';
+export { main, type RunningRouter, SHUTDOWN_GRACE_MS, startRouter } from './cli.ts';
 export {
   DEFAULT_CONFIG,
   envName,

@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { connect } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { main, startRouter } from '../src/cli.ts';
@@ -108,6 +109,18 @@ describe('kvroute-router CLI', () => {
     } finally {
       child.kill('SIGKILL');
     }
+  });
+
+  it('close() waits for in-flight responses at most the grace period, even with a silent client connection', async () => {
+    const running = await quietRouter(['--mock-workers', '1']);
+    const port = Number(new URL(running.url).port);
+    // Connected, nothing sent: Node counts it as active, so an unbounded close would wait for it.
+    const silent = connect(port, '127.0.0.1');
+    await new Promise<void>((r) => silent.once('connect', () => r()));
+    const closed = new Promise<void>((r) => silent.once('close', () => r()));
+    await running.close(50);
+    await closed;
+    expect(silent.destroyed).toBe(true);
   });
 
   it('prints help, and a config error exits 1 with the message', async () => {
