@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { parseValidateArgs } from '../src/validate/options.ts';
 import { restrictPlan, scalePlan } from '../src/validate/plan.ts';
 import { planSize } from '../src/validate/runner.ts';
 import type { PlanRequest, ValidatePlan } from '../src/validate/types.ts';
@@ -75,5 +76,58 @@ describe('restrictPlan', () => {
   it('keeps only the given ids and drops emptied clients', () => {
     const p = restrictPlan(closed(), new Set([0, 1, 20]));
     expect(p.clients.map((c) => c.map((q) => q.id))).toEqual([[0, 1], [20]]);
+  });
+});
+
+describe('parseValidateArgs: the flags issue 6 lists', () => {
+  const methods = ['round_robin', 'prefix_match', 'cache_aware'];
+  const base = ['--target', 'http://127.0.0.1:1', '--scenario', 'agentic'];
+
+  it('reads --policy-label, --profile-file, --requests, --concurrency, --json and --html', () => {
+    const o = parseValidateArgs(
+      [
+        ...base,
+        '--policy-label',
+        'my fleet',
+        '--profile-file',
+        'p.json',
+        '--requests',
+        '40',
+        '--concurrency',
+        '3',
+        '--json',
+        'r.json',
+        '--html',
+        'r.html',
+      ],
+      methods,
+    );
+    expect(o).toMatchObject({
+      policyLabel: 'my fleet',
+      profileFile: 'p.json',
+      requests: 40,
+      concurrency: 3,
+      json: 'r.json',
+      html: 'r.html',
+    });
+    // A free-text label does not choose the method: the target's reported one will.
+    expect(o.policyChosen).toBe(false);
+    expect(o.policy.method).toBe('prefix_match');
+  });
+
+  it('a label that names a method predicts with it; --policy wins over the label', () => {
+    expect(parseValidateArgs([...base, '--policy-label', 'cache_aware'], methods)).toMatchObject({
+      policy: { method: 'cache_aware' },
+      policyChosen: true,
+    });
+    const both = parseValidateArgs(
+      [...base, '--policy-label', 'cache_aware', '--policy', 'round_robin', '--profile', 'x'],
+      methods,
+    );
+    expect(both).toMatchObject({ policy: { method: 'round_robin' }, policyLabel: 'cache_aware' });
+    expect(() => parseValidateArgs([...base, '--profile', 'a', '--profile-file', 'b'])).toThrow(
+      /--profile and --profile-file exclude each other/,
+    );
+    expect(() => parseValidateArgs([...base, '--concurrency', '0'])).toThrow(/--concurrency/);
   });
 });
