@@ -326,7 +326,12 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     const parsed: ParsedRequest = parseRequest(kind, body);
     const route_ = buildRouteRequest(parsed, tokenizer, req.headers);
     const routed = route_.routedRank;
-    if (routed !== undefined) checkRoutedRank(routed, req);
+    if (routed !== undefined) {
+      checkRoutedRank(
+        routed,
+        route_.routedRankSource === 'header' ? 'X-Data-Parallel-Rank' : 'routed_dp_rank',
+      );
+    }
     const tokens = route_.inputIds.length + route_.maxTokens;
     const policyRequest = {
       inputIds: route_.inputIds,
@@ -479,9 +484,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     }
   }
 
-  function checkRoutedRank(routed: number, req: IncomingMessage): void {
-    const source =
-      req.headers['x-data-parallel-rank'] !== undefined ? 'X-Data-Parallel-Rank' : 'routed_dp_rank';
+  function checkRoutedRank(routed: number, source: string): void {
     if (!config.allowRankOverride) {
       throw new RouterError(
         'rank_override_forbidden',

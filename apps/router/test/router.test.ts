@@ -452,6 +452,15 @@ describe('rank override', () => {
     expect(viaHeader.json().error.message).toContain('--allow-rank-override');
     const viaBody = await post(app, '/generate', { text: 'x', routed_dp_rank: 0 });
     expect(viaBody.statusCode).toBe(403);
+    expect(viaBody.json().error.param).toBe('routed_dp_rank');
+    // An empty header does not count: the error names the body field that asked.
+    const emptyHeader = await post(
+      app,
+      '/generate',
+      { text: 'x', routed_dp_rank: 0 },
+      { 'x-data-parallel-rank': '' },
+    );
+    expect(emptyHeader.json().error.param).toBe('routed_dp_rank');
     expect(ws[0]!.received.length + ws[1]!.received.length).toBe(0);
   });
 

@@ -8,6 +8,8 @@ export interface ProtocolRouteRequest {
   inputIds: Uint32Array;
   routingKey?: string;
   routedRank?: number;
+  /** Where routedRank came from, for error messages: the header or the body field. */
+  routedRankSource?: 'header' | 'body';
   bootstrapRoom?: number;
   /** Output tokens for load accounting: the client's limit or DEFAULT_MAX_TOKENS[kind]. */
   maxTokens: number;
@@ -25,7 +27,10 @@ export function buildRouteRequest(
     maxTokens: parsed.maxTokens ?? DEFAULT_MAX_TOKENS[parsed.kind],
   };
   if (hints.routingKey !== undefined) out.routingKey = hints.routingKey;
-  if (hints.routedRank !== undefined) out.routedRank = hints.routedRank;
+  if (hints.routedRank !== undefined) {
+    out.routedRank = hints.routedRank;
+    out.routedRankSource = hints.routedRankSource ?? 'body';
+  }
   if (hints.bootstrapRoom !== undefined) out.bootstrapRoom = hints.bootstrapRoom;
   return out;
 }

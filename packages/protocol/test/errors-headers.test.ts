@@ -109,5 +109,16 @@ describe('header helpers', () => {
     );
     expect(Array.from(ids.inputIds)).toEqual([9, 8]);
     expect(ids.maxTokens).toBe(4);
+    expect(ids.routedRankSource).toBeUndefined();
+    const body = parseGenerateRequest({ text: 'x', routed_dp_rank: 2 });
+    // An empty header is absent: the rank and its source are the body's.
+    expect(buildRouteRequest(body, tok, { 'x-data-parallel-rank': '' })).toMatchObject({
+      routedRank: 2,
+      routedRankSource: 'body',
+    });
+    expect(buildRouteRequest(body, tok, { 'x-data-parallel-rank': '1' })).toMatchObject({
+      routedRank: 1,
+      routedRankSource: 'header',
+    });
   });
 });
