@@ -28,7 +28,7 @@ export type {
   RankStats,
   StepDriver,
 } from './entities/rank.ts';
-export { RankModel } from './entities/rank.ts';
+export { KvCapacityError, RankModel } from './entities/rank.ts';
 export { latencyStats, percentile, summarize } from './metrics/summary.ts';
 export type {
   LatencyStats,

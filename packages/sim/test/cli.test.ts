@@ -204,6 +204,26 @@ describe('determinism (issue 3 item 10)', () => {
   });
 });
 
+describe('a profile too small for the workload', () => {
+  it('is bad input (exit 2) naming the request size and the pool, not an internal error', async () => {
+    const tiny = {
+      format: 'kvroute-cost-profile/v1',
+      name: 'tiny',
+      description: 'a 10,000-token KV pool',
+      prefill: { floorMs: 10, perTokenMs: 0.01, attnMsPerMTokenPairs: 0.5 },
+      decode: { floorMs: 8, perSeqMs: 0.05, perKContextTokenMs: 0.001 },
+      kvCapacityTokens: 10_000,
+      chunkedPrefillSize: 8192,
+    };
+    writeFileSync(join(dir, 'tiny.json'), JSON.stringify(tiny));
+    const r = await cli(['run', ...SMALL, '--profile-file', 'tiny.json']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/needs \d+ KV tokens .*more than the pool's 10000/);
+    expect(r.stderr).not.toContain('internal error');
+    expect(r.stdout).toBe('');
+  });
+});
+
 describe('affinity table options', () => {
   it('sets maxEntries and ttlMs from --affinity, and the policy rejects bad ones (exit 2)', async () => {
     // accumulate=true: one agent session, so every request carries the same routing key.

@@ -41,6 +41,8 @@ const INPUT_CODES = new Set([
   'SCENARIO_OPTIONS',
   'WORKLOAD_OPTIONS',
   'WORKLOAD_OPTION',
+  // A request larger than a rank's whole KV pool: the profile is too small for the workload.
+  'KV_CAPACITY',
 ]);
 const INPUT_NAMES = new Set([
   'PolicyConfigError',

@@ -109,6 +109,15 @@ export function cutCoalescedRun(
   run.event = scheduler.at(t, onEnd);
 }
 
+/**
+ * A request larger than the whole KV pool: it could never be admitted, however long it waited.
+ * Bad input (a profile too small for the workload), so it carries a code hosts can map.
+ */
+export class KvCapacityError extends RangeError {
+  readonly code = 'KV_CAPACITY';
+  override name = 'KvCapacityError';
+}
+
 /** What a rank needs from a lockstep driver (DpAttentionGroup). */
 export interface StepDriver {
   wake(): void;
@@ -185,8 +194,8 @@ export class RankModel {
     if (r.inputLen < 1)
       throw new RangeError(`rank ${this.rank}: request ${req.id} has no input tokens`);
     if (r.inputLen + req.maxNewTokens > this.capacityTokens) {
-      throw new RangeError(
-        `rank ${this.rank}: request ${req.id} needs ${r.inputLen + req.maxNewTokens} KV tokens, more than the pool's ${this.capacityTokens}`,
+      throw new KvCapacityError(
+        `rank ${this.rank}: request ${req.id} needs ${r.inputLen + req.maxNewTokens} KV tokens (input + max new tokens), more than the pool's ${this.capacityTokens} (the cost profile's kvCapacityTokens): it could never be admitted`,
       );
     }
     this.byId.set(req.id, r);
