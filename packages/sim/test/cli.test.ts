@@ -224,6 +224,17 @@ describe('a profile too small for the workload', () => {
   });
 });
 
+describe('scenario options that contradict each other', () => {
+  it('a warm-up past the duration is bad input (exit 2), not an internal error', async () => {
+    const r = await cli(['run', '--scenario', 'seed-concurrent', '--set', 'warmupMs=2000000']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(
+      'seed-concurrent: warmupMs (2000000) must be < durationMs (1200000)',
+    );
+    expect(r.stderr).not.toContain('internal error');
+  });
+});
+
 describe('affinity table options', () => {
   it('sets maxEntries and ttlMs from --affinity, and the policy rejects bad ones (exit 2)', async () => {
     // accumulate=true: one agent session, so every request carries the same routing key.

@@ -1,7 +1,7 @@
 // The seed scenarios: the prefix_match proposal's measurements (issue 3). One 22,651-token
 // system + tools prefix on 16 ranks; `seed-sequential` is one client, `seed-concurrent` four
 // agents whose sessions grow every turn.
-import { optBool, optInt, optRange } from './options.ts';
+import { optBool, optInt, optRange, WorkloadOptionError } from './options.ts';
 import { concat, stream } from './random.ts';
 import { buildSession } from './session.ts';
 import type { ScenarioDefinition, WorkloadRequest } from './types.ts';
@@ -111,7 +111,9 @@ export const seedConcurrent: ScenarioDefinition = {
     const perAgent = optInt(name, o, 'requestsPerAgent', 1);
     const ranks = optInt(name, o, 'ranks', 1);
     if (warmupMs >= durationMs) {
-      throw new RangeError(`${name}: warmupMs (${warmupMs}) must be < durationMs (${durationMs})`);
+      throw new WorkloadOptionError(
+        `${name}: warmupMs (${warmupMs}) must be < durationMs (${durationMs})`,
+      );
     }
     const prefix = stream(seed, `${name}:prefix`).tokens(prefixTokens);
     const clients: WorkloadRequest[][] = [];
