@@ -18,5 +18,5 @@ export {
   resolveOptions,
   USAGE,
 } from './options.ts';
-export { type ModelScheduler, RealtimeScheduler } from './scheduler.ts';
+export { RealtimeScheduler } from './scheduler.ts';
 export { type RunningMockWorker, type StartMockWorkerOptions, startMockWorker } from './start.ts';

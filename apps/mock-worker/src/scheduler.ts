@@ -9,11 +9,7 @@
 // With timeScale 0 model time only moves from event to event: every queued event runs on
 // the next turn of the event loop, so a request completes "immediately" while its cache
 // and batching effects (cached_tokens) are still computed by the model.
-
-export interface ModelScheduler {
-  now(): number;
-  at(timeMs: number, fn: () => void): { cancel(): void };
-}
+import type { ScheduledEvent, Scheduler } from '@kvroute/sim';
 
 interface Entry {
   time: number;
@@ -25,7 +21,7 @@ interface Entry {
 /** Instant mode yields to I/O after this many events so a long drain cannot starve sockets. */
 const INSTANT_BATCH = 5000;
 
-export class RealtimeScheduler implements ModelScheduler {
+export class RealtimeScheduler implements Scheduler {
   readonly timeScale: number;
   private readonly heap: Entry[] = [];
   private seq = 0;
@@ -57,7 +53,7 @@ export class RealtimeScheduler implements ModelScheduler {
     return Math.max(t, this.last);
   }
 
-  at(timeMs: number, fn: () => void): { cancel(): void } {
+  at(timeMs: number, fn: () => void): ScheduledEvent {
     if (!Number.isFinite(timeMs)) throw new RangeError(`event time must be finite, got ${timeMs}`);
     const entry: Entry = { time: timeMs, seq: this.seq++, fn, cancelled: false };
     this.push(entry);
