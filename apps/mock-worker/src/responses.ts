@@ -20,7 +20,7 @@ export interface Outcome {
   e2eLatency: number;
 }
 
-export function usage(o: Outcome) {
+function usage(o: Outcome) {
   return {
     prompt_tokens: o.promptTokens,
     completion_tokens: o.completionTokens,
@@ -74,8 +74,8 @@ export function finalBody(o: Outcome): Record<string, unknown> {
   }
 }
 
-export const sse = (data: unknown): string => `data: ${JSON.stringify(data)}\n\n`;
-export const SSE_DONE = 'data: [DONE]\n\n';
+const sse = (data: unknown): string => `data: ${JSON.stringify(data)}\n\n`;
+const SSE_DONE = 'data: [DONE]\n\n';
 
 function openAIChunk(o: Outcome, choice: Record<string, unknown> | null, withUsage: boolean) {
   return {
@@ -130,9 +130,4 @@ export function streamEnd(o: Outcome): string {
       : { index: 0, text: '', logprobs: null, finish_reason: 'length' };
   // The usage chunk has no choices, as OpenAI sends it with stream_options.include_usage.
   return sse(openAIChunk(o, finish, false)) + sse(openAIChunk(o, null, true)) + SSE_DONE;
-}
-
-/** An error inside an already-started stream (status line already sent). */
-export function streamError(body: unknown): string {
-  return sse(body) + SSE_DONE;
 }
