@@ -29,7 +29,7 @@
 
 import { defineMethod } from '../define-method.ts';
 import { PolicyConfigError } from '../errors.ts';
-import { chainedWindowHashes, rendezvousScore, stringKey } from '../hashing/chained.ts';
+import { prefixKey, rendezvousScore, stringKey } from '../hashing/chained.ts';
 import { prefixKeyLength, validateTokenIds } from '../hashing/prefix-digest.ts';
 import { readInt, readNumber } from '../options.ts';
 import type { Decision, Method, MethodContext, RankState } from '../types.ts';
@@ -96,7 +96,6 @@ export const createConsistentHash = defineMethod(
     const epsilon = readNumber(NAME, options, 'epsilon', CONSISTENT_HASH_DEFAULTS.epsilon, 0);
     const unit = readLoadUnit(NAME, options);
     const slack = readNumber(NAME, options, 'slack', CONSISTENT_HASH_DEFAULTS.slack, 0);
-    const keyScratch: number[] = [];
     const order: number[] = [];
     const scores: number[] = [];
     const counts = { primary: 0, overflow: 0, noKey: 0 };
@@ -107,7 +106,7 @@ export const createConsistentHash = defineMethod(
         // Whole windows of the prefix, or the whole input when shorter than one window.
         const len = prefixKeyLength(ids.length, window, prefixLength);
         validateTokenIds(ids, len);
-        return chainedWindowHashes(ids, len, len, keyScratch)[0];
+        return prefixKey(ids, len);
       }
       if (ctx.request.routingKey !== undefined) return stringKey(ctx.request.routingKey);
       return undefined;
