@@ -127,27 +127,25 @@ export const createConsistentHash = defineMethod(
         for (const r of healthy) total += unit === 'tokens' ? r.inFlightTokens : r.inFlightRequests;
         const bound = ((1 + epsilon) * total) / n + slack;
 
-        // The key's first choice over ALL ranks: if it is unhealthy, the request walks.
+        // Scores of ALL ranks, indexed by rank: the key's first choice is taken over all of
+        // them (if it is unhealthy, the request walks), the walk over the healthy ones.
         let firstRank = -1;
         let firstScore = -1;
+        scores.length = 0;
         for (let r = 0; r < ctx.ranks.length; r++) {
           const s = rendezvousScore(key, r);
+          scores.push(s);
           if (s > firstScore) {
             firstScore = s;
             firstRank = r;
           }
         }
         order.length = 0;
-        scores.length = 0;
-        for (let i = 0; i < n; i++) {
-          const rank = (healthy[i] as RankState).rank;
-          order.push(i);
-          scores[i] = rendezvousScore(key, rank);
-        }
+        for (const r of healthy) order.push(r.rank);
         // Descending score; ties (2^-32) by rank so every router instance agrees.
         order.sort((a, b) => (scores[b] as number) - (scores[a] as number) || a - b);
-        for (const i of order) {
-          const r = healthy[i] as RankState;
+        for (const rank of order) {
+          const r = ctx.ranks[rank] as RankState;
           const load = unit === 'tokens' ? r.inFlightTokens : r.inFlightRequests;
           if (load <= bound) {
             const primary = r.rank === firstRank;
