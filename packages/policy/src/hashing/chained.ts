@@ -13,7 +13,8 @@
 
 const TWO_POW_32 = 4294967296;
 
-function fmix32(h: number): number {
+/** murmur3's 32-bit finalizer (full avalanche); also prefix_match's rendezvous score. */
+export function fmix32(h: number): number {
   let x = h;
   x ^= x >>> 16;
   x = Math.imul(x, 0x85ebca6b);

@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto';
 import { blake2b } from '@noble/hashes/blake2.js';
 import { TokenIdRangeError } from '../errors.ts';
 import type { RankState } from '../types.ts';
+import { fmix32 } from './chained.ts';
 
 const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
@@ -101,16 +102,10 @@ export function digestWord(digest: Uint8Array, offset: number): number {
   );
 }
 
-// murmur3's 32-bit finalizer: full avalanche, so neighbouring ranks get unrelated scores.
-function fmix32(h: number): number {
-  let x = h ^ (h >>> 16);
-  x = Math.imul(x, 0x85ebca6b);
-  x ^= x >>> 13;
-  x = Math.imul(x, 0xc2b2ae35);
-  return (x ^ (x >>> 16)) >>> 0;
-}
-
-/** Rendezvous (highest random weight) score of `rank` for a key seeded by two uint32 words. */
+/**
+ * Rendezvous (highest random weight) score of `rank` for a key seeded by two uint32 words;
+ * fmix32's full avalanche gives neighbouring ranks unrelated scores.
+ */
 export function rendezvousScore(seedA: number, seedB: number, rank: number): number {
   return fmix32(fmix32(seedA ^ Math.imul(rank + 1, 0x9e3779b1)) ^ seedB);
 }
