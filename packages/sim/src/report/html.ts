@@ -39,14 +39,15 @@ th:first-child, td:first-child { text-align: left; }
 .best { font-weight: bold; background: #eef7ee; }
 `;
 
-function page(title: string, body: string): string {
+/** The page shell every HTML report shares; `style` is the report's own CSS. */
+export function htmlPage(title: string, body: string, style = STYLE): string {
   return `<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${escapeHtml(title)}</title>
-<style>${STYLE}</style>
+<style>${style}</style>
 </head>
 <body>
 ${body}
@@ -90,7 +91,7 @@ export async function renderRunHtml(
     '<h2>Per-rank load</h2>',
     await chart(rankLoadSpec(report.policies)),
   ].join('\n');
-  return page(title, body);
+  return htmlPage(title, body);
 }
 
 export async function renderSweepHtml(report: SweepReport): Promise<string> {
@@ -113,5 +114,5 @@ export async function renderSweepHtml(report: SweepReport): Promise<string> {
       ? ['<h2>Per-rank load at the best setting</h2>', await chart(rankLoadSpec([best.result]))]
       : []),
   ].join('\n');
-  return page(title, body);
+  return htmlPage(title, body);
 }

@@ -1,7 +1,8 @@
 // The validate report as one self-contained HTML page: the side-by-side table and two
 // charts (TTFT distributions, per-request TTFT), rendered to inline SVG like the run report.
 import type { TopLevelSpec } from 'vega-lite';
-import { escapeHtml, renderSvg } from '../report/html.ts';
+import { ecdfPoints } from '../report/charts.ts';
+import { escapeHtml, htmlPage, renderSvg } from '../report/html.ts';
 import { formatError, formatValue } from './render.ts';
 import type { ValidateReport } from './report.ts';
 
@@ -19,14 +20,7 @@ function ecdf(
   values: readonly number[],
   side: string,
 ): { side: string; ttftMs: number; share: number }[] {
-  const s = values.filter(Number.isFinite).sort((a, b) => a - b);
-  const step = Math.max(1, Math.ceil(s.length / 300));
-  const out: { side: string; ttftMs: number; share: number }[] = [];
-  for (let i = 0; i < s.length; i += step)
-    out.push({ side, ttftMs: s[i]!, share: (i + 1) / s.length });
-  if (s.length > 0 && (s.length - 1) % step !== 0)
-    out.push({ side, ttftMs: s[s.length - 1]!, share: 1 });
-  return out;
+  return ecdfPoints(values, 300).map((p) => ({ side, ttftMs: p.x, share: p.y }));
 }
 
 export function ttftCdfSpec(report: ValidateReport): TopLevelSpec {
@@ -120,17 +114,5 @@ export async function renderValidateHtml(report: ValidateReport): Promise<string
     `<div class="chart">${await renderSvg(ttftCdfSpec(report))}</div>`,
     `<div class="chart">${await renderSvg(perRequestSpec(report))}</div>`,
   ].join('\n');
-  return `<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${escapeHtml(title)}</title>
-<style>${STYLE}</style>
-</head>
-<body>
-${body}
-</body>
-</html>
-`;
+  return htmlPage(title, body, STYLE);
 }
