@@ -1,24 +1,24 @@
 // The mock worker's HTTP surface (spec S-4) as a fastify instance; start.ts listens.
 import {
   badRequest,
+  buildRouteRequest,
   contextLengthExceeded,
   createRoutingTokenizer,
-  DEFAULT_MAX_TOKENS,
   internalError,
   isProtocolError,
   openAIErrorBody,
   type ParsedRequest,
   ProtocolError,
+  type ProtocolRouteRequest,
   parseJsonBody,
   parseRequest,
   type RequestKind,
   type RoutingTokenizer,
   routeNotFound,
-  routingHints,
 } from '@kvroute/protocol';
 import { stream } from '@kvroute/sim';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { type EngineHandle, MockEngine } from './engine.ts';
+import { MockEngine } from './engine.ts';
 import { fillerToken, promptSeed } from './filler.ts';
 import { createWorkerMetrics } from './metrics.ts';
 import { type MockWorkerOptions, type ResolvedOptions, resolveOptions } from './options.ts';
@@ -178,15 +178,17 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
     }
 
     const parsed = parseRequest(kind, parseJsonBody(typeof req.body === 'string' ? req.body : ''));
-    const hints = routingHints(parsed, req.headers);
-    if (hints.routedRank !== undefined && hints.routedRank >= opts.dpSize) {
-      const param = hints.routedRankSource === 'header' ? 'X-Data-Parallel-Rank' : 'routed_dp_rank';
+    // The same bridge from body + headers the router uses, so router and worker read the
+    // routing hints (headers win) and the default output limits alike.
+    const route = buildRouteRequest(parsed, tokenizer, req.headers);
+    if (route.routedRank !== undefined && route.routedRank >= opts.dpSize) {
+      const param = route.routedRankSource === 'header' ? 'X-Data-Parallel-Rank' : 'routed_dp_rank';
       throw badRequest(
-        `${param} ${hints.routedRank} is out of range: this worker has dp_size ${opts.dpSize} (valid 0..${opts.dpSize - 1})`,
+        `${param} ${route.routedRank} is out of range: this worker has dp_size ${opts.dpSize} (valid 0..${opts.dpSize - 1})`,
         { param, code: 'invalid_value' },
       );
     }
-    const inputIds = tokenizer.encodePrompt(parsed.prompt);
+    const inputIds = route.inputIds;
     const promptParam =
       parsed.prompt.type === 'ids' && kind === 'generate' ? 'input_ids' : PROMPT_PARAM[kind];
     if (inputIds.length === 0) {
@@ -199,10 +201,7 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
       throw contextLengthExceeded(inputIds.length, opts.maxContext, promptParam);
     }
     // As SGLang: the output limit is cut to what fits in the context.
-    const maxTokens = Math.min(
-      parsed.maxTokens ?? DEFAULT_MAX_TOKENS[kind],
-      opts.maxContext - inputIds.length,
-    );
+    const maxTokens = Math.min(route.maxTokens, opts.maxContext - inputIds.length);
     // max_tokens 0 still runs the prefill (and caches the prompt) but reports no output.
     const modelTokens = Math.max(1, maxTokens);
     if (inputIds.length + modelTokens > engine.kvCapacity) {
@@ -220,30 +219,20 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
       await new Promise((r) => setTimeout(r, opts.slowMs));
       if (clientGone) return reply;
     }
-    return run(
-      kind,
-      parsed,
-      hints,
-      inputIds,
-      maxTokens,
-      modelTokens,
-      arrivalWall,
-      reply,
-      () => clientGone,
-    );
+    return run(kind, parsed, route, maxTokens, modelTokens, arrivalWall, reply, () => clientGone);
   }
 
   function run(
     kind: RequestKind,
     parsed: ParsedRequest,
-    hints: ReturnType<typeof routingHints>,
-    inputIds: Uint32Array,
+    route: ProtocolRouteRequest,
     maxTokens: number,
     modelTokens: number,
     arrivalWall: number,
     reply: FastifyReply,
     clientGone: () => boolean,
   ): Promise<unknown> | FastifyReply {
+    const { inputIds } = route;
     const seed = promptSeed(inputIds);
     const outcome: Outcome = {
       id: '',
@@ -260,7 +249,6 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
     };
     const streaming = parsed.stream;
     const raw = reply.raw;
-    let handle: EngineHandle | undefined;
     let resolve!: (body: unknown) => void;
     const done = new Promise<unknown>((r) => {
       resolve = r;
@@ -268,13 +256,13 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
 
     const sse = new SseWriter(raw, (delta) => streamDelta(outcome, delta));
 
-    handle = engine.start(
+    const handle = engine.start(
       {
         inputIds,
         maxNewTokens: modelTokens,
-        ...(hints.routingKey !== undefined ? { routingKey: hints.routingKey } : {}),
-        ...(hints.routedRank !== undefined ? { routedRank: hints.routedRank } : {}),
-        ...(hints.bootstrapRoom !== undefined ? { bootstrapRoom: hints.bootstrapRoom } : {}),
+        routingKey: route.routingKey,
+        routedRank: route.routedRank,
+        bootstrapRoom: route.bootstrapRoom,
       },
       {
         onFirstToken(cached) {
@@ -311,7 +299,7 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
 
     // A client that goes away frees its rank at once (KV, batch slot, dispatcher load).
     const onClose = () => {
-      if (!outcome.finished && handle?.abort()) {
+      if (!outcome.finished && handle.abort()) {
         metrics.aborted.inc({ dp_rank: String(outcome.dpRank) });
         // Nobody reads this body any more; settling the promise lets fastify clean up.
         resolve(finalBody(outcome));

@@ -87,18 +87,8 @@ export class MockEngine {
   }
 
   start(req: EngineRequest, cb: EngineCallbacks): EngineHandle {
-    const route: {
-      inputIds: Uint32Array;
-      routingKey?: string;
-      routedRank?: number;
-      bootstrapRoom?: number;
-    } = {
-      inputIds: req.inputIds,
-    };
-    if (req.routingKey !== undefined) route.routingKey = req.routingKey;
-    if (req.routedRank !== undefined) route.routedRank = req.routedRank;
-    if (req.bootstrapRoom !== undefined) route.bootstrapRoom = req.bootstrapRoom;
-    const decision = this.dispatcher.dispatch(route, this.tracker.ranks, {
+    // An EngineRequest is a policy RouteRequest (absent hints are undefined) plus maxNewTokens.
+    const decision = this.dispatcher.dispatch(req, this.tracker.ranks, {
       nowMs: this.scheduler.now(),
     });
     const rank = decision.rank;
