@@ -27,9 +27,12 @@ export function fmtInt(x: number | undefined | null): string {
  * Left-aligns the first column and right-aligns the rest; a rule under the header.
  * Plain ASCII so it survives logs and copy-paste.
  */
-export function renderTable(header: string[], rows: string[][]): string {
+export function renderTable(
+  header: readonly string[],
+  rows: readonly (readonly string[])[],
+): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const line = (cells: string[]) =>
+  const line = (cells: readonly string[]) =>
     cells
       .map((c, i) => (i === 0 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0)))
       .join('  ')

@@ -1,6 +1,7 @@
 // Text rendering of predicted vs observed. The error column is relative,
 // (predicted - observed) / observed, except for the hit rate, where percentage points are
 // what the acceptance bound speaks in, so both are shown.
+import { renderTable } from '../report/format.ts';
 import type { ComparisonRow } from './stats.ts';
 
 export function formatValue(v: number, unit: ComparisonRow['unit']): string {
@@ -30,19 +31,6 @@ export function formatError(row: ComparisonRow): string {
     return `${signed(row.absError, 1)} pt (${rel})`;
   }
   return rel;
-}
-
-export function renderTable(
-  header: readonly string[],
-  rows: readonly (readonly string[])[],
-): string {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const line = (cells: readonly string[]) =>
-    cells
-      .map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)))
-      .join('  ')
-      .trimEnd();
-  return [line(header), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)].join('\n');
 }
 
 export function renderComparison(rows: readonly ComparisonRow[], policyLabel: string): string {
