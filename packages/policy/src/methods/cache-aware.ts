@@ -70,7 +70,6 @@ export const CACHE_AWARE_DEFAULTS: CacheAwareOptions = {
 const NAME = 'cache_aware';
 
 export interface CacheAwareCore {
-  readonly window: number;
   readonly index: ChainedPrefixIndex;
   /** The prompt's chained keys (memoized for the request last seen). */
   keysOf(ctx: MethodContext): readonly number[];
@@ -89,21 +88,26 @@ export interface CacheAwareCore {
 /** Per decision, recent fill decays by this factor (a memory of ~1,000 decisions). */
 const FILL_DECAY = 0.999;
 
-/** The index and hashing shared by cache-aware methods, so variants differ only in choosing. */
-export function createCacheAwareCore(
-  owner: string,
-  options: Record<string, unknown>,
-  defaults: CacheAwareOptions = CACHE_AWARE_DEFAULTS,
-): CacheAwareCore & { readonly maxPrefixTokens: number; readonly capacityTokens: number } {
-  const window = readInt(owner, options, 'window', defaults.window, 1);
+/**
+ * The indexer (who holds which prefixes, learned from decisions) kept apart from the choice
+ * (who should get this request), as Dynamo's kv-router separates them.
+ */
+export function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore {
+  const window = readInt(NAME, options, 'window', CACHE_AWARE_DEFAULTS.window, 1);
   const maxPrefixTokens = readInt(
-    owner,
+    NAME,
     options,
     'maxPrefixTokens',
-    Math.max(defaults.maxPrefixTokens, window),
+    Math.max(CACHE_AWARE_DEFAULTS.maxPrefixTokens, window),
     window,
   );
-  const capacityTokens = readInt(owner, options, 'capacityTokens', defaults.capacityTokens, window);
+  const capacityTokens = readInt(
+    NAME,
+    options,
+    'capacityTokens',
+    CACHE_AWARE_DEFAULTS.capacityTokens,
+    window,
+  );
   const index = new ChainedPrefixIndex();
   let lastRequest: unknown;
   let lastIds: ArrayLike<number> | undefined;
@@ -143,10 +147,7 @@ export function createCacheAwareCore(
   }
 
   return {
-    window,
     index,
-    maxPrefixTokens,
-    capacityTokens,
     fill,
     keysOf,
     matchAll(ctx, k) {
@@ -213,7 +214,7 @@ export const CACHE_AWARE_OPTION_NAMES = [
 export const createCacheAware = defineMethod(
   CACHE_AWARE_OPTION_NAMES,
   (options: Record<string, unknown>): Method => {
-    const core = createCacheAwareCore(NAME, options);
+    const core = createCacheAwareCore(options);
     const epsilon = readNumber(NAME, options, 'epsilon', CACHE_AWARE_DEFAULTS.epsilon, 0);
     const slackTokens = readNumber(
       NAME,
