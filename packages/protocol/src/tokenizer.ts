@@ -127,12 +127,15 @@ function createHuggingFaceTokenizer(jsonPath: string, configPath?: string): Rout
     kind: 'huggingface',
     description: `huggingface (${jsonPath}${templates.plain ? ', chat template from tokenizer_config.json' : ', no chat template: canonical chat text'})`,
     encodePrompt(prompt) {
-      return idsOf(prompt, tok);
+      if (prompt.type !== 'chat') return idsOf(prompt, tok);
+      // Chat text carries its own special tokens: encode it without adding more (as
+      // transformers' apply_chat_template(tokenize=True) does).
+      const text = tok.chatText(prompt.messages, prompt.tools);
+      return Uint32Array.from(tokenizer.encode(text, { add_special_tokens: false }).ids);
     },
     encodeText(text) {
-      // The rendered template already contains the model's special tokens; plain prompts get
-      // what the engine's encode() adds by default (nothing for Qwen, BOS for Llama), but we
-      // cannot tell here which of the two callers we serve, so chat goes through encodeChat.
+      // Plain prompts get what the engine's encode() adds by default (nothing for Qwen, BOS
+      // for Llama).
       return Uint32Array.from(tokenizer.encode(text).ids);
     },
     chatText(messages, tools) {
@@ -147,14 +150,7 @@ function createHuggingFaceTokenizer(jsonPath: string, configPath?: string): Rout
       });
     },
   };
-  // Chat text carries its own special tokens: encode it without adding more (as transformers'
-  // apply_chat_template(tokenize=True) does).
-  const encodePrompt = (prompt: PromptSource): Uint32Array => {
-    if (prompt.type !== 'chat') return idsOf(prompt, tok);
-    const text = tok.chatText(prompt.messages, prompt.tools);
-    return Uint32Array.from(tokenizer.encode(text, { add_special_tokens: false }).ids);
-  };
-  return { ...tok, encodePrompt };
+  return tok;
 }
 
 /**
