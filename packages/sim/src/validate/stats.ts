@@ -1,6 +1,7 @@
 // Summaries of the observed and the predicted run, computed by one function from the same
 // per-request form, so a difference between the columns is a difference in behaviour and
 // never a difference in how two reports define a percentile or a time window.
+import { percentile as sortedPercentile } from '../metrics/summary.ts';
 import type { OutcomeRecord } from './types.ts';
 
 export interface Distribution {
@@ -26,27 +27,25 @@ export interface RunSummary {
   durationS: number;
 }
 
-/** Linear interpolation between closest ranks (numpy's default), on a sorted copy. */
+/** `p` in 0..100; NaN for no values. The same interpolation as the simulator's summaries. */
 export function percentile(values: readonly number[], p: number): number {
   if (values.length === 0) return Number.NaN;
-  const s = [...values].sort((a, b) => a - b);
-  const pos = (s.length - 1) * (p / 100);
-  const lo = Math.floor(pos);
-  const hi = Math.ceil(pos);
-  const a = s[lo]!;
-  const b = s[hi]!;
-  return a + (b - a) * (pos - lo);
+  return sortedPercentile(
+    [...values].sort((a, b) => a - b),
+    p / 100,
+  );
 }
 
 export function distribution(values: readonly number[]): Distribution {
   if (values.length === 0)
     return { p50: Number.NaN, p90: Number.NaN, p99: Number.NaN, mean: Number.NaN };
+  const s = [...values].sort((a, b) => a - b);
   let sum = 0;
   for (const v of values) sum += v;
   return {
-    p50: percentile(values, 50),
-    p90: percentile(values, 90),
-    p99: percentile(values, 99),
+    p50: sortedPercentile(s, 0.5),
+    p90: sortedPercentile(s, 0.9),
+    p99: sortedPercentile(s, 0.99),
     mean: sum / values.length,
   };
 }
