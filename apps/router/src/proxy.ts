@@ -5,6 +5,7 @@
 // and a client that goes away aborts the upstream request, which closes that connection,
 // which is how SGLang and the mock worker learn to abort the generation.
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
+import { RANK_HEADER, ROUTING_KEY_HEADERS } from '@kvroute/protocol';
 import type { Agent } from 'undici';
 import type { ReportedUsage } from './usage-scanner.ts';
 import { UsageScanner } from './usage-scanner.ts';
@@ -25,8 +26,9 @@ const HOP_BY_HOP = new Set([
   'expect',
 ]);
 
-// Routing hints are consumed here; the worker gets the router's decision instead.
-const CONSUMED = new Set(['x-data-parallel-rank', 'x-routing-key', 'x-smg-routing-key']);
+// Routing hints (the headers @kvroute/protocol reads) are consumed here; the worker gets the
+// router's decision instead.
+const CONSUMED = new Set<string>([RANK_HEADER, ...ROUTING_KEY_HEADERS]);
 
 export function upstreamRequestHeaders(
   incoming: IncomingHttpHeaders,
