@@ -69,36 +69,15 @@ export function copyPlanRequest(r: PlanRequest): PlanRequest {
 }
 
 /**
- * Plain copies of a workload plan's requests, token ids read once into arrays (a replay
- * plan builds them on access) and without `outputIds`: a live engine generates its own
- * reply tokens, so the plan's replies can never be in its cache. The simulator then caches
- * what the target can match (the input), not the plan's imaginary replies.
+ * The plan with each request replaced by `fn(request)`. A request listed in both `clients`
+ * and `requests` stays one object in the result.
  */
-export function materializePlan<P extends ValidatePlan>(plan: P): P {
+function mapRequests<P extends ValidatePlan>(plan: P, fn: (r: PlanRequest) => PlanRequest): P {
   const byId = new Map<number, PlanRequest>();
   const get = (r: PlanRequest) => {
     let q = byId.get(r.id);
     if (!q) {
-      q = copyPlanRequest(r);
-      byId.set(r.id, q);
-    }
-    return q;
-  };
-  const clients = plan.clients.map((c) => c.map(get));
-  const requests = plan.requests.map(get);
-  return { ...plan, clients, requests };
-}
-
-/** The plan with every request's token ids replaced (e.g. by what a chat target sees). */
-export function mapInputIds<P extends ValidatePlan>(
-  plan: P,
-  fn: (ids: ArrayLike<number>) => Uint32Array,
-): P {
-  const byId = new Map<number, PlanRequest>();
-  const get = (r: PlanRequest) => {
-    let q = byId.get(r.id);
-    if (!q) {
-      q = { ...r, inputIds: fn(r.inputIds) };
+      q = fn(r);
       byId.set(r.id, q);
     }
     return q;
@@ -108,4 +87,22 @@ export function mapInputIds<P extends ValidatePlan>(
     clients: plan.clients.map((c) => c.map(get)),
     requests: plan.requests.map(get),
   };
+}
+
+/**
+ * Plain copies of a workload plan's requests, token ids read once into arrays (a replay
+ * plan builds them on access) and without `outputIds`: a live engine generates its own
+ * reply tokens, so the plan's replies can never be in its cache. The simulator then caches
+ * what the target can match (the input), not the plan's imaginary replies.
+ */
+export function materializePlan<P extends ValidatePlan>(plan: P): P {
+  return mapRequests(plan, copyPlanRequest);
+}
+
+/** The plan with every request's token ids replaced (e.g. by what a chat target sees). */
+export function mapInputIds<P extends ValidatePlan>(
+  plan: P,
+  fn: (ids: ArrayLike<number>) => Uint32Array,
+): P {
+  return mapRequests(plan, (r) => ({ ...r, inputIds: fn(r.inputIds) }));
 }
