@@ -7,14 +7,13 @@
 // of milliseconds: HTTP, JSON and timer overheads of a few ms on a busy 2-core machine then
 // stay well inside the 10% bound, while the bound still catches a wrong cache or policy model.
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type RunningMockWorker, startMockWorker } from '@kvroute/mock-worker';
 import { approximateTokenIds, canonicalChatText } from '@kvroute/protocol';
-import { buildRouter, resolveConfig } from '@kvroute/router';
 import { chatRoutingIds, idsToChatText, runValidate, type ValidateReport } from '@kvroute/sim';
 import { afterEach, describe, expect, it } from 'vitest';
+import { type Cluster, startCluster } from './helpers/cluster.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvroute-validate-e2e-'));
 const PROFILE_FILE = join(dir, 'slow-profile.json');
@@ -87,11 +86,11 @@ function expectAgreement(name: string, c: Captured): void {
 }
 
 let workers: RunningMockWorker[] = [];
-let router: ReturnType<typeof buildRouter> | undefined;
+let cluster: Cluster | undefined;
 afterEach(async () => {
-  await router?.close();
+  await cluster?.close();
   await Promise.all(workers.map((w) => w.close()));
-  router = undefined;
+  cluster = undefined;
   workers = [];
 });
 
@@ -142,13 +141,10 @@ describe('kvroute-sim validate against mock workers at time scale 1', () => {
   });
 
   it('the router over 4 workers, an agent session (prefix_match + routing-key affinity): agree', async () => {
-    workers = await Promise.all(
-      Array.from({ length: 4 }, () => startMockWorker({ profileFile: PROFILE_FILE, timeScale: 1 })),
-    );
-    router = buildRouter(
-      resolveConfig([
-        '--worker-urls',
-        ...workers.map((w) => w.url),
+    cluster = await startCluster({
+      workers: 4,
+      worker: { profileFile: PROFILE_FILE, timeScale: 1 },
+      routerArgs: [
         '--load-balance-method',
         'prefix_match',
         '--prefix-window',
@@ -157,16 +153,12 @@ describe('kvroute-sim validate against mock workers at time scale 1', () => {
         '4096',
         '--dp-cache-affinity',
         'routing_key',
-        '--health-check-interval-ms',
-        '0',
-      ]),
-    );
-    await router.listen({ host: '127.0.0.1', port: 0 });
-    const url = `http://127.0.0.1:${(router.server.address() as AddressInfo).port}`;
+      ],
+    });
     // accumulate=true: each turn carries the earlier turns and replies, under one routing key.
     const c = await validate([
       '--target',
-      url,
+      cluster.url,
       '--scenario',
       'seed-sequential',
       ...SMALL,
