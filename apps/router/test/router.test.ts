@@ -137,6 +137,13 @@ describe('proxying', () => {
     const first = await rankOf(0, 'header');
     for (let i = 1; i < 7; i++)
       expect(await rankOf(i, (['header', 'smg', 'body'] as const)[i % 3]!)).toBe(first);
+    // The hint is the router's to consume: workers see its decision, not the key headers.
+    const forwarded = ws.flatMap((w) => w.received.map((r) => r.headers));
+    expect(forwarded).toHaveLength(7);
+    for (const h of forwarded) {
+      expect(h['x-routing-key']).toBeUndefined();
+      expect(h['x-smg-routing-key']).toBeUndefined();
+    }
     const metrics = (await app.inject('/metrics')).body;
     expect(metrics).toContain('kvroute_router_affinity_entries 1');
     expect(metrics).toContain('kvroute_router_affinity_hits_total 6');
