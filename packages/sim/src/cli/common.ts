@@ -85,11 +85,7 @@ export function resolveProfile(p: Parsed, scenario: string, io: CliIo): CostMode
       throw new UsageError(`--profile-file: ${(err as Error).message}`);
     }
   }
-  const chosen = name ?? defaultProfileName(scenario);
-  const valid = profileNames();
-  if (!valid.includes(chosen))
-    throw new UsageError(`unknown profile '${chosen}'; valid profiles: ${valid.join(', ')}`);
-  return getProfile(chosen);
+  return getProfile(checkName('profile', name ?? defaultProfileName(scenario), profileNames()));
 }
 
 function scenarioHasOption(scenario: string, option: string): boolean {

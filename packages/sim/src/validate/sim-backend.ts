@@ -3,7 +3,7 @@
 // command's wiring to sim-core sits in one place. All imports are static: the GPU
 // worker's device script runs this command from an esbuild bundle.
 import { createDispatcher, type DispatcherConfig, methodNames } from '@kvroute/policy';
-import { UsageError } from '../cli/errors.ts';
+import { checkName } from '../cli/args.ts';
 import type { CostModel } from '../cost/cost-model.ts';
 import { loadProfileFile } from '../cost/cost-model.ts';
 import { getProfile, profileNames } from '../cost/profiles.ts';
@@ -47,13 +47,7 @@ export const defaultBackend: SimBackend = {
   },
   loadProfile(which) {
     if ('profileFile' in which) return loadProfileFile(which.profileFile);
-    const valid = profileNames();
-    if (!valid.includes(which.profile)) {
-      throw new UsageError(
-        `unknown profile '${which.profile}'; valid profiles: ${valid.join(', ')}`,
-      );
-    }
-    return getProfile(which.profile);
+    return getProfile(checkName('profile', which.profile, profileNames()));
   },
   buildPlan(scenario, options, seed) {
     return materializePlan(buildWorkload(scenario, options, seed));
