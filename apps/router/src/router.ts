@@ -324,21 +324,16 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     }
     const body = parseJsonBody(raw);
     const parsed: ParsedRequest = parseRequest(kind, body);
-    const route_ = buildRouteRequest(parsed, tokenizer, req.headers);
-    const routed = route_.routedRank;
+    // Also the policy's RouteRequest as is: same field names, absent hints left out.
+    const routeRequest = buildRouteRequest(parsed, tokenizer, req.headers);
+    const routed = routeRequest.routedRank;
     if (routed !== undefined) {
       checkRoutedRank(
         routed,
-        route_.routedRankSource === 'header' ? 'X-Data-Parallel-Rank' : 'routed_dp_rank',
+        routeRequest.routedRankSource === 'header' ? 'X-Data-Parallel-Rank' : 'routed_dp_rank',
       );
     }
-    const tokens = route_.inputIds.length + route_.maxTokens;
-    const policyRequest = {
-      inputIds: route_.inputIds,
-      ...(route_.routingKey !== undefined ? { routingKey: route_.routingKey } : {}),
-      ...(routed !== undefined ? { routedRank: routed } : {}),
-      ...(route_.bootstrapRoom !== undefined ? { bootstrapRoom: route_.bootstrapRoom } : {}),
-    };
+    const tokens = routeRequest.inputIds.length + routeRequest.maxTokens;
 
     // One timer for the whole request, across retries; it aborts whichever attempt is current.
     let call: ForwardCall | undefined;
@@ -369,7 +364,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
         let decision: Decision;
         const t0 = performance.now();
         try {
-          decision = dispatcher.dispatch(policyRequest, view, { nowMs: Date.now() });
+          decision = dispatcher.dispatch(routeRequest, view, { nowMs: Date.now() });
         } catch (err) {
           if (err instanceof NoHealthyRankError || err instanceof RoutedRankError) {
             throw noRankLeft(lastFailure, err.message);
