@@ -3,11 +3,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { CliIo } from '../src/cli/command.ts';
+import { UsageError } from '../src/cli/errors.ts';
 import type { CostModel } from '../src/cost/cost-model.ts';
 import { runValidate } from '../src/validate/command.ts';
 import type { ValidateReport } from '../src/validate/report.ts';
 import type { SimBackend, SimPlan, SimulateOptions } from '../src/validate/sim-backend.ts';
 import type { OutcomeRecord, PlanRequest } from '../src/validate/types.ts';
+import { WorkloadOptionError } from '../src/workloads/options.ts';
 import { type FakeTarget, startFakeTarget } from './validate-fake-target.ts';
 
 const PROFILE: CostModel = {
@@ -54,17 +56,12 @@ function fakeBackend() {
     },
     loadProfile(w) {
       if ('profile' in w && w.profile !== 'fake-profile') {
-        throw Object.assign(new Error(`unknown profile '${w.profile}'`), {
-          code: 'UNKNOWN_PROFILE',
-        });
+        throw new UsageError(`unknown profile '${w.profile}'`);
       }
       return PROFILE;
     },
     buildPlan: (scenario) => {
-      if (scenario !== 'fake')
-        throw Object.assign(new Error(`unknown scenario '${scenario}'`), {
-          code: 'UNKNOWN_SCENARIO',
-        });
+      if (scenario !== 'fake') throw new WorkloadOptionError(`unknown scenario '${scenario}'`);
       return fakePlan();
     },
     simulate(plan, opts) {

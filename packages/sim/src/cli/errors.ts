@@ -33,20 +33,8 @@ const INPUT_CODES = new Set([
   'ERR_PARSE_ARGS_INVALID_OPTION_VALUE',
   'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL',
   'TRACE_FORMAT',
-  'TRACE_INVALID',
-  'PROFILE_FORMAT',
-  'PROFILE_INVALID',
-  'UNKNOWN_PROFILE',
-  'UNKNOWN_SCENARIO',
-  'SCENARIO_OPTIONS',
-  'WORKLOAD_OPTIONS',
   'WORKLOAD_OPTION',
   // A request larger than a rank's whole KV pool: the profile is too small for the workload.
   'KV_CAPACITY',
 ]);
-const INPUT_NAMES = new Set([
-  'PolicyConfigError',
-  'PolicyRangeError',
-  'TraceFormatError',
-  'ProfileFormatError',
-]);
+const INPUT_NAMES = new Set(['PolicyConfigError', 'PolicyRangeError', 'TraceFormatError']);
