@@ -357,7 +357,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     try {
       for (let attemptNo = 0; ; attemptNo++) {
         if (clientGone) {
-          metrics.requests.inc({ route, rank: 'none', reason: 'none', status: '499' });
+          countRejected(route, 499);
           return;
         }
         const view = table.view(excluded);
