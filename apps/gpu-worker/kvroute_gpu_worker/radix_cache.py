@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -66,6 +66,10 @@ class RadixCache:
     def evictable_tokens(self) -> int:
         return self.total_tokens - self.locked_tokens
 
+    def _whole_pages(self, ids: Sequence[int]) -> List[int]:
+        """``ids`` cut to whole pages: a partial last page is never cached or matched."""
+        return list(ids[: len(ids) - len(ids) % self.page_size])
+
     def _page_key(self, ids: Sequence[int], at: int) -> Tuple[int, ...]:
         return tuple(ids[at : at + self.page_size])
 
@@ -80,9 +84,7 @@ class RadixCache:
     def match(self, ids: Sequence[int]) -> MatchResult:
         """Longest cached prefix of ``ids`` in whole pages. Splits a node matched part-way,
         so the result's nodes cover exactly ``matched_tokens`` tokens."""
-        ids = list(ids)
-        usable = len(ids) - len(ids) % self.page_size
-        ids = ids[:usable]
+        ids = self._whole_pages(ids)
         node = self.root
         at = 0
         path: List[Node] = []
@@ -130,16 +132,14 @@ class RadixCache:
 
     # ---- insert / evict ---------------------------------------------------------
 
-    def insert(self, ids: Sequence[int], kv: torch.Tensor, evict_first: Optional[Callable[[int], None]] = None) -> MatchResult:
+    def insert(self, ids: Sequence[int], kv: torch.Tensor) -> MatchResult:
         """Inserts the whole pages of ``ids`` with their KV (``kv[..., i, :]`` is token i).
 
         Only tokens not already in the tree are added (their KV cloned out of ``kv``, so the
         request's buffer can be freed). Returns the path covering the inserted prefix; the
         caller locks it if it must stay resident. Does not evict: the engine makes room first.
         """
-        ids = list(ids)
-        usable = len(ids) - len(ids) % self.page_size
-        ids = ids[:usable]
+        ids = self._whole_pages(ids)
         node = self.root
         at = 0
         path: List[Node] = []
@@ -166,18 +166,18 @@ class RadixCache:
 
     def new_tokens(self, ids: Sequence[int]) -> int:
         """How many tokens ``insert(ids)`` would add (whole pages not already cached)."""
-        usable = len(ids) - len(ids) % self.page_size
+        ids = self._whole_pages(ids)
         node, at = self.root, 0
-        while at < usable:
+        while at < len(ids):
             child = node.children.get(self._page_key(ids, at))
             if child is None:
                 break
-            common = self._common(child.key, list(ids[:usable]), at)
+            common = self._common(child.key, ids, at)
             at += common
             if common < len(child.key):
                 break
             node = child
-        return usable - at
+        return len(ids) - at
 
     def _split(self, child: Node, at: int) -> Node:
         """Splits ``child`` so its first ``at`` tokens become a new parent node; returns it."""
