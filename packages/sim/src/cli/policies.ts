@@ -75,8 +75,7 @@ export function parsePolicy(entry: string, flags: PolicyFlags): PolicySpec {
   if (flags.affinity !== undefined) config.affinity = affinityConfig(flags) ?? { kind: 'none' };
   if (assignments.length > 0) config.options = own;
 
-  const reads = (methodRegistry[method] as { optionNames?: readonly string[] } | undefined)
-    ?.optionNames;
+  const reads = methodRegistry[method]?.optionNames;
   const reportOptions: Record<string, unknown> = {};
   for (const [k, v] of Object.entries({ window: flags.window, prefixLength: flags.prefixLength })) {
     if (v !== undefined && (reads === undefined || reads.includes(k))) reportOptions[k] = v;

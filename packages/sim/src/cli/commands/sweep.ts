@@ -15,8 +15,7 @@ const DEFAULT_PREFIX_LENGTHS = '1024,2048,4096,8192';
 /** Methods that read both knobs the sweep turns. */
 export function sweepableMethods(): string[] {
   return methodNames().filter((m) => {
-    const reads = (methodRegistry[m] as { optionNames?: readonly string[] } | undefined)
-      ?.optionNames;
+    const reads = methodRegistry[m]?.optionNames;
     return reads?.includes('window') && reads.includes('prefixLength');
   });
 }
