@@ -2,6 +2,7 @@
 // never touches a loader or the network. Every spec keeps the policies in the order the
 // user gave them, so colours match across charts.
 import type { TopLevelSpec } from 'vega-lite';
+import { isBestCell } from './sweep-choice.ts';
 import { policyLabel } from './table.ts';
 import type { PolicyReport, PolicySamples, SweepReport } from './types.ts';
 
@@ -191,7 +192,7 @@ export function sweepHeatmapSpec(report: SweepReport, metric: SweepMetric): TopL
         : metric === 'ttftP99'
           ? c.result.ttftMs.p99
           : c.result.ttftMs.mean,
-    best: c.window === report.best.window && c.prefixLength === report.best.prefixLength,
+    best: isBestCell(report, c),
   }));
   const higherIsBetter = metric === 'hitRate';
   return {

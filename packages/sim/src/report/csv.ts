@@ -1,5 +1,6 @@
 // CSV output: one row per policy (run, replay) or per grid cell (sweep), columns in a
 // fixed order so spreadsheets and scripts can rely on them.
+import { isBestCell } from './sweep-choice.ts';
 import type { PolicyReport, RunReport, SweepReport } from './types.ts';
 
 function cell(v: unknown): string {
@@ -73,7 +74,7 @@ export function sweepToCsv(report: SweepReport): string {
       report.seed,
       c.window,
       c.prefixLength,
-      c.window === report.best.window && c.prefixLength === report.best.prefixLength ? 1 : 0,
+      isBestCell(report, c) ? 1 : 0,
       ...POLICY_COLUMNS.map(([, f]) => f(c.result)),
     ]),
   );

@@ -11,6 +11,7 @@ import {
   ttftCdfSpec,
   ttftTimelineSpec,
 } from './charts.ts';
+import { isBestCell } from './sweep-choice.ts';
 import { runColumns, sweepColumns } from './table.ts';
 import type { PolicySamples, RunReport, SweepReport } from './types.ts';
 
@@ -96,9 +97,7 @@ export async function renderRunHtml(
 
 export async function renderSweepHtml(report: SweepReport): Promise<string> {
   const title = `kvroute-sim sweep: ${report.policy} on ${report.scenario}`;
-  const bestIndex = report.grid.findIndex(
-    (c) => c.window === report.best.window && c.prefixLength === report.best.prefixLength,
-  );
+  const bestIndex = report.grid.findIndex((c) => isBestCell(report, c));
   const { header, rows } = sweepColumns(report, 'html');
   const best = report.grid[bestIndex];
   const body = [

@@ -3,7 +3,7 @@
 // request that sets p99), so cells within a small tolerance of the best count as tied and
 // are separated by secondary metrics instead of by float noise.
 import { fmtMs, fmtNum, fmtPct } from './format.ts';
-import type { SweepCell, SweepObjective } from './types.ts';
+import type { SweepCell, SweepObjective, SweepReport } from './types.ts';
 
 /** Relative tolerance for TTFT objectives, absolute (in hit-rate points) for hit rate. */
 const TTFT_TIE = 0.01;
@@ -43,6 +43,11 @@ function compareCells(objective: SweepObjective): (a: SweepCell, b: SweepCell) =
 
 function nanLast(x: number): number {
   return Number.isFinite(x) ? x : Number.POSITIVE_INFINITY;
+}
+
+/** Whether `c` is the cell the report names as best (reports carry the best's coordinates). */
+export function isBestCell(report: SweepReport, c: SweepCell): boolean {
+  return c.window === report.best.window && c.prefixLength === report.best.prefixLength;
 }
 
 export function chooseBest(

@@ -1,6 +1,7 @@
 // Plain-text comparison tables for the terminal, and the columns the HTML report shares with
 // them (runColumns, sweepColumns).
 import { fmtInt, fmtMs, fmtNum, fmtPct, renderTable } from './format.ts';
+import { isBestCell } from './sweep-choice.ts';
 import type { PolicyReport, RunReport, SweepReport } from './types.ts';
 
 export function policyLabel(p: PolicyReport): string {
@@ -70,8 +71,6 @@ export function runColumns(report: RunReport, target: 'text' | 'html'): Columns 
 /** The sweep grid's columns; the text table marks the best row in an extra column. */
 export function sweepColumns(report: SweepReport, target: 'text' | 'html'): Columns {
   const text = target === 'text';
-  const isBest = (c: SweepReport['grid'][number]) =>
-    c.window === report.best.window && c.prefixLength === report.best.prefixLength;
   const header = [
     'window',
     text ? 'prefix len' : 'prefix length',
@@ -92,7 +91,7 @@ export function sweepColumns(report: SweepReport, target: 'text' | 'html'): Colu
     fmtMs(c.result.ttftMs.mean),
     fmtNum(c.result.throughputRps, 3),
     fmtNum(c.result.imbalance, 2),
-    ...(text ? [isBest(c) ? '<- best' : ''] : []),
+    ...(text ? [isBestCell(report, c) ? '<- best' : ''] : []),
   ]);
   return { header, rows };
 }
