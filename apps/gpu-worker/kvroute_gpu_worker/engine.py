@@ -232,6 +232,11 @@ class Engine:
             total += self.prefilling.reserved
         return total
 
+    def _over_capacity(self, extra: int) -> int:
+        """Tokens past the pool if ``extra`` more were held beside the tree and every
+        running request's reservation (> 0: that many must be evicted first)."""
+        return self.cache.total_tokens + self._private_reserved() + extra - self.config.capacity_tokens
+
     def _admit(self) -> None:
         with self._cv:
             if not self.waiting or len(self.running) >= self.config.max_running_requests:
@@ -242,11 +247,10 @@ class Engine:
         match = self.cache.match(req.ids[: len(req.ids) - 1])
         self.cache.lock(match.last)
         need = len(req.ids) - match.matched_tokens + req.max_new_tokens
-        over = self.cache.total_tokens + self._private_reserved() + need - self.config.capacity_tokens
+        over = self._over_capacity(need)
         if over > 0:
             self.cache.evict(over)
-            over = self.cache.total_tokens + self._private_reserved() + need - self.config.capacity_tokens
-            if over > 0:
+            if self._over_capacity(need) > 0:
                 self.cache.unlock(match.last)
                 return  # wait for running requests to finish and unlock their prefixes
         with self._cv:
@@ -293,17 +297,23 @@ class Engine:
         self._join_batch(req)
 
     def _insert_prompt(self, req: Request) -> None:
-        assert req.kv is not None and req.match is not None
-        added = self.cache.new_tokens(req.ids)
-        over = self.cache.total_tokens + self._private_reserved() + added - req.reserved - self.config.capacity_tokens
+        assert req.kv is not None
+        self._move_into_tree(req, req.ids, req.kv)
+        req.reserved = len(req.ids) - req.in_tree + req.max_new_tokens
+
+    def _move_into_tree(self, req: Request, ids: List[int], kv: torch.Tensor) -> None:
+        """Inserts ``ids`` with their KV and moves ``req``'s lock onto the inserted path. The
+        tokens new to the tree were already counted in ``req.reserved``, so only the excess
+        over that is evicted for."""
+        assert req.match is not None
+        over = self._over_capacity(self.cache.new_tokens(ids) - req.reserved)
         if over > 0:
             self.cache.evict(over)
-        path = self.cache.insert(req.ids, req.kv)
+        path = self.cache.insert(ids, kv)
         self.cache.lock(path.last)
         self.cache.unlock(req.match.last)
         req.match = path
         req.in_tree = path.matched_tokens
-        req.reserved = len(req.ids) - req.in_tree + req.max_new_tokens
 
     def _emit(self, req: Request, token: int, first: bool = False) -> None:
         req.output_ids.append(token)
@@ -347,7 +357,7 @@ class Engine:
         new_len = old_len
         if length > old_len:
             new_len = max(length, min(int(old_len * 1.5), self.context_length))
-            new_len = -(-new_len // 256) * 256
+            new_len = -(-new_len // DECODE_KV_BUCKET) * DECODE_KV_BUCKET
         nb = torch.zeros(s.num_layers, 2, new_rows, s.num_kv_heads, new_len, s.head_dim,
                          device=self.model.device, dtype=self.model.dtype)
         if buf is not None and self.running:
@@ -371,16 +381,8 @@ class Engine:
         if n_out <= 0 or self._batch_kv is None or req.match is None:
             return
         ids = req.ids + req.output_ids[:n_out]
-        added = self.cache.new_tokens(ids)
         # The outputs were reserved as this request's private tokens; they move into the tree.
-        over = self.cache.total_tokens + self._private_reserved() + added - req.reserved - self.config.capacity_tokens
-        if over > 0:
-            self.cache.evict(over)
-        path = self.cache.insert(ids, self._batch_kv[:, :, row, :, : len(ids)])
-        self.cache.lock(path.last)
-        self.cache.unlock(req.match.last)
-        req.match = path
-        req.in_tree = path.matched_tokens
+        self._move_into_tree(req, ids, self._batch_kv[:, :, row, :, : len(ids)])
 
     def _drop_row(self, i: int) -> None:
         last = len(self.running) - 1
