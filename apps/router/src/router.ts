@@ -24,6 +24,7 @@ import {
   parseJsonBody,
   parseRequest,
   payloadTooLarge,
+  REQUEST_PATHS,
   type RequestKind,
   type RoutingTokenizer,
   routeNotFound,
@@ -75,17 +76,6 @@ declare module 'fastify' {
     kvroute: RouterState;
   }
 }
-
-const PROXIED: Readonly<Record<string, RequestKind>> = {
-  '/v1/chat/completions': 'chat',
-  '/v1/completions': 'completion',
-  '/generate': 'generate',
-};
-const PATH_OF: Readonly<Record<RequestKind, string>> = {
-  chat: '/v1/chat/completions',
-  completion: '/v1/completions',
-  generate: '/generate',
-};
 
 /** The policy config the CLI flags describe (S-1 plain object). */
 export function dispatcherConfig(config: RouterConfig): DispatcherConfig {
@@ -151,7 +141,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     serverFactory: (handler) => {
       const server = createServer((req, res) => {
         const kind = req.method === 'POST' ? kindForPath(req.url ?? '') : undefined;
-        if (kind) void serveProxy(req, res, kind, PATH_OF[kind]);
+        if (kind) void serveProxy(req, res, kind, REQUEST_PATHS[kind]);
         else handler(req, res);
       });
       // What fastify sets on servers it creates itself (it leaves a factory's alone).
@@ -263,7 +253,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     metrics.requests.inc({ route, rank: 'none', reason: 'none', status: String(status) });
   };
 
-  for (const [path, kind] of Object.entries(PROXIED)) {
+  for (const [kind, path] of Object.entries(REQUEST_PATHS) as [RequestKind, string][]) {
     app.post(
       path,
       {

@@ -38,6 +38,7 @@ export {
   parseGenerateRequest,
   parseJsonBody,
   parseRequest,
+  REQUEST_PATHS,
   type RequestKind,
 } from './parse.ts';
 export { buildRouteRequest, type ProtocolRouteRequest } from './route-request.ts';

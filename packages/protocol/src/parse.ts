@@ -59,11 +59,16 @@ export const DEFAULT_MAX_TOKENS: Readonly<Record<RequestKind, number>> = {
   generate: 128,
 };
 
-const PATH_KINDS: Readonly<Record<string, RequestKind>> = {
-  '/v1/chat/completions': 'chat',
-  '/v1/completions': 'completion',
-  '/generate': 'generate',
+/** The URL path each request kind is served at (OpenAI's two, SGLang's /generate). */
+export const REQUEST_PATHS: Readonly<Record<RequestKind, string>> = {
+  chat: '/v1/chat/completions',
+  completion: '/v1/completions',
+  generate: '/generate',
 };
+
+const PATH_KINDS: Readonly<Record<string, RequestKind>> = Object.fromEntries(
+  Object.entries(REQUEST_PATHS).map(([kind, path]) => [path, kind as RequestKind]),
+);
 
 /** The request kind served at a URL path (query string ignored), or undefined. */
 export function kindForPath(path: string): RequestKind | undefined {
