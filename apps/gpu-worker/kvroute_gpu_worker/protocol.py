@@ -7,7 +7,7 @@ and this worker. Errors are OpenAI-shaped (see ApiError.body).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from .tokenizer import chat_text, parse_json, tokenize
@@ -52,7 +52,6 @@ class Parsed:
     routed_rank: Optional[int] = None
     rid: Optional[str] = None
     prompt_param: str = "prompt"
-    body: Dict[str, Any] = field(default_factory=dict)
 
 
 def _describe(v: Any) -> str:
@@ -129,7 +128,7 @@ def _token_ids(param: str, value: Any) -> List[int]:
     return out
 
 
-def _common(body: Dict[str, Any], kind: str) -> Dict[str, Any]:
+def _common(body: Dict[str, Any]) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     stream = body.get("stream")
     if stream is not None:
@@ -203,20 +202,20 @@ def parse_chat(body: Dict[str, Any]) -> Parsed:
         for i, t in enumerate(tools):
             if not isinstance(t, dict):
                 raise _wrong_type(f"tools[{i}]", "an object", t)
-    common = _common(body, "chat")
+    common = _common(body)
     mc = _opt_int(body, "max_completion_tokens", 1)
     mt = _opt_int(body, "max_tokens", 1)
     limit = mc if mc is not None else mt
     ids = tokenize(chat_text(messages, tools))
     return Parsed("chat", ids, DEFAULT_MAX_TOKENS["chat"] if limit is None else limit,
-                  prompt_param="messages", body=body, **common)
+                  prompt_param="messages", **common)
 
 
 def parse_completion(body: Dict[str, Any]) -> Parsed:
     prompt = body.get("prompt")
     if prompt is None:
         raise _missing("prompt")
-    common = _common(body, "completion")
+    common = _common(body)
     limit = _opt_int(body, "max_tokens", 0)
     if isinstance(prompt, str):
         ids = tokenize(prompt)
@@ -234,7 +233,7 @@ def parse_completion(body: Dict[str, Any]) -> Parsed:
         raise bad("'prompt' must be a string or an array of token ids (batches of several prompts are not supported)",
                   "prompt", "invalid_value")
     return Parsed("completion", ids, DEFAULT_MAX_TOKENS["completion"] if limit is None else limit,
-                  prompt_param="prompt", body=body, **common)
+                  prompt_param="prompt", **common)
 
 
 def parse_generate(body: Dict[str, Any]) -> Parsed:
@@ -251,7 +250,7 @@ def parse_generate(body: Dict[str, Any]) -> Parsed:
         param = "text"
     else:
         raise bad("Missing required parameter: one of 'text' or 'input_ids'", "text", "missing_required_parameter")
-    common = _common(body, "generate")
+    common = _common(body)
     limit = None
     sp = body.get("sampling_params")
     if sp is not None:
@@ -263,7 +262,7 @@ def parse_generate(body: Dict[str, Any]) -> Parsed:
     if rid is not None and not isinstance(rid, str):
         raise _wrong_type("rid", "a string", rid)
     return Parsed("generate", ids, DEFAULT_MAX_TOKENS["generate"] if limit is None else limit,
-                  rid=rid, prompt_param=param, body=body, **common)
+                  rid=rid, prompt_param=param, **common)
 
 
 PARSERS = {"/generate": parse_generate, "/v1/completions": parse_completion, "/v1/chat/completions": parse_chat}
