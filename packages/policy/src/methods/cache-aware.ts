@@ -69,7 +69,7 @@ export const CACHE_AWARE_DEFAULTS: CacheAwareOptions = {
 
 const NAME = 'cache_aware';
 
-export interface CacheAwareCore {
+interface CacheAwareCore {
   readonly index: ChainedPrefixIndex;
   /** The prompt's chained keys (memoized for the request last seen). */
   keysOf(ctx: MethodContext): readonly number[];
@@ -92,7 +92,7 @@ const FILL_DECAY = 0.999;
  * The indexer (who holds which prefixes, learned from decisions) kept apart from the choice
  * (who should get this request), as Dynamo's kv-router separates them.
  */
-export function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore {
+function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore {
   const window = readInt(NAME, options, 'window', CACHE_AWARE_DEFAULTS.window, 1);
   const maxPrefixTokens = readInt(
     NAME,
@@ -202,7 +202,7 @@ export function leastLoadedCool(
   return best.length === 1 ? (best[0] as RankState) : ctx.tieBreak(best);
 }
 
-export const CACHE_AWARE_OPTION_NAMES = [
+const CACHE_AWARE_OPTION_NAMES = [
   'window',
   'maxPrefixTokens',
   'epsilon',

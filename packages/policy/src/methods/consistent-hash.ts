@@ -62,10 +62,7 @@ export const CONSISTENT_HASH_DEFAULTS: ConsistentHashOptions = {
 
 const NAME = 'consistent_hash';
 
-export function readLoadUnit(
-  owner: string,
-  options: Record<string, unknown>,
-): 'tokens' | 'requests' {
+function readLoadUnit(owner: string, options: Record<string, unknown>): 'tokens' | 'requests' {
   const raw = options.load ?? 'tokens';
   if (raw !== 'tokens' && raw !== 'requests') {
     throw new PolicyConfigError(
@@ -78,7 +75,7 @@ export function readLoadUnit(
 const NO_FILL: readonly number[] = [];
 
 /** The least-loaded rank (tokens, then requests), fair tie-break among equals. */
-export function leastLoaded(ctx: MethodContext, candidates: readonly RankState[]): RankState {
+function leastLoaded(ctx: MethodContext, candidates: readonly RankState[]): RankState {
   return leastLoadedCool(ctx, candidates, NO_FILL);
 }
 
