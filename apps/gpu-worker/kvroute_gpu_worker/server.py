@@ -47,6 +47,10 @@ def _sse(data: Any) -> bytes:
 _SSE_DONE = b"data: [DONE]\n\n"
 
 
+def _too_large() -> ApiError:
+    return ApiError(413, f"Request body is larger than the limit of {MAX_BODY_BYTES} bytes", None, "payload_too_large")
+
+
 class Handler(BaseHTTPRequestHandler):
     server: WorkerServer
     protocol_version = "HTTP/1.1"  # keep-alive: the router's connection pool reuses sockets
@@ -88,15 +92,13 @@ class Handler(BaseHTTPRequestHandler):
                     break
                 total += size
                 if total > MAX_BODY_BYTES:
-                    raise ApiError(413, f"Request body is larger than the limit of {MAX_BODY_BYTES} bytes",
-                                   None, "payload_too_large")
+                    raise _too_large()
                 chunks.append(self.rfile.read(size))
                 self.rfile.readline()
             return b"".join(chunks)
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY_BYTES:
-            raise ApiError(413, f"Request body is larger than the limit of {MAX_BODY_BYTES} bytes",
-                           None, "payload_too_large")
+            raise _too_large()
         return self.rfile.read(length) if length > 0 else b""
 
     def _chunk(self, data: bytes) -> None:
@@ -184,13 +186,9 @@ class Handler(BaseHTTPRequestHandler):
         srv = self.server
         prefix = {"generate": "", "completion": "cmpl-", "chat": "chatcmpl-"}[p.kind]
         rid = p.rid or prefix + uuid.uuid4().hex[:24]
-        req = Request(ids=p.ids, max_new_tokens=p.max_new_tokens, rid=rid)
+        # do_POST checked that the prompt is non-empty and fits, so submit() cannot refuse it.
+        req = srv.engine.submit(Request(ids=p.ids, max_new_tokens=p.max_new_tokens, rid=rid))
         out = _Outcome(p.kind, rid, srv.model_name, len(p.ids))
-        try:
-            srv.engine.submit(req)
-        except ContextLengthError as exc:
-            self._send_error(bad(str(exc), p.prompt_param, "context_length_exceeded"))
-            return
         if not p.stream:
             self._serve_blocking(req, out)
             return
