@@ -5,12 +5,5 @@ export { loadProfileFile } from '../cost/cost-model.ts';
 export { getProfile, profileNames } from '../cost/profiles.ts';
 export { buildWorkload, scenarioList, scenarioNames } from '../workloads/registry.ts';
 
-/** The scenario `replay FILE` runs, and its option names (workloads/replay.ts). */
+/** The scenario `replay FILE` runs (workloads/replay.ts: options file, speedup, skipInvalid). */
 export const REPLAY_SCENARIO = 'replay';
-export function replayOptions(o: {
-  file: string;
-  speedup?: number;
-  skipInvalid: boolean;
-}): Record<string, unknown> {
-  return { ...o };
-}

@@ -11,7 +11,7 @@ import {
 } from '../common.ts';
 import { emitRunReport } from '../emit-report.ts';
 import { UsageError } from '../errors.ts';
-import { REPLAY_SCENARIO, replayOptions } from '../sim-api.ts';
+import { REPLAY_SCENARIO } from '../sim-api.ts';
 import { compare } from '../simulate.ts';
 
 const usage = `usage: kvroute-sim replay FILE [--policies a,b,c] [--ranks N] [--speedup X] [--skip-invalid] [flags]
@@ -65,11 +65,9 @@ export const command: Subcommand = {
     const flags = readSimFlags(p, REPLAY_SCENARIO, io);
     const scenarioOptions = {
       ...flags.scenarioOptions,
-      ...replayOptions({
-        file,
-        ...(speedupRaw !== undefined ? { speedup: positiveNumber('speedup', speedupRaw) } : {}),
-        skipInvalid: bool(p, 'skip-invalid'),
-      }),
+      file,
+      ...(speedupRaw !== undefined ? { speedup: positiveNumber('speedup', speedupRaw) } : {}),
+      skipInvalid: bool(p, 'skip-invalid'),
     };
     const policies = readPolicies(p, flags);
     const { report, samples } = compare(io, {
