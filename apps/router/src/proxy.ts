@@ -7,6 +7,7 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { RANK_HEADER, ROUTING_KEY_HEADERS } from '@kvroute/protocol';
 import type { Agent } from 'undici';
+import { describeError, errorCode } from './upstream.ts';
 import type { ReportedUsage } from './usage-scanner.ts';
 import { UsageScanner } from './usage-scanner.ts';
 
@@ -65,15 +66,9 @@ const CONNECT_CODES = new Set([
   'UND_ERR_CONNECT_TIMEOUT',
 ]);
 
-function errorCode(err: unknown): string | undefined {
-  const e = err as { code?: string; cause?: { code?: string } } | undefined;
-  return e?.code ?? e?.cause?.code;
-}
-
 export function classifyNetworkError(err: unknown): AttemptFailure {
   const code = errorCode(err);
-  const message = err instanceof Error ? err.message : String(err);
-  const detail = code && !message.includes(code) ? `${message} (${code})` : message;
+  const detail = describeError(err);
   return code && CONNECT_CODES.has(code) ? { kind: 'connect', detail } : { kind: 'socket', detail };
 }
 

@@ -30,11 +30,16 @@ export async function getJson(agent: Agent, url: string, timeoutMs: number): Pro
   }
 }
 
-/** Short, log-friendly description of a network error (undici nests the cause). */
+/** The error's code, or its cause's (undici nests the system error, e.g. ECONNREFUSED). */
+export function errorCode(err: unknown): string | undefined {
+  const e = err as { code?: string; cause?: { code?: string } | null } | null | undefined;
+  return e?.code ?? e?.cause?.code;
+}
+
+/** Short, log-friendly description of a network error, with its code. */
 export function describeError(err: unknown): string {
   if (!(err instanceof Error)) return String(err);
-  const cause = (err as { cause?: unknown }).cause;
-  const code = (err as { code?: string }).code ?? (cause as { code?: string } | undefined)?.code;
+  const code = errorCode(err);
   const msg = err.name === 'TimeoutError' ? 'timed out' : err.message;
   return code && !msg.includes(code) ? `${msg} (${code})` : msg;
 }
