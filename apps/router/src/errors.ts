@@ -37,10 +37,6 @@ export class RouterError extends ProtocolError {
   }
 }
 
-export function statusOf(code: RouterErrorCode): number {
-  return STATUS[code];
-}
-
 /** Thrown while reading flags, env or YAML; the message names the option that is wrong. */
 export class RouterConfigError extends Error {
   readonly code = 'ROUTER_CONFIG';

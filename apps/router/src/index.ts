@@ -16,7 +16,7 @@ export {
   resolveConfig,
   validateConfig,
 } from './config.ts';
-export { RouterConfigError, RouterError, type RouterErrorCode, statusOf } from './errors.ts';
+export { RouterConfigError, RouterError, type RouterErrorCode } from './errors.ts';
 export { HealthMonitor } from './health.ts';
 export { LoadPoller } from './load-poller.ts';
 export { parseLoadsResponse, parseVllmMetrics, type WorkerLoad } from './load-report.ts';
