@@ -58,4 +58,10 @@ def test_validate_sh_dry_run_on_cpu(carry, tmp_path):
     seq_rr = (out / "seed-sequential-round_robin.txt").read_text()
     seq_pm = (out / "seed-sequential-prefix_match.txt").read_text()
     assert "hit rate" in seq_rr and "hit rate" in seq_pm
+
+    def observed_hit_rate(name):
+        report = json.loads((out / f"{name}.json").read_text())
+        return next(c["observed"] for c in report["comparison"] if c["key"] == "hitRate")
+
+    assert observed_hit_rate("seed-sequential-prefix_match") > observed_hit_rate("seed-sequential-round_robin")
     assert (out / "worker-0.log").exists() and (out / "router-prefix_match.log").exists()
