@@ -488,7 +488,8 @@ export function readYaml(text: string, source: string): Partial {
   const visit = (obj: Record<string, unknown>, prefix: string): void => {
     for (const [k, v] of Object.entries(obj)) {
       const o = BY_FLAG.get(prefix + k);
-      // `health: { interval-ms: ... }` is accepted as a nested spelling of health-check-*.
+      // `health: { intervalMs: ... }` (RouterConfig's own nesting, camelCase keys) is accepted
+      // as a spelling of health-check-*; `health: { interval-ms }` is not.
       if (!o && prefix === '' && k === 'health' && v && typeof v === 'object') {
         visit(v as Record<string, unknown>, 'health.');
         continue;
