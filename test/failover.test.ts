@@ -55,7 +55,7 @@ describe('a worker dies mid-run', () => {
     const metrics = (await getText(`${cluster.url}/metrics`)).text;
     expect(sumMetric(metrics, 'kvroute_router_requests_total')).toBe(TOTAL);
     expect(sumMetric(metrics, 'kvroute_router_retries_total')).toBeGreaterThan(0);
-    // After the kill nothing more reached the dead rank.
+    // Passive health checks marked the dead worker's rank down.
     expect(metrics).toMatch(/kvroute_router_rank_healthy\{rank="1",url="[^"]+"\} 0/);
   });
 
