@@ -7,6 +7,7 @@ import {
   parseGenerateRequest,
   parseJsonBody,
   parseRequest,
+  REQUEST_PATHS,
   type RequestKind,
 } from '../src/index.ts';
 
@@ -45,6 +46,12 @@ describe('kindForPath', () => {
     expect(kindForPath('/v1/completions?x=1')).toBe('completion');
     expect(kindForPath('/generate')).toBe('generate');
     expect(kindForPath('/v1/embeddings')).toBeUndefined();
+  });
+
+  it('is the inverse of REQUEST_PATHS', () => {
+    for (const kind of ['chat', 'completion', 'generate'] as const) {
+      expect(kindForPath(REQUEST_PATHS[kind])).toBe(kind);
+    }
   });
 });
 
