@@ -8,7 +8,7 @@
 // 16 ranks of h200-llama-3.1-8b is more than one rank can prefill and decode for that
 // tenant alone (~21 requests/s of 2-8k-token prompts), while the cluster as a whole has room.
 import { optInt, optNum, optRange, WorkloadOptionError } from './options.ts';
-import { stream, zipfSampler } from './random.ts';
+import { concat, stream, zipfSampler } from './random.ts';
 import type { ScenarioDefinition, WorkloadRequest } from './types.ts';
 
 /** The share of the most popular of n Zipf(s) items. */
@@ -62,15 +62,11 @@ export const hotPrefix: ScenarioDefinition = {
     for (let id = 0; id < count; id++) {
       t += arrivals.exp(1000 / rate);
       const tenant = pick(arrivals());
-      const prompt = prompts[tenant]!;
       const user = content.tokens(content.int(uMin, uMax));
-      const inputIds = new Uint32Array(prompt.length + user.length);
-      inputIds.set(prompt);
-      inputIds.set(user, prompt.length);
       requests.push({
         id,
         clientId: id,
-        inputIds,
+        inputIds: concat([prompts[tenant]!, user]),
         outputTokens: content.int(outMin, outMax),
         arrivalMs: t,
         sessionKey: `tenant-${tenant}`,
