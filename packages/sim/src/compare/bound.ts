@@ -4,6 +4,7 @@
 // prefix cached on one rank is a miss on another). It ignores time (no locking, no requests
 // overlapping), so it is an optimistic bound, not a simulation.
 import { RadixCache } from '../cache/radix-cache.ts';
+import { concat } from '../workloads/random.ts';
 import type { WorkloadPlan, WorkloadRequest } from '../workloads/types.ts';
 
 export interface CacheBound {
@@ -35,12 +36,7 @@ export function oneBigCacheBound(plan: WorkloadPlan, capacityTokens: number): Ca
     inputTokens += ids.length;
     cachedTokens += matched;
     // As a rank does at the end of a request: cache the prompt and, when known, the reply.
-    let full = ids;
-    if (req.outputIds && req.outputIds.length > 0) {
-      full = new Uint32Array(ids.length + req.outputIds.length);
-      full.set(ids);
-      full.set(req.outputIds, ids.length);
-    }
+    const full = req.outputIds && req.outputIds.length > 0 ? concat([ids, req.outputIds]) : ids;
     const need = full.length - matched;
     const room = capacityTokens - cache.used;
     if (need > room) cache.evict(need - room);
