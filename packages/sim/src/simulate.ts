@@ -13,7 +13,7 @@ import type { CostModel } from './cost/cost-model.ts';
 import { EventQueue } from './engine/event-queue.ts';
 import { DpAttentionGroup } from './entities/dp-attention-group.ts';
 import { RankModel, type RankModelOptions, type RankStats } from './entities/rank.ts';
-import { summarize } from './metrics/summary.ts';
+import { round3, summarize } from './metrics/summary.ts';
 import type { PolicyRunResult, RankSummary, RequestRecord } from './metrics/types.ts';
 import type { ClusterEvent, WorkloadPlan, WorkloadRequest } from './workloads/types.ts';
 
@@ -235,9 +235,9 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
   }
 
   // Cluster events.
-  const evacuate = (slot: RankSlot) => {
+  const evacuate = (slot: RankSlot): Flight[] => {
     const model = slot.model;
-    if (model === null) return;
+    if (model === null) return [];
     slot.past = addStats(slot.past, model.stats());
     slot.model = null;
     group?.remove(model);
@@ -249,8 +249,8 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
     }
     return moved;
   };
-  const redispatch = (moved: Flight[] | undefined) => {
-    for (const f of moved ?? []) {
+  const redispatch = (moved: Flight[]) => {
+    for (const f of moved) {
       f.retries++;
       dispatch(f);
     }
@@ -270,7 +270,7 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
         const removed = slots.splice(n);
         tracker.resize(n);
         const moved: Flight[] = [];
-        for (const s of removed) moved.push(...(evacuate(s) ?? []));
+        for (const s of removed) moved.push(...evacuate(s));
         redispatch(moved);
       }
       return;
@@ -313,8 +313,8 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
       requests: slot.requests,
       prefillTokens: st?.prefillTokens ?? 0,
       cachedTokens: st?.cachedTokens ?? 0,
-      prefillBusyMs: Math.round((st?.prefillBusyMs ?? 0) * 1000) / 1000,
-      decodeBusyMs: Math.round((st?.decodeBusyMs ?? 0) * 1000) / 1000,
+      prefillBusyMs: round3(st?.prefillBusyMs ?? 0),
+      decodeBusyMs: round3(st?.decodeBusyMs ?? 0),
       evictedTokens: st?.evictedTokens ?? 0,
     });
     evictedNodes += st?.evictedNodes ?? 0;
