@@ -8,9 +8,7 @@ import os
 import signal
 import sys
 import time
-from typing import List, Optional
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, List, Optional
 
 from .shapes import SHAPES, get_shape
 
