@@ -52,7 +52,6 @@ export class MockEngine {
   readonly kvCapacity: number;
   readonly chunkedPrefillSize: number;
   private nextId = 0;
-  private active = 0;
 
   constructor(readonly opts: ResolvedOptions) {
     this.profile = opts.profileFile ? loadProfileFile(opts.profileFile) : getProfile(opts.profile);
@@ -81,9 +80,9 @@ export class MockEngine {
     this.tracker = createLoadTracker(opts.dpSize, { kvCapacityTokens: this.kvCapacity });
   }
 
-  /** Requests submitted and not yet finished or aborted. */
+  /** Requests submitted and not yet finished or aborted (the dispatcher's in-flight counts). */
   get activeRequests(): number {
-    return this.active;
+    return this.tracker.ranks.reduce((n, r) => n + r.inFlightRequests, 0);
   }
 
   start(req: EngineRequest, cb: EngineCallbacks): EngineHandle {
@@ -100,12 +99,10 @@ export class MockEngine {
     const complete = () => {
       if (done) return false;
       done = true;
-      this.active--;
       this.tracker.onComplete(rank, tokens);
       return true;
     };
     this.tracker.onDispatch(rank, tokens);
-    this.active++;
     try {
       model.submit({
         id,
@@ -149,7 +146,7 @@ export class MockEngine {
 
   /** Empties every rank's radix cache (SGLang's /flush_cache); false, and nothing done, while busy. */
   flushCache(): boolean {
-    if (this.active > 0) return false;
+    if (this.activeRequests > 0) return false;
     for (const r of this.ranks) r.cache.reset();
     return true;
   }
