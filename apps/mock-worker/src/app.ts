@@ -211,15 +211,20 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
       );
     }
 
-    let clientGone = false;
-    reply.raw.once('close', () => {
-      if (!reply.raw.writableFinished) clientGone = true;
-    });
     if (opts.slowMs > 0) {
+      // The request is not in the engine yet: a client that leaves during the delay costs
+      // nothing, so it is simply not started.
+      let clientGone = false;
+      const onEarlyClose = () => {
+        clientGone = !reply.raw.writableFinished;
+      };
+      reply.raw.once('close', onEarlyClose);
       await new Promise((r) => setTimeout(r, opts.slowMs));
+      reply.raw.off('close', onEarlyClose);
       if (clientGone) return reply;
     }
-    return run(kind, parsed, route, maxTokens, modelTokens, arrivalWall, reply, () => clientGone);
+    // From here to run()'s own close listener nothing awaits, so no close can slip between.
+    return run(kind, parsed, route, maxTokens, modelTokens, arrivalWall, reply);
   }
 
   function run(
@@ -230,7 +235,6 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
     modelTokens: number,
     arrivalWall: number,
     reply: FastifyReply,
-    clientGone: () => boolean,
   ): Promise<unknown> | FastifyReply {
     const { inputIds } = route;
     const seed = promptSeed(inputIds);
@@ -305,8 +309,7 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
         resolve(finalBody(outcome));
       }
     };
-    if (clientGone()) onClose();
-    else raw.once('close', onClose);
+    raw.once('close', onClose);
 
     if (!streaming) {
       reply.header('x-kvroute-dp-rank', String(handle.rank));
