@@ -99,10 +99,6 @@ class LlamaModel:
             n += sum(t.numel() for t in layer.values())
         return n
 
-    def kv_bytes_per_token(self) -> int:
-        s = self.shape
-        return s.num_layers * 2 * s.num_kv_heads * s.head_dim * torch.tensor([], dtype=self.dtype).element_size()
-
     def new_kv(self, tokens: int) -> torch.Tensor:
         s = self.shape
         return torch.empty(s.num_layers, 2, s.num_kv_heads, tokens, s.head_dim, device=self.device, dtype=self.dtype)
