@@ -143,15 +143,14 @@ export class RankModel {
   private kick: ScheduledEvent | null = null;
   private run: DecodeRun | null = null;
   private readonly group: StepDriver | null;
-  private readonly statsData: RankStats = {
+  /** The cache keeps the eviction counters; stats() adds them. */
+  private readonly statsData: Omit<RankStats, 'evictedTokens' | 'evictedNodes'> = {
     prefillTokens: 0,
     cachedTokens: 0,
     prefillBusyMs: 0,
     decodeBusyMs: 0,
     steps: 0,
     events: 0,
-    evictedTokens: 0,
-    evictedNodes: 0,
     admitted: 0,
     finished: 0,
     aborted: 0,
