@@ -4,7 +4,6 @@
 // decodes for its duration. This driver reproduces that: each global step lasts as long as
 // the slowest member's share of it, and runs of decode-only steps are coalesced across the
 // whole group as RankModel does for one rank.
-import type { CostModel } from '../cost/cost-model.ts';
 import type { ScheduledEvent, Scheduler } from '../engine/event-queue.ts';
 import {
   type CoalescedRun,
@@ -31,7 +30,7 @@ export class DpAttentionGroup implements StepDriver {
   constructor(private readonly scheduler: Scheduler) {}
 
   /** Creates a rank driven by this group. */
-  add(opts: Omit<RankModelOptions, 'driver' | 'scheduler'> & { profile: CostModel }): RankModel {
+  add(opts: Omit<RankModelOptions, 'driver' | 'scheduler'>): RankModel {
     const rank = new RankModel({ ...opts, scheduler: this.scheduler, driver: this });
     this.members.push(rank);
     return rank;
