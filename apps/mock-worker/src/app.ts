@@ -12,6 +12,7 @@ import {
   type ProtocolRouteRequest,
   parseJsonBody,
   parseRequest,
+  REQUEST_PATHS,
   type RequestKind,
   type RoutingTokenizer,
   routeNotFound,
@@ -35,12 +36,6 @@ declare module 'fastify' {
 
 /** Workers accept bigger bodies than the router's 32 MiB default, so the router's 413 is the one seen. */
 const BODY_LIMIT = 64 * 1024 * 1024;
-
-const ENDPOINTS: ReadonlyArray<[string, RequestKind]> = [
-  ['/generate', 'generate'],
-  ['/v1/completions', 'completion'],
-  ['/v1/chat/completions', 'chat'],
-];
 
 const PROMPT_PARAM: Record<RequestKind, string> = {
   chat: 'messages',
@@ -149,7 +144,7 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
     return metrics.registry.metrics();
   });
 
-  for (const [path, kind] of ENDPOINTS) {
+  for (const [kind, path] of Object.entries(REQUEST_PATHS) as [RequestKind, string][]) {
     app.post(path, (req, reply) => handle(kind, req, reply));
   }
 
