@@ -158,6 +158,11 @@ describe('policy comparison report', () => {
     const html = await renderHtml(c);
     expect(html).toContain('<svg');
     expect(html).not.toMatch(/<script[^>]+src=/);
+    // The log-scale TTFT chart draws points (bars on a log scale rendered empty).
+    expect(html).toMatch(/class="mark-symbol[^"]*"[^>]*>\s*<path[^>]* d="M/);
+    // The HTML carries the same findings as the Markdown ("see findings" must resolve).
+    expect(html).toContain('<h2>Findings</h2>');
+    expect(html).toContain('<b>Recommended default: <code>cache_aware</code>.</b>');
   });
 
   it('rejects unknown methods with the valid names (exit 2)', async () => {

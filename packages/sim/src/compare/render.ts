@@ -129,7 +129,9 @@ function barSpec(title: string, field: 'hitRate' | 'ttftP99', c: PolicyCompariso
     $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
     title,
     data: { values },
-    mark: 'bar',
+    // Bars need a zero baseline, which a log scale does not have (they render empty), so the
+    // log-scale TTFT chart uses points.
+    mark: field === 'hitRate' ? 'bar' : { type: 'point', filled: true, size: 60 },
     width: 70,
     height: 160,
     encoding: {
@@ -146,6 +148,27 @@ function barSpec(title: string, field: 'hitRate' | 'ttftP99', c: PolicyCompariso
   } as TopLevelSpec;
 }
 
+/** The Markdown notes (headings, bullets, **bold**, `code`) as HTML, so both reports say the same. */
+function notesHtml(md: string): string {
+  const inline = (text: string) =>
+    escapeHtml(text)
+      .replace(/\*\*(.+?)\*\*/g, '<b>$1</b>')
+      .replace(/`([^`]+)`/g, '<code>$1</code>');
+  const html: string[] = [];
+  let inList = false;
+  for (const line of md.split('\n')) {
+    const bullet = line.startsWith('- ');
+    if (inList && !bullet) html.push('</ul>');
+    if (bullet && !inList) html.push('<ul>');
+    inList = bullet;
+    if (bullet) html.push(`<li>${inline(line.slice(2))}</li>`);
+    else if (line.startsWith('## ')) html.push(`<h2>${inline(line.slice(3))}</h2>`);
+    else if (line.trim() !== '') html.push(`<p>${inline(line)}</p>`);
+  }
+  if (inList) html.push('</ul>');
+  return html.join('\n');
+}
+
 function htmlTable(header: string[], rows: string[][]): string {
   const strip = (s: string) => escapeHtml(s.replace(/\*\*/g, ''));
   return `<table><thead><tr>${header.map((h) => `<th>${strip(h)}</th>`).join('')}</tr></thead><tbody>${rows
@@ -155,7 +178,7 @@ function htmlTable(header: string[], rows: string[][]): string {
 
 const STYLE = `body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:1200px;color:#222;padding:0 1rem}
 table{border-collapse:collapse;font-size:.8rem;margin:.5rem 0 1.5rem}th,td{border-bottom:1px solid #ddd;padding:.25rem .5rem;text-align:right}
-th:first-child,td:first-child{text-align:left}.missed{color:#b00;font-weight:bold}.met{color:#070}svg{max-width:100%;height:auto}`;
+th:first-child,td:first-child{text-align:left}li{margin:.3rem 0;line-height:1.4}.missed{color:#b00;font-weight:bold}.met{color:#070}svg{max-width:100%;height:auto}`;
 
 export async function renderHtml(c: PolicyComparison): Promise<string> {
   const hit = await renderSvg(barSpec('Token hit rate by scenario', 'hitRate', c));
@@ -181,6 +204,7 @@ export async function renderHtml(c: PolicyComparison): Promise<string> {
 <h2>Targets</h2>${targets}
 <h2>Charts</h2>${hit}${p99}
 <h2>Results by scenario</h2>${sections}
+${notesHtml(NOTES)}
 </body></html>
 `;
 }
