@@ -2,7 +2,7 @@
 // routers in one process, as in tests, do not collide). Gauges that mirror state the router
 // already keeps (in-flight, health, affinity table) are read at scrape time through collect(),
 // so the request path pays nothing for them.
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, type LabelValues, Registry } from 'prom-client';
 
 export interface MetricsSources {
   /** Current per-rank state for the scrape-time gauges. */
@@ -31,14 +31,128 @@ export interface RouterMetrics {
   /** Label-bound children for one rank, cached: the request path skips label hashing. */
   rank(rank: string): RankMetrics;
   /** The decision histogram bound to the dispatcher's method. */
-  decision(method: string): Histogram.Internal<'method'>;
+  decision(method: string): BoundHistogram;
+  /** Counts one answered request in `requests` (a bound series per label set, cached). */
+  countRequest(route: string, rank: string, reason: string, status: string): void;
 }
 
 export interface RankMetrics {
-  ttftStream: Histogram.Internal<'rank' | 'stream'>;
-  ttftPlain: Histogram.Internal<'rank' | 'stream'>;
-  promptTokens: Counter.Internal;
-  cachedTokens: Counter.Internal;
+  ttftStream: BoundHistogram;
+  ttftPlain: BoundHistogram;
+  promptTokens: BoundCounter;
+  cachedTokens: BoundCounter;
+}
+
+/** A histogram series bound to one label set (see bindHistogram). */
+export interface BoundHistogram {
+  observe(value: number): void;
+}
+
+/** A counter series bound to one label set (see bindCounter). */
+export interface BoundCounter {
+  inc(value: number): void;
+}
+
+const DECISION_BUCKETS = [1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2];
+const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+// prom-client's label-bound children still validate the labels, rebuild the label hash string
+// and look it up on every call (about 1 us per histogram observe in a CPU profile of the bench),
+// and the request path makes two observes (decision, TTFT) and three counter increments. The bound series below let the first
+// update of a series go through prom-client, keep the entry it creates in the metric's hash map,
+// and apply later updates to that entry directly, exactly as prom-client would. Whenever the
+// map no longer holds that entry (reset(), or not created yet) or the value is one prom-client
+// treats specially (non-finite, negative), the update goes through prom-client again. This
+// reads prom-client 15's internal `hashMap` (entries { labels, value } for counters and
+// { labels, bucketValues, sum, count } for histograms); the version is pinned in package.json
+// and test/metrics.test.ts checks that the exposition is identical to prom-client's own path.
+interface SeriesMap<E> {
+  hashMap: Record<string, E>;
+}
+
+/** The key of the entry prom-client created for `labels` (stored by reference), if any. */
+function findSeries<E extends { labels: object }>(
+  metric: SeriesMap<E>,
+  labels: object,
+): [string, E] | undefined {
+  for (const key in metric.hashMap) {
+    const entry = metric.hashMap[key]!;
+    if (entry.labels === labels) return [key, entry];
+  }
+  return undefined;
+}
+
+interface HistogramEntry {
+  labels: object;
+  bucketValues: Record<number, number>;
+  sum: number;
+  count: number;
+}
+
+/** `buckets` must be the ones the histogram was created with (ascending). */
+export function bindHistogram<T extends string>(
+  histogram: Histogram<T>,
+  labels: LabelValues<T>,
+  buckets: readonly number[],
+): BoundHistogram {
+  const slow = histogram.labels(labels);
+  const metric = histogram as unknown as SeriesMap<HistogramEntry>;
+  let key = '';
+  let entry: HistogramEntry | undefined;
+  return {
+    observe(value) {
+      if (entry !== undefined && metric.hashMap[key] === entry && Number.isFinite(value)) {
+        entry.sum += value;
+        entry.count += 1;
+        // prom-client counts a value in the first bucket whose upper bound is >= it; above
+        // the last bound only count (+Inf) moves.
+        for (let i = 0; i < buckets.length; i++) {
+          const bound = buckets[i]!;
+          if (value <= bound) {
+            entry.bucketValues[bound]! += 1;
+            break;
+          }
+        }
+        return;
+      }
+      slow.observe(value);
+      const found = findSeries(metric, labels);
+      key = found?.[0] ?? '';
+      entry = found?.[1];
+    },
+  };
+}
+
+interface CounterEntry {
+  labels: object;
+  value: number;
+}
+
+export function bindCounter<T extends string>(
+  counter: Counter<T>,
+  labels: LabelValues<T>,
+): BoundCounter {
+  const slow = counter.labels(labels);
+  const metric = counter as unknown as SeriesMap<CounterEntry>;
+  let key = '';
+  let entry: CounterEntry | undefined;
+  return {
+    inc(value) {
+      if (
+        entry !== undefined &&
+        metric.hashMap[key] === entry &&
+        Number.isFinite(value) &&
+        value >= 0
+      ) {
+        entry.value += value;
+        return;
+      }
+      slow.inc(value);
+      const found = findSeries(metric, labels);
+      key = found?.[0] ?? '';
+      entry = found?.[1];
+    },
+  };
 }
 
 // Counters mirrored from a source that only offers totals: reset and re-add at scrape.
@@ -61,14 +175,14 @@ export function createRouterMetrics(sources: MetricsSources): RouterMetrics {
     name: 'kvroute_router_decision_seconds',
     help: 'Time spent in the policy dispatch (tokenizing excluded)',
     labelNames: ['method'] as const,
-    buckets: [1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2],
+    buckets: DECISION_BUCKETS,
     registers,
   });
   const ttftSeconds = new Histogram({
     name: 'kvroute_router_upstream_ttft_seconds',
     help: 'From forwarding to the first response body byte from the worker (the time to first token for streams)',
     labelNames: ['rank', 'stream'] as const,
-    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    buckets: TTFT_BUCKETS,
     registers,
   });
   const promptTokens = new Counter({
@@ -168,7 +282,18 @@ export function createRouterMetrics(sources: MetricsSources): RouterMetrics {
   );
 
   const byRank = new Map<string, RankMetrics>();
-  const byMethod = new Map<string, Histogram.Internal<'method'>>();
+  const byMethod = new Map<string, BoundHistogram>();
+  // route -> rank -> reason -> status: plain lookups on the strings the caller already has,
+  // instead of a label object and a label hash string per request.
+  const byRequest = new Map<string, Map<string, Map<string, Map<string, BoundCounter>>>>();
+  const nested = <V>(m: Map<string, V>, key: string, make: () => V): V => {
+    let v = m.get(key);
+    if (v === undefined) {
+      v = make();
+      m.set(key, v);
+    }
+    return v;
+  };
   return {
     registry,
     requests,
@@ -181,10 +306,10 @@ export function createRouterMetrics(sources: MetricsSources): RouterMetrics {
       let m = byRank.get(rank);
       if (!m) {
         m = {
-          ttftStream: ttftSeconds.labels({ rank, stream: 'true' }),
-          ttftPlain: ttftSeconds.labels({ rank, stream: 'false' }),
-          promptTokens: promptTokens.labels({ rank }),
-          cachedTokens: cachedTokens.labels({ rank }),
+          ttftStream: bindHistogram(ttftSeconds, { rank, stream: 'true' }, TTFT_BUCKETS),
+          ttftPlain: bindHistogram(ttftSeconds, { rank, stream: 'false' }, TTFT_BUCKETS),
+          promptTokens: bindCounter(promptTokens, { rank }),
+          cachedTokens: bindCounter(cachedTokens, { rank }),
         };
         byRank.set(rank, m);
       }
@@ -193,10 +318,19 @@ export function createRouterMetrics(sources: MetricsSources): RouterMetrics {
     decision(method) {
       let h = byMethod.get(method);
       if (!h) {
-        h = decisionSeconds.labels({ method });
+        h = bindHistogram(decisionSeconds, { method }, DECISION_BUCKETS);
         byMethod.set(method, h);
       }
       return h;
+    },
+    countRequest(route, rank, reason, status) {
+      const byRank = nested(byRequest, route, () => new Map());
+      const byReason = nested(byRank, rank, () => new Map());
+      const byStatus = nested(byReason, reason, () => new Map());
+      const series = nested(byStatus, status, () =>
+        bindCounter(requests, { route, rank, reason, status }),
+      );
+      series.inc(1);
     },
   };
 }

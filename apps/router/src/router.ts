@@ -250,7 +250,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
   });
 
   const countRejected = (route: string, status: number): void => {
-    metrics.requests.inc({ route, rank: 'none', reason: 'none', status: String(status) });
+    metrics.countRequest(route, 'none', 'none', String(status));
   };
 
   for (const [kind, path] of Object.entries(REQUEST_PATHS) as [RequestKind, string][]) {
@@ -423,7 +423,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
             health.reportServerError(worker, 'request timed out');
             throw timeoutError(worker.url);
           }
-          metrics.requests.inc({ route, rank: rankLabel, reason: decision.reason, status: '499' });
+          metrics.countRequest(route, rankLabel, decision.reason, '499');
           return;
         }
         if (result.kind === 'failed') {
@@ -460,7 +460,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
           status = timedOut ? '504' : '502';
           if (!timedOut) health.reportServerError(worker, describeError(result.error));
         }
-        metrics.requests.inc({ route, rank: rankLabel, reason: decision.reason, status });
+        metrics.countRequest(route, rankLabel, decision.reason, status);
         return;
       }
     } finally {

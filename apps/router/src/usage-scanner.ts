@@ -31,27 +31,31 @@ export function usageFromObject(obj: unknown): ReportedUsage | undefined {
 }
 
 export class UsageScanner {
-  private readonly decoder = new StringDecoder('utf8');
+  /** SSE only: lines may straddle chunks, and so may a UTF-8 sequence. */
+  private readonly decoder: StringDecoder | undefined;
   private partial = '';
   private lastUsageLine: string | undefined;
-  private copy: string[] | undefined;
+  // Plain JSON: the chunks themselves (the response holds on to them while they are written
+  // anyway), decoded once at the end instead of through the StringDecoder chunk by chunk.
+  private copy: Buffer[] | undefined;
   private copyBytes = 0;
 
   constructor(readonly sse: boolean) {
-    if (!sse) this.copy = [];
+    if (sse) this.decoder = new StringDecoder('utf8');
+    else this.copy = [];
   }
 
   push(chunk: Buffer): void {
     if (!this.sse) {
       if (this.copy && this.copyBytes + chunk.length <= JSON_COPY_CAP) {
-        this.copy.push(this.decoder.write(chunk));
+        this.copy.push(chunk);
         this.copyBytes += chunk.length;
       } else {
         this.copy = undefined;
       }
       return;
     }
-    const text = this.partial + this.decoder.write(chunk);
+    const text = this.partial + this.decoder!.write(chunk);
     let start = 0;
     for (let nl = text.indexOf('\n'); nl !== -1; nl = text.indexOf('\n', start)) {
       this.line(text, start, nl);
@@ -71,7 +75,9 @@ export class UsageScanner {
     try {
       if (!this.sse) {
         if (!this.copy) return undefined;
-        return usageFromObject(JSON.parse(this.copy.join('') + this.decoder.end()));
+        const bytes =
+          this.copy.length === 1 ? this.copy[0]! : Buffer.concat(this.copy, this.copyBytes);
+        return usageFromObject(JSON.parse(bytes.toString('utf8')));
       }
       if (this.partial.startsWith('data:') && this.partial.includes('"prompt_tokens"')) {
         this.lastUsageLine = this.partial;

@@ -78,7 +78,15 @@ export function kindForPath(path: string): RequestKind | undefined {
 
 /** JSON text to an object body; 400 `invalid_json` / `invalid_body` otherwise. */
 export function parseJsonBody(raw: string | Uint8Array): Record<string, unknown> {
-  const text = typeof raw === 'string' ? raw : Buffer.from(raw).toString('utf8');
+  let text: string;
+  if (typeof raw === 'string') text = raw;
+  else {
+    // A view over the caller's bytes: Buffer.from(raw) would copy the whole body first.
+    const bytes = Buffer.isBuffer(raw)
+      ? raw
+      : Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
+    text = bytes.toString('utf8');
+  }
   let value: unknown;
   try {
     value = JSON.parse(text);

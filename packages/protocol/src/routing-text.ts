@@ -47,13 +47,14 @@ const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
  */
 export function approximateTokenIds(text: string): Uint32Array {
   if (LITTLE_ENDIAN) {
-    // Copy the UTF-8 bytes into a zeroed buffer of whole groups and view it as uint32: the
-    // zero padding comes for free and no per-byte loop runs (~4x faster on 100 KB prompts,
-    // which matters on the router's hot path).
-    const bytes = Buffer.from(text, 'utf8');
-    const padded = new Uint8Array((bytes.length + 3) & ~3);
-    padded.set(bytes);
-    return new Uint32Array(padded.buffer);
+    // Encode the UTF-8 bytes straight into a zeroed buffer of whole groups and view it as
+    // uint32: the zero padding comes for free, no per-byte loop runs (~4x faster on 100 KB
+    // prompts, which matters on the router's hot path) and no intermediate copy is made.
+    // Buffer.alloc never hands out a slice of the shared pool, so the view starts at offset 0.
+    const length = Buffer.byteLength(text, 'utf8');
+    const padded = Buffer.alloc((length + 3) & ~3);
+    padded.write(text, 0, length, 'utf8');
+    return new Uint32Array(padded.buffer, padded.byteOffset, padded.length / 4);
   }
   const bytes = encoder.encode(text);
   const n = Math.ceil(bytes.length / 4);
