@@ -125,6 +125,8 @@ export class ForwardCall {
   private first = true;
   private scanner: UsageScanner | undefined;
   private resumeUpstream: (() => void) | undefined;
+  /** Listening for 'drain': only once a write found the client's socket full. */
+  private awaitingDrain = false;
   private clientClosed = false;
   private abortRequested = false;
 
@@ -163,7 +165,7 @@ export class ForwardCall {
     this.settled = true;
     const res = this.o.res;
     res.off('close', this.onClientClose);
-    res.off('drain', this.onDrain);
+    if (this.awaitingDrain) res.off('drain', this.onDrain);
     this.settle(r);
   }
 
@@ -190,24 +192,27 @@ export class ForwardCall {
     this.status = statusCode;
     this.mode = this.o.decide(statusCode);
     if (this.mode === 'discard') return true;
-    const headers: Record<string, string | string[]> = {};
+    // A flat [name, value, ...] list, which writeHead takes as is: no per-response object with
+    // dynamic keys. A repeated header stays one line per value, as before; the router's own
+    // headers (extraHeaders) replace any the worker sent under the same names.
+    const extra = this.o.extraHeaders;
+    const headers: string[] = [];
     let contentType = '';
     for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
       const name = rawHeaders[i]!.toString('latin1').toLowerCase();
       if (name !== 'content-length' && HOP_BY_HOP.has(name)) continue;
+      if (Object.hasOwn(extra, name)) continue;
       const value = rawHeaders[i + 1]!.toString('latin1');
       if (name === 'content-type') contentType = value;
-      const prev = headers[name];
-      headers[name] =
-        prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [prev, value];
+      headers.push(name, value);
     }
+    for (const name in extra) headers.push(name, extra[name]!);
     this.scanner = new UsageScanner(contentType.startsWith('text/event-stream'));
     this.resumeUpstream = resume;
     const res = this.o.res;
     res.on('close', this.onClientClose);
-    res.on('drain', this.onDrain);
     // Headers leave with the first body chunk (one write instead of two per response).
-    res.writeHead(statusCode, Object.assign(headers, this.o.extraHeaders));
+    res.writeHead(statusCode, headers);
     return true;
   }
 
@@ -218,7 +223,15 @@ export class ForwardCall {
       this.o.onFirstByte();
     }
     this.scanner!.push(chunk);
-    return this.o.res.write(chunk);
+    const res = this.o.res;
+    if (res.write(chunk)) return true;
+    // Most responses never fill the socket: the 'drain' listener is added on the first
+    // full write only (and kept until the call finishes), not on and off for every request.
+    if (!this.awaitingDrain) {
+      this.awaitingDrain = true;
+      res.on('drain', this.onDrain);
+    }
+    return false;
   }
 
   onComplete(): void {
