@@ -8,6 +8,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import { performance } from 'node:perf_hooks';
+import { approximateTokenIds, canonicalChatText } from '@kvroute/protocol/routing-text';
 import { UsageError } from '../cli/errors.ts';
 import type { ApiKind, PlanRequest } from './types.ts';
 
@@ -100,18 +101,7 @@ export function idsToChatText(ids: ArrayLike<number>): string {
  * route and cache exactly what such a target sees.
  */
 export function chatRoutingIds(ids: ArrayLike<number>): Uint32Array {
-  const bytes = Buffer.from(`<|user|>\n${idsToChatText(ids)}\n<|assistant|>\n`, 'utf8');
-  const out = new Uint32Array(Math.ceil(bytes.length / 4));
-  for (let i = 0; i < out.length; i++) {
-    const o = i * 4;
-    out[i] =
-      ((bytes[o] ?? 0) |
-        ((bytes[o + 1] ?? 0) << 8) |
-        ((bytes[o + 2] ?? 0) << 16) |
-        ((bytes[o + 3] ?? 0) << 24)) >>>
-      0;
-  }
-  return out;
+  return approximateTokenIds(canonicalChatText([{ role: 'user', content: idsToChatText(ids) }]));
 }
 
 export function buildBody(req: PlanRequest, opts: DriverOptions): Record<string, unknown> {
