@@ -1,7 +1,7 @@
 // Drives @kvroute/sim's RankModel in real time. The RankModel asks for `now()` and
 // `at(time, fn)` in model milliseconds; this maps model time onto the wall clock:
 //   wall ms = model ms * timeScale   (1 = real time, 0.1 = 10x faster, 0 = instant)
-// Events sit in one heap ordered by (time, sequence), exactly as in the simulator, and a
+// Events sit in the simulator's own EventHeap, ordered by (time, sequence), and a
 // single timer is armed for the earliest one, so equal-time events run first-in first-out
 // and a late timer never reorders them. While an event runs, `now()` is that event's model
 // time (the RankModel sees the same consistent clock it sees in simulation); between
@@ -9,22 +9,14 @@
 // With timeScale 0 model time only moves from event to event: every queued event runs on
 // the next turn of the event loop, so a request completes "immediately" while its cache
 // and batching effects (cached_tokens) are still computed by the model.
-import type { ScheduledEvent, Scheduler } from '@kvroute/sim';
-
-interface Entry {
-  time: number;
-  seq: number;
-  fn: () => void;
-  cancelled: boolean;
-}
+import { EventHeap, type ScheduledEvent, type Scheduler } from '@kvroute/sim';
 
 /** Instant mode yields to I/O after this many events so a long drain cannot starve sockets. */
 const INSTANT_BATCH = 5000;
 
 export class RealtimeScheduler implements Scheduler {
   readonly timeScale: number;
-  private readonly heap: Entry[] = [];
-  private seq = 0;
+  private readonly events = new EventHeap();
   private readonly startWall: number;
   private last = 0;
   private firing: number | undefined;
@@ -55,19 +47,14 @@ export class RealtimeScheduler implements Scheduler {
 
   at(timeMs: number, fn: () => void): ScheduledEvent {
     if (!Number.isFinite(timeMs)) throw new RangeError(`event time must be finite, got ${timeMs}`);
-    const entry: Entry = { time: timeMs, seq: this.seq++, fn, cancelled: false };
-    this.push(entry);
+    const event = this.events.push(timeMs, fn);
     this.arm();
-    return {
-      cancel: () => {
-        entry.cancelled = true;
-      },
-    };
+    return event;
   }
 
   /** Number of pending (not cancelled) events; for tests. */
   pending(): number {
-    return this.heap.reduce((n, e) => n + (e.cancelled ? 0 : 1), 0);
+    return this.events.pending();
   }
 
   /** Stops all timers; pending events never run. */
@@ -77,12 +64,12 @@ export class RealtimeScheduler implements Scheduler {
     if (this.immediate) clearImmediate(this.immediate);
     this.timer = undefined;
     this.immediate = undefined;
-    this.heap.length = 0;
+    this.events.clear();
   }
 
   private arm(): void {
     if (this.closed) return;
-    const head = this.heap[0];
+    const head = this.events.peek();
     if (!head) return;
     if (this.timeScale === 0) {
       this.immediate ??= setImmediate(() => {
@@ -105,12 +92,12 @@ export class RealtimeScheduler implements Scheduler {
   private drain(maxEvents: number): void {
     let ran = 0;
     while (ran < maxEvents && !this.closed) {
-      const head = this.heap[0];
+      const head = this.events.peek();
       if (!head) break;
       // Real time: run what is due (timers fire a little late, never early by more than
       // their 1 ms granularity, so accept events up to 1 ms ahead in wall time).
       if (this.timeScale > 0 && (head.time - this.wallModelTime()) * this.timeScale > 1) break;
-      this.pop();
+      this.events.pop();
       if (head.cancelled) continue;
       ran++;
       if (head.time > this.last) this.last = head.time;
@@ -122,43 +109,5 @@ export class RealtimeScheduler implements Scheduler {
       }
     }
     this.arm();
-  }
-
-  private less(a: Entry, b: Entry): boolean {
-    return a.time < b.time || (a.time === b.time && a.seq < b.seq);
-  }
-
-  private push(e: Entry): void {
-    const h = this.heap;
-    h.push(e);
-    let i = h.length - 1;
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      const parent = h[p] as Entry;
-      if (!this.less(e, parent)) break;
-      h[i] = parent;
-      i = p;
-    }
-    h[i] = e;
-  }
-
-  private pop(): Entry | undefined {
-    const h = this.heap;
-    const top = h[0];
-    const last = h.pop();
-    if (h.length === 0 || !last) return top;
-    let i = 0;
-    const n = h.length;
-    for (;;) {
-      const l = 2 * i + 1;
-      if (l >= n) break;
-      const r = l + 1;
-      const c = r < n && this.less(h[r] as Entry, h[l] as Entry) ? r : l;
-      if (!this.less(h[c] as Entry, last)) break;
-      h[i] = h[c] as Entry;
-      i = c;
-    }
-    h[i] = last;
-    return top;
   }
 }

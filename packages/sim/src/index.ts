@@ -19,7 +19,7 @@ export type {
 export { costModelFromSpec, loadProfileFile, parseProfileSpec } from './cost/cost-model.ts';
 export { getProfile, getProfileSpec, profileNames } from './cost/profiles.ts';
 export type { ScheduledEvent, Scheduler } from './engine/event-queue.ts';
-export { EventQueue } from './engine/event-queue.ts';
+export { EventHeap, EventQueue, HeapEvent } from './engine/event-queue.ts';
 export { DpAttentionGroup } from './entities/dp-attention-group.ts';
 export type {
   RankLoad,

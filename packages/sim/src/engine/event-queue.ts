@@ -12,7 +12,8 @@ export interface Scheduler {
   at(timeMs: number, fn: () => void): ScheduledEvent;
 }
 
-class Entry implements ScheduledEvent {
+/** An event in an EventHeap: when it runs, what runs, and whether it was cancelled. */
+export class HeapEvent implements ScheduledEvent {
   cancelled = false;
   constructor(
     readonly time: number,
@@ -24,30 +25,35 @@ class Entry implements ScheduledEvent {
   }
 }
 
-function before(a: Entry, b: Entry): boolean {
+function before(a: HeapEvent, b: HeapEvent): boolean {
   return a.time < b.time || (a.time === b.time && a.seq < b.seq);
 }
 
-export class EventQueue implements Scheduler {
-  private heap: Entry[] = [];
+/**
+ * The one (time, sequence) ordering both clocks run on: the simulator's EventQueue and the
+ * mock worker's real-time scheduler, so a rank model sees events in the same order in both.
+ */
+export class EventHeap {
+  private heap: HeapEvent[] = [];
   private seq = 0;
-  private clock = 0;
-  /** Events executed so far (cancelled ones excluded). */
-  executed = 0;
-
-  now(): number {
-    return this.clock;
-  }
 
   get size(): number {
     return this.heap.length;
   }
 
-  at(timeMs: number, fn: () => void): ScheduledEvent {
-    if (!(timeMs >= this.clock)) {
-      throw new RangeError(`event at ${timeMs} ms is before the current time ${this.clock} ms`);
-    }
-    const e = new Entry(timeMs, this.seq++, fn);
+  /** Events not cancelled (O(n); for tests and diagnostics). */
+  pending(): number {
+    let n = 0;
+    for (const e of this.heap) if (!e.cancelled) n++;
+    return n;
+  }
+
+  peek(): HeapEvent | undefined {
+    return this.heap[0];
+  }
+
+  push(timeMs: number, fn: () => void): HeapEvent {
+    const e = new HeapEvent(timeMs, this.seq++, fn);
     const h = this.heap;
     h.push(e);
     let i = h.length - 1;
@@ -61,7 +67,7 @@ export class EventQueue implements Scheduler {
     return e;
   }
 
-  private pop(): Entry | undefined {
+  pop(): HeapEvent | undefined {
     const h = this.heap;
     const top = h[0];
     const last = h.pop();
@@ -81,12 +87,38 @@ export class EventQueue implements Scheduler {
     return top;
   }
 
+  clear(): void {
+    this.heap.length = 0;
+  }
+}
+
+export class EventQueue implements Scheduler {
+  private readonly events = new EventHeap();
+  private clock = 0;
+  /** Events executed so far (cancelled ones excluded). */
+  executed = 0;
+
+  now(): number {
+    return this.clock;
+  }
+
+  get size(): number {
+    return this.events.size;
+  }
+
+  at(timeMs: number, fn: () => void): ScheduledEvent {
+    if (!(timeMs >= this.clock)) {
+      throw new RangeError(`event at ${timeMs} ms is before the current time ${this.clock} ms`);
+    }
+    return this.events.push(timeMs, fn);
+  }
+
   /** Runs events in order until none are left or the next one is after `untilMs`. */
   run(untilMs = Number.POSITIVE_INFINITY): void {
     for (;;) {
-      const top = this.heap[0];
+      const top = this.events.peek();
       if (top === undefined || top.time > untilMs) break;
-      this.pop();
+      this.events.pop();
       if (top.cancelled) continue;
       this.clock = top.time;
       this.executed++;
