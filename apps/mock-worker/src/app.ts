@@ -15,6 +15,7 @@ import {
   REQUEST_PATHS,
   type RequestKind,
   type RoutingTokenizer,
+  routedRankParam,
   routeNotFound,
 } from '@kvroute/protocol';
 import { stream } from '@kvroute/sim';
@@ -177,7 +178,7 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
     // routing hints (headers win) and the default output limits alike.
     const route = buildRouteRequest(parsed, tokenizer, req.headers);
     if (route.routedRank !== undefined && route.routedRank >= opts.dpSize) {
-      const param = route.routedRankSource === 'header' ? 'X-Data-Parallel-Rank' : 'routed_dp_rank';
+      const param = routedRankParam(route.routedRankSource);
       throw badRequest(
         `${param} ${route.routedRank} is out of range: this worker has dp_size ${opts.dpSize} (valid 0..${opts.dpSize - 1})`,
         { param, code: 'invalid_value' },

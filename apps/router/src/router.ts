@@ -27,6 +27,7 @@ import {
   REQUEST_PATHS,
   type RequestKind,
   type RoutingTokenizer,
+  routedRankParam,
   routeNotFound,
 } from '@kvroute/protocol';
 import Fastify, {
@@ -318,10 +319,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     const routeRequest = buildRouteRequest(parsed, tokenizer, req.headers);
     const routed = routeRequest.routedRank;
     if (routed !== undefined) {
-      checkRoutedRank(
-        routed,
-        routeRequest.routedRankSource === 'header' ? 'X-Data-Parallel-Rank' : 'routed_dp_rank',
-      );
+      checkRoutedRank(routed, routedRankParam(routeRequest.routedRankSource));
     }
     const tokens = routeRequest.inputIds.length + routeRequest.maxTokens;
 

@@ -41,6 +41,11 @@ export function routedRankFromHeaders(headers: HeaderSource): number | undefined
   return Number(raw);
 }
 
+/** The header or body field a routed rank came from, as error messages and `param` name it. */
+export function routedRankParam(source: 'header' | 'body' | undefined): string {
+  return source === 'header' ? 'X-Data-Parallel-Rank' : 'routed_dp_rank';
+}
+
 export interface RoutingHints {
   routingKey?: string;
   routedRank?: number;

@@ -22,6 +22,7 @@ export {
   ROUTING_KEY_HEADERS,
   type RoutingHints,
   routedRankFromHeaders,
+  routedRankParam,
   routingHints,
   routingKeyFromHeaders,
 } from './headers.ts';

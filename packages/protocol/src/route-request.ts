@@ -29,7 +29,7 @@ export function buildRouteRequest(
   if (hints.routingKey !== undefined) out.routingKey = hints.routingKey;
   if (hints.routedRank !== undefined) {
     out.routedRank = hints.routedRank;
-    out.routedRankSource = hints.routedRankSource ?? 'body';
+    if (hints.routedRankSource !== undefined) out.routedRankSource = hints.routedRankSource;
   }
   if (hints.bootstrapRoom !== undefined) out.bootstrapRoom = hints.bootstrapRoom;
   return out;
