@@ -81,27 +81,31 @@ class RadixCache:
             i += 1
         return i - i % self.page_size
 
-    def match(self, ids: Sequence[int]) -> MatchResult:
-        """Longest cached prefix of ``ids`` in whole pages. Splits a node matched part-way,
-        so the result's nodes cover exactly ``matched_tokens`` tokens."""
-        ids = self._whole_pages(ids)
+    def _descend(self, ids: List[int], stamp: int) -> Tuple[Node, int, List[Node]]:
+        """Walks the longest cached prefix of whole-page ``ids``, splitting a node matched
+        part-way and stamping each node on the path; returns the last node, the tokens
+        matched and the path. A child is found by its first page, so each step matches at
+        least one page."""
         node = self.root
         at = 0
         path: List[Node] = []
-        stamp = next(_clock)
         while at < len(ids):
             child = node.children.get(self._page_key(ids, at))
             if child is None:
                 break
             common = self._common(child.key, ids, at)
-            if common == 0:
-                break
             if common < len(child.key):
                 child = self._split(child, common)
             child.last_access = stamp
             path.append(child)
             at += common
             node = child
+        return node, at, path
+
+    def match(self, ids: Sequence[int]) -> MatchResult:
+        """Longest cached prefix of ``ids`` in whole pages. Splits a node matched part-way,
+        so the result's nodes cover exactly ``matched_tokens`` tokens."""
+        _, at, path = self._descend(self._whole_pages(ids), next(_clock))
         return MatchResult(at, path)
 
     def gather(self, match: MatchResult, out: torch.Tensor) -> None:
@@ -140,28 +144,16 @@ class RadixCache:
         caller locks it if it must stay resident. Does not evict: the engine makes room first.
         """
         ids = self._whole_pages(ids)
-        node = self.root
-        at = 0
-        path: List[Node] = []
         stamp = next(_clock)
-        while at < len(ids):
-            child = node.children.get(self._page_key(ids, at))
-            if child is None:
-                key = tuple(ids[at:])
-                new = Node(key, kv[:, :, :, at : at + len(key)].clone(), node)
-                node.children[key[: self.page_size]] = new
-                new.last_access = stamp
-                self.total_tokens += len(key)
-                path.append(new)
-                at += len(key)
-                break
-            common = self._common(child.key, ids, at)
-            if common < len(child.key):
-                child = self._split(child, common)
-            child.last_access = stamp
-            path.append(child)
-            at += common
-            node = child
+        node, at, path = self._descend(ids, stamp)
+        if at < len(ids):
+            key = tuple(ids[at:])
+            new = Node(key, kv[:, :, :, at : at + len(key)].clone(), node)
+            node.children[key[: self.page_size]] = new
+            new.last_access = stamp
+            self.total_tokens += len(key)
+            path.append(new)
+            at += len(key)
         return MatchResult(at, path)
 
     def new_tokens(self, ids: Sequence[int]) -> int:
