@@ -7,9 +7,9 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import { performance } from 'node:perf_hooks';
 import {
   createDispatcher,
-  type Decision,
   type Dispatcher,
   type DispatcherConfig,
+  type DispatchTicket,
   NoHealthyRankError,
   RoutedRankError,
 } from '@kvroute/policy';
@@ -321,7 +321,8 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     if (routed !== undefined) {
       checkRoutedRank(routed, routedRankParam(routeRequest.routedRankSource));
     }
-    const tokens = routeRequest.inputIds.length + routeRequest.maxTokens;
+    // The policy's request also carries max new tokens: its dispatch ticket weighs the load.
+    const policyRequest = { ...routeRequest, maxNewTokens: routeRequest.maxTokens };
 
     // One timer for the whole request, across retries; it aborts whichever attempt is current.
     let call: ForwardCall | undefined;
@@ -349,10 +350,11 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
           return;
         }
         const view = table.view(excluded);
-        let decision: Decision;
+        let decision: DispatchTicket;
         const t0 = performance.now();
         try {
-          decision = dispatcher.dispatch(routeRequest, view, { nowMs: Date.now() });
+          // The ticket holds the rank's load until it is closed below, whatever happens.
+          decision = dispatcher.begin(policyRequest, table.tracker, { nowMs: Date.now(), view });
         } catch (err) {
           if (err instanceof NoHealthyRankError || err instanceof RoutedRankError) {
             throw noRankLeft(lastFailure, err.message);
@@ -362,6 +364,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
         metrics.decision(dispatcher.method).observe((performance.now() - t0) / 1e3);
         const slot = table.slot(decision.rank);
         if (!slot) {
+          decision.done('failed');
           throw new RouterError(
             'internal_error',
             `policy chose rank ${decision.rank}, which does not exist`,
@@ -388,7 +391,6 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
           ex.add(rank);
           return table.hasHealthy(ex);
         };
-        table.tracker.onDispatch(rank, tokens);
         const sentAt = performance.now();
         call = new ForwardCall({
           agent,
@@ -413,7 +415,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
           result = await call.start();
         } finally {
           // Whatever happened (even a throw from undici's dispatch), the rank's load goes back.
-          table.tracker.onComplete(rank, tokens);
+          decision.done();
         }
 
         if (result.kind === 'aborted') {

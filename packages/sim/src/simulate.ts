@@ -5,8 +5,8 @@
 import {
   createDispatcher,
   createLoadTracker,
-  type Decision,
   type DispatcherConfig,
+  type DispatchTicket,
   NoHealthyRankError,
 } from '@kvroute/policy';
 import type { CostModel } from './cost/cost-model.ts';
@@ -47,7 +47,8 @@ interface Flight {
   attempt: number;
   admitMs: number;
   retries: number;
-  tokens: number;
+  /** The open dispatch (holds the rank's load), or null before the first and between retries. */
+  ticket: DispatchTicket | null;
 }
 
 interface RankSlot {
@@ -115,11 +116,11 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
   };
 
   const dispatch = (f: Flight) => {
-    let decision: Decision;
+    let decision: DispatchTicket;
     try {
-      decision = dispatcher.dispatch(
-        { inputIds: f.inputIds, routingKey: f.req.routingKey },
-        tracker.ranks,
+      decision = dispatcher.begin(
+        { inputIds: f.inputIds, routingKey: f.req.routingKey, maxNewTokens: f.req.outputTokens },
+        tracker,
         { nowMs: q.now() },
       );
     } catch (err) {
@@ -137,7 +138,7 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
     f.reason = decision.reason;
     f.attempt = attempts++;
     f.admitMs = -1;
-    tracker.onDispatch(f.rank, f.tokens);
+    f.ticket = decision;
     slot.flights.add(f);
     slot.requests++;
     const attempt = f.attempt;
@@ -157,7 +158,7 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
       },
       onFinish: (t, info) => {
         slot.flights.delete(f);
-        tracker.onComplete(f.rank, f.tokens);
+        f.ticket?.done();
         records.push({
           id: f.req.id,
           clientId: f.req.clientId,
@@ -193,7 +194,7 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
       attempt: -1,
       admitMs: -1,
       retries: 0,
-      tokens: inputIds.length + req.outputTokens,
+      ticket: null,
     });
   };
 
@@ -245,7 +246,7 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
     slot.flights.clear();
     for (const f of moved) {
       model.abort(f.attempt);
-      tracker.onComplete(f.rank, f.tokens);
+      f.ticket?.done('aborted');
     }
     return moved;
   };
