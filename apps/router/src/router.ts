@@ -16,7 +16,10 @@ import {
 import {
   badRequest,
   buildRouteRequest,
+  createHttpAgent,
   createRoutingTokenizer,
+  describeError,
+  getText,
   isProtocolError,
   kindForPath,
   openAIErrorBody,
@@ -35,7 +38,6 @@ import Fastify, {
   type FastifyInstance,
   type FastifyRequest,
 } from 'fastify';
-import { Agent } from 'undici';
 import type { RouterConfig } from './config.ts';
 import { RouterError } from './errors.ts';
 import { HealthMonitor } from './health.ts';
@@ -49,7 +51,6 @@ import {
 } from './proxy.ts';
 import { RankTable, type Worker } from './rank-table.ts';
 import { addWorker } from './topology.ts';
-import { describeError, getText } from './upstream.ts';
 
 export interface BuildRouterOptions {
   /** fastify logger option; false (default) keeps tests quiet, server.ts passes a level. */
@@ -165,7 +166,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     opts.tokenizer ??
     createRoutingTokenizer(config.tokenizer ? { tokenizerJsonPath: config.tokenizer } : {});
   const table = new RankTable();
-  const agent = new Agent({ keepAliveTimeout: 30_000, connections: null, pipelining: 1 });
+  const agent = createHttpAgent();
   const log = app.log;
   const health = new HealthMonitor(table, agent, config.health, log);
   const loadPoller = new LoadPoller(
