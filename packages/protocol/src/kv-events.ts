@@ -105,15 +105,20 @@ export function offsetEndpointPort(endpoint: string, rank: number): string {
 
 // ---------------------------------------------------------------- decoding
 
-const unpackr = new Unpackr({ useRecords: false, mapsAsObjects: true, int64AsType: 'auto' });
+const unpackr = new Unpackr({ useRecords: false, mapsAsObjects: true, int64AsType: 'bigint' });
+
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
 
 function hashKey(v: unknown, field: string): EngineBlockHash {
   if (typeof v === 'number') {
     if (!Number.isInteger(v)) throw new KvEventDecodeError(`${field}: ${v} is not an integer`);
     return v;
   }
-  if (typeof v === 'bigint') return v.toString();
-  if (v instanceof Uint8Array) return `x${Buffer.from(v.buffer, v.byteOffset, v.length).toString('hex')}`;
+  if (typeof v === 'bigint') {
+    return v <= MAX_SAFE && v >= -MAX_SAFE ? Number(v) : v.toString();
+  }
+  if (v instanceof Uint8Array)
+    return `x${Buffer.from(v.buffer, v.byteOffset, v.length).toString('hex')}`;
   throw new KvEventDecodeError(`${field}: expected an int or bytes block hash, got ${typeof v}`);
 }
 
@@ -129,7 +134,9 @@ function intList(v: unknown, field: string): number[] {
   for (let i = 0; i < v.length; i++) {
     const t = v[i];
     if (typeof t !== 'number' || !Number.isInteger(t) || t < 0) {
-      throw new KvEventDecodeError(`${field}[${i}] must be a non-negative integer, got ${String(t)}`);
+      throw new KvEventDecodeError(
+        `${field}[${i}] must be a non-negative integer, got ${String(t)}`,
+      );
     }
   }
   return v as number[];

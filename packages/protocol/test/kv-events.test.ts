@@ -56,7 +56,13 @@ describe('kv-events wire format', () => {
   });
 
   it('decodes SGLang-style batches (no rank, events ending at lora_id) and the map form', () => {
-    const sglang = packr.pack([2.0, [['BlockStored', [1, 2], 9, [5, 6], 1, null], ['BlockRemoved', [1]]]]);
+    const sglang = packr.pack([
+      2.0,
+      [
+        ['BlockStored', [1, 2], 9, [5, 6], 1, null],
+        ['BlockRemoved', [1]],
+      ],
+    ]);
     const d = decodeKvEventBatch(sglang);
     expect(d.dataParallelRank).toBeUndefined();
     expect(d.events[0]).toMatchObject({ parentBlockHash: 9, medium: null, loraId: null });
