@@ -220,6 +220,7 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
     mctx.ranks = ranks;
     mctx.healthy = healthy;
     mctx.nowMs = nowMs;
+    mctx.kvIndex = ctx?.kvIndex;
 
     let decision: Decision;
     const key = request.routingKey;

@@ -21,6 +21,7 @@ export {
   RoutedRankError,
   TokenIdRangeError,
 } from './errors.ts';
+export { blockKey, chainedBlockKeys, rootKey } from './hashing/block-keys.ts';
 export {
   digestMod,
   digestWord,
@@ -33,6 +34,12 @@ export {
   tokenDigestPortable,
   validateTokenIds,
 } from './hashing/prefix-digest.ts';
+export {
+  type EngineBlockHash,
+  KvBlockIndex,
+  type KvBlockIndexOptions,
+  type KvBlockIndexStats,
+} from './kv-index/block-index.ts';
 export {
   createLoadTracker,
   type LoadClaim,
@@ -49,6 +56,7 @@ export type {
   Decision,
   DecisionReason,
   DispatchContext,
+  KvIndexView,
   Method,
   MethodContext,
   MethodFactory,
