@@ -1,6 +1,11 @@
 // @kvroute/sim public API. Other modules (cli, report, validate) may append export lines.
 
-export type { MatchResult, RadixCacheOptions, RadixHandle } from './cache/radix-cache.ts';
+export type {
+  MatchResult,
+  RadixCacheHooks,
+  RadixCacheOptions,
+  RadixHandle,
+} from './cache/radix-cache.ts';
 export { RadixCache } from './cache/radix-cache.ts';
 export * from './cli/index.ts';
 export type {
