@@ -25,10 +25,31 @@ export interface RankModelOptions {
   /** Run identical decode steps as one event (default true). False: one event per step. */
   coalesceDecode?: boolean;
   /**
+   * Requests admitted at once (SGLang --max-running-requests, vLLM --max-num-seqs); a
+   * request waits while this many are prefilling or decoding. Default unbounded.
+   */
+  maxRunningRequests?: number;
+  /**
    * Drive this rank's steps from a shared group instead of its own loop (DP attention runs
    * every rank's forward pass in lockstep). Set by DpAttentionGroup.add, not by hand.
    */
   driver?: StepDriver;
+  /** Called at the end of every step (a coalesced decode run reports once): metrics hooks. */
+  onStep?(step: StepRecord): void;
+}
+
+/** One finished step (or run of `decodeSteps` identical decode steps) of one rank. */
+export interface StepRecord {
+  rank: number;
+  startMs: number;
+  endMs: number;
+  /** Input tokens prefilled in this step, over all chunks. */
+  prefillTokens: number;
+  prefillChunks: number;
+  /** The prefill part of the step's cost (0 for decode-only steps). */
+  prefillMs: number;
+  decodeBatch: number;
+  decodeSteps: number;
 }
 
 export interface RankLoad {
@@ -59,6 +80,7 @@ const LPM_MAX_QUEUE = 128;
 
 /** @internal */
 export interface PrefillPlan {
+  startMs: number;
   items: { r: ActiveRequest; n: number }[];
   decoders: ActiveRequest[];
   prefillMs: number;
@@ -132,9 +154,13 @@ export class RankModel {
   private readonly scheduler: Scheduler;
   private readonly lpm: boolean;
   private readonly coalesce: boolean;
-  private readonly prefillBaseMs: number;
+  private readonly maxRunning: number;
+  private readonly overheadMs: number;
+  private readonly onStep: ((step: StepRecord) => void) | null;
 
   private waiting: ActiveRequest[] = [];
+  /** Submitted, still in the per-request overhead (HTTP, tokenization) before the queue. */
+  private entering = 0;
   private chunked: ActiveRequest | null = null;
   private decoding: ActiveRequest[] = [];
   private readonly byId = new Map<number | string, ActiveRequest>();
@@ -177,7 +203,16 @@ export class RankModel {
       capacityTokens: this.capacityTokens,
       pageSize: opts.pageSize ?? 1,
     });
-    this.prefillBaseMs = this.profile.prefillMs(0, 0);
+    const maxRunning = opts.maxRunningRequests ?? Number.POSITIVE_INFINITY;
+    if (!(maxRunning >= 1) || (Number.isFinite(maxRunning) && !Number.isInteger(maxRunning))) {
+      throw new RangeError(`maxRunningRequests must be an integer >= 1, got ${maxRunning}`);
+    }
+    this.maxRunning = maxRunning;
+    this.overheadMs = this.profile.overheadMs ?? 0;
+    if (!(this.overheadMs >= 0) || !Number.isFinite(this.overheadMs)) {
+      throw new RangeError(`the profile's overheadMs must be a finite number >= 0`);
+    }
+    this.onStep = opts.onStep ?? null;
     this.group = opts.driver ?? null;
   }
 
@@ -198,6 +233,16 @@ export class RankModel {
       );
     }
     this.byId.set(req.id, r);
+    if (this.overheadMs > 0) {
+      this.entering++;
+      r.entry = this.scheduler.at(this.scheduler.now() + this.overheadMs, () => {
+        r.entry = null;
+        this.entering--;
+        this.waiting.push(r);
+        this.wake();
+      });
+      return;
+    }
     this.waiting.push(r);
     this.wake();
   }
@@ -208,7 +253,11 @@ export class RankModel {
     if (r === undefined) return false;
     this.byId.delete(id);
     this.statsData.aborted++;
-    if (r.phase === 'waiting') {
+    if (r.entry !== null) {
+      r.entry.cancel();
+      r.entry = null;
+      this.entering--;
+    } else if (r.phase === 'waiting') {
       this.waiting.splice(this.waiting.indexOf(r), 1);
     } else {
       this.cutRun();
@@ -224,8 +273,8 @@ export class RankModel {
 
   load(): RankLoad {
     return {
-      runningRequests: this.byId.size - this.waiting.length,
-      waitingRequests: this.waiting.length,
+      runningRequests: this.byId.size - this.waiting.length - this.entering,
+      waitingRequests: this.waiting.length + this.entering,
       usedTokens: this.cache.protectedSize + this.reservedTotal,
       capacityTokens: this.capacityTokens,
     };
@@ -327,10 +376,12 @@ export class RankModel {
     if (budget > 0 && this.waiting.length > 0) {
       this.orderWaiting();
       let taken = 0;
-      while (budget > 0 && taken < this.waiting.length) {
+      let running = this.byId.size - this.waiting.length - this.entering;
+      while (budget > 0 && taken < this.waiting.length && running < this.maxRunning) {
         const r = this.waiting[taken]!;
         if (!this.admit(r)) break;
         taken++;
+        running++;
         const n = Math.min(r.inputLen - r.prefilled, budget);
         items.push({ r, n });
         budget -= n;
@@ -338,9 +389,10 @@ export class RankModel {
       if (taken > 0) this.waiting.splice(0, taken);
     }
     if (items.length === 0) return null;
-    let prefillMs = 0;
-    for (const it of items) prefillMs += this.profile.prefillMs(it.n, it.r.prefilled);
-    prefillMs -= (items.length - 1) * this.prefillBaseMs; // the fixed step cost is paid once
+    // One forward pass: its fixed cost is paid once, each chunk adds its own terms.
+    const prefillMs = this.profile.prefillBatchMs(
+      items.map((it) => ({ newTokens: it.n, cachedTokens: it.r.prefilled })),
+    );
     const batch = this.decoding.length;
     let decodeMs = 0;
     if (batch > 0) {
@@ -350,7 +402,13 @@ export class RankModel {
     }
     const last = items[items.length - 1]!;
     this.chunked = last.r.prefilled + last.n < last.r.inputLen ? last.r : null;
-    return { items, decoders: this.decoding.slice(), prefillMs, decodeMs };
+    return {
+      startMs: this.scheduler.now(),
+      items,
+      decoders: this.decoding.slice(),
+      prefillMs,
+      decodeMs,
+    };
   }
 
   /**
@@ -406,6 +464,20 @@ export class RankModel {
     this.statsData.steps++;
     this.statsData.prefillBusyMs += plan.prefillMs;
     this.statsData.decodeBusyMs += plan.decodeMs;
+    if (this.onStep !== null) {
+      let tokens = 0;
+      for (const it of plan.items) tokens += it.n;
+      this.onStep({
+        rank: this.rank,
+        startMs: plan.startMs,
+        endMs: now,
+        prefillTokens: tokens,
+        prefillChunks: plan.items.length,
+        prefillMs: plan.prefillMs,
+        decodeBatch: plan.decoders.length,
+        decodeSteps: plan.decoders.length > 0 ? 1 : 0,
+      });
+    }
     for (const { r, n } of plan.items) {
       if (r.phase !== 'prefill') continue;
       r.prefilled += n;
@@ -465,6 +537,16 @@ export class RankModel {
     this.statsData.events++;
     this.statsData.steps += steps;
     this.statsData.decodeBusyMs += now - t0;
+    this.onStep?.({
+      rank: this.rank,
+      startMs: t0,
+      endMs: now,
+      prefillTokens: 0,
+      prefillChunks: 0,
+      prefillMs: 0,
+      decodeBatch: this.decoding.length,
+      decodeSteps: steps,
+    });
     let times: number[] | null = null;
     if (this.decoding.some((r) => r.spec.onToken !== undefined)) {
       times = [];
