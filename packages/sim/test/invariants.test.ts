@@ -9,7 +9,7 @@ import { EventQueue } from '../src/engine/event-queue.ts';
 import type { StepRecord } from '../src/entities/rank.ts';
 import { RankModel } from '../src/entities/rank.ts';
 import type { PolicyRunResult } from '../src/metrics/types.ts';
-import { simulatePlan } from '../src/simulate.ts';
+import { type RankOverrides, simulatePlan } from '../src/simulate.ts';
 import { buildWorkload } from '../src/workloads/registry.ts';
 import type { WorkloadPlan, WorkloadRequest } from '../src/workloads/types.ts';
 
@@ -32,13 +32,20 @@ function burst(n: number, len: number, out: number): WorkloadPlan {
 }
 
 /** Runs the plan and checks every invariant; returns the run for further checks. */
-function checkRun(plan: WorkloadPlan, profile: CostModel, method: string, ranks?: number) {
+function checkRun(
+  plan: WorkloadPlan,
+  profile: CostModel,
+  method: string,
+  ranks?: number,
+  rank?: RankOverrides,
+) {
   const steps: StepRecord[] = [];
   const run: PolicyRunResult = simulatePlan(plan, {
     policy: { method },
     profile,
     seed: 1,
     ...(ranks !== undefined ? { ranks } : {}),
+    ...(rank !== undefined ? { rank } : {}),
     onStep: (s) => steps.push(s),
   });
   const { summary, records } = run;
@@ -93,6 +100,24 @@ describe('physical invariants on every built-in profile', () => {
         7,
       );
       for (const method of ['prefix_match', 'round_robin']) checkRun(plan, profile, method);
+    });
+    it(`${name}: a small KV pool under each admission mode, with and without a host tier`, () => {
+      const plan = buildWorkload(
+        'agentic',
+        { sessions: 10, sessionsPerS: 4, turnsMax: 3, ranks: 2, thinkMinMs: 50, thinkMaxMs: 100 },
+        5,
+      );
+      for (const admission of ['reserve', 'optimistic', 'preempt'] as const) {
+        for (const hostKv of [undefined, { capacityTokens: 200_000, loadTokensPerMs: 50 }]) {
+          const run = checkRun(plan, profile, 'round_robin', undefined, {
+            kvCapacityTokens: 40_000,
+            admission,
+            maxRunningRequests: 8,
+            ...(hostKv ? { hostKv } : {}),
+          });
+          expect(run.summary.requests).toBe(plan.clients.reduce((a, c) => a + c.length, 0));
+        }
+      }
     });
     it(`${name}: a rank fails and comes back mid-run`, () => {
       const plan = buildWorkload(

@@ -34,6 +34,14 @@ export class ActiveRequest {
   /** KV tokens reserved outside the tree: uncached input not yet inserted + max new tokens. */
   reserved = 0;
   generated = 0;
+  /** Output tokens to recompute after a preemption (prefilled after the input). */
+  recompute = 0;
+  /** KV of generated or recomputed tokens held outside the tree (growing admission modes). */
+  held = 0;
+  /** Host-tier load-back time still to charge to this request's next prefill step. */
+  loadMs = 0;
+  /** Times admitted (> 1 after a preemption). */
+  admissions = 0;
   /** The pending end of the per-request overhead, while the request is not yet queued. */
   entry: ScheduledEvent | null = null;
   readonly inputLen: number;

@@ -26,6 +26,8 @@ export type RankOverrides = Partial<
     | 'schedulePolicy'
     | 'coalesceDecode'
     | 'maxRunningRequests'
+    | 'admission'
+    | 'hostKv'
   >
 > & {
   /** Lockstep ranks (DP attention); defaults to the profile's dpAttention. */
