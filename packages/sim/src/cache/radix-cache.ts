@@ -31,6 +31,14 @@ export interface RadixCacheHooks {
 export interface RadixCacheOptions {
   capacityTokens: number;
   pageSize?: number;
+  /**
+   * Eviction order: 'lru' (default; a match refreshes what it walked) or 'fifo' (oldest
+   * inserted first; matches do not refresh). The GPU cache is LRU as in SGLang; a host tier
+   * may be either.
+   */
+  eviction?: 'lru' | 'fifo';
+  /** Called with the full token path of every evicted leaf (e.g. to write it to a host tier). */
+  onEvict?(path: Uint32Array): void;
 }
 
 export interface MatchResult {
@@ -55,6 +63,8 @@ export class RadixCache {
   /** Tokens and nodes removed by evict() since creation. */
   evictedTokens = 0;
   evictedNodes = 0;
+  private readonly touch: boolean;
+  private readonly onEvict: ((path: Uint32Array) => void) | null;
 
   constructor(opts: RadixCacheOptions) {
     const pageSize = opts.pageSize ?? 1;
@@ -66,6 +76,12 @@ export class RadixCache {
     }
     this.capacity = opts.capacityTokens;
     this.pageSize = pageSize;
+    const eviction = opts.eviction ?? 'lru';
+    if (eviction !== 'lru' && eviction !== 'fifo') {
+      throw new RangeError(`eviction must be 'lru' or 'fifo', got '${String(eviction)}'`);
+    }
+    this.touch = eviction === 'lru';
+    this.onEvict = opts.onEvict ?? null;
     this.root = {
       key: new Uint32Array(0),
       parent: null,
@@ -146,7 +162,7 @@ export class RadixCache {
       while (m < lim && key[m] === ids[pos + m]) m++;
       m = this.floorPage(m);
       if (m === 0) break;
-      child.lastAccess = t;
+      if (this.touch) child.lastAccess = t;
       if (m < key.length) {
         node = this.split(child, m);
         pos += m;
@@ -225,7 +241,11 @@ export class RadixCache {
       const leaf = heapPop(heap);
       if (leaf === undefined) break;
       const parent = leaf.parent!;
-      if (this.hooks?.evicted) this.reportEvicted(leaf);
+      if (this.onEvict !== null || this.hooks?.evicted) {
+        const path = this.pathOf(leaf);
+        this.onEvict?.(path);
+        this.hooks?.evicted?.(path, path.length - leaf.key.length);
+      }
       parent.children.delete(this.childKey(leaf.key, 0));
       this.leaves.delete(leaf);
       leaf.parent = null;
@@ -242,6 +262,17 @@ export class RadixCache {
     return freed;
   }
 
+  private pathOf(node: RadixNode): Uint32Array {
+    let len = 0;
+    for (let n: RadixNode | null = node; n !== null; n = n.parent) len += n.key.length;
+    const out = new Uint32Array(len);
+    for (let n: RadixNode | null = node; n !== null; n = n.parent) {
+      len -= n.key.length;
+      out.set(n.key, len);
+    }
+    return out;
+  }
+
   /** Drops everything (a rank restart); locked nodes included. */
   reset(): void {
     this.root.children.clear();
@@ -249,23 +280,6 @@ export class RadixCache {
     this.size = 0;
     this.evictableSize = 0;
     this.hooks?.cleared?.();
-  }
-
-  private reportEvicted(leaf: RadixNode): void {
-    const parts: Uint32Array[] = [];
-    let depth = 0;
-    for (let n: RadixNode | null = leaf; n !== null && n !== this.root; n = n.parent) {
-      parts.push(n.key);
-      depth += n.key.length;
-    }
-    const path = new Uint32Array(depth);
-    let at = 0;
-    for (let i = parts.length - 1; i >= 0; i--) {
-      const part = parts[i]!;
-      path.set(part, at);
-      at += part.length;
-    }
-    this.hooks?.evicted?.(path, depth - leaf.key.length);
   }
 }
 
