@@ -18,7 +18,7 @@ import {
   routedRankParam,
   routeNotFound,
 } from '@kvroute/protocol';
-import { stream } from '@kvroute/sim';
+import { stream } from '@kvroute/sim/model';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { MockEngine } from './engine.ts';
 import { fillerToken, promptSeed } from './filler.ts';

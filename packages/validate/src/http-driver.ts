@@ -9,7 +9,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { performance } from 'node:perf_hooks';
 import { approximateTokenIds, canonicalChatText } from '@kvroute/protocol/routing-text';
-import { UsageError } from '../cli/errors.ts';
+import { UsageError } from '@kvroute/sim/cli';
 import type { ApiKind, PlanRequest } from './types.ts';
 
 export interface DriverOptions {
