@@ -18,6 +18,8 @@ const PROFILE: CostModel = {
   kvCapacityTokens: 1234,
   chunkedPrefillSize: 512,
   prefillMs: () => 1,
+  prefillBatchMs: () => 1,
+  prefillFloorMs: () => 1,
   decodeStepMs: () => 1,
 };
 
