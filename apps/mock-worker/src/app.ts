@@ -19,7 +19,7 @@ import {
   routeNotFound,
   SseWriter,
 } from '@kvroute/protocol';
-import { stream } from '@kvroute/sim';
+import { stream } from '@kvroute/sim/model';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { MockEngine } from './engine.ts';
 import { fillerToken, promptSeed } from './filler.ts';
