@@ -19,7 +19,7 @@ import {
   type KvCacheEvent,
   offsetEndpointPort,
 } from '@kvroute/protocol/kv-events';
-import type { RadixCache } from '@kvroute/sim';
+import type { RadixCache } from '@kvroute/sim/model';
 import { Publisher, Router } from 'zeromq';
 
 export interface KvEventsOptions {
