@@ -7,6 +7,7 @@ import { performance } from 'node:perf_hooks';
 import {
   type Dispatcher,
   type DispatchTicket,
+  type KvIndexView,
   NoHealthyRankError,
   RoutedRankError,
 } from '@kvroute/policy';
@@ -46,6 +47,8 @@ export interface ProxyContext {
   health: HealthMonitor;
   metrics: RouterMetrics;
   log: FastifyBaseLogger;
+  /** The events-fed cache index (--kv-events-endpoint), passed to every decision. */
+  kvIndex?: (KvIndexView & { noteDispatch(rank: number): void }) | undefined;
 }
 
 /** Serves one proxied POST on the raw request/response; never throws. */
@@ -76,7 +79,7 @@ export function noRankLeft(
 }
 
 export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
-  const { config, table, dispatcher, tokenizer, agent, health, metrics, log } = ctx;
+  const { config, table, dispatcher, tokenizer, agent, health, metrics, log, kvIndex } = ctx;
 
   const countRejected = (route: string, status: number): void => {
     metrics.countRequest(route, 'none', 'none', String(status));
@@ -164,7 +167,11 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         const t0 = performance.now();
         try {
           // The ticket holds the rank's load until it is closed below, whatever happens.
-          decision = dispatcher.begin(policyRequest, table.tracker, { nowMs: Date.now(), view });
+          decision = dispatcher.begin(
+            policyRequest,
+            table.tracker,
+            kvIndex ? { nowMs: Date.now(), view, kvIndex } : { nowMs: Date.now(), view },
+          );
         } catch (err) {
           if (err instanceof NoHealthyRankError || err instanceof RoutedRankError) {
             throw noRankLeft(table, lastFailure, err.message);
@@ -182,6 +189,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         }
         const worker = slot.worker;
         const rank = decision.rank;
+        kvIndex?.noteDispatch(rank);
         const rankLabel = String(rank);
 
         let outBody = raw;
