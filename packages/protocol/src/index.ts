@@ -27,6 +27,12 @@ export {
   routingKeyFromHeaders,
 } from './headers.ts';
 export {
+  checkJsonDepth,
+  checkOutputTokens,
+  DEFAULT_LIMITS,
+  type RequestLimits,
+} from './limits.ts';
+export {
   type ChatContentPart,
   type ChatMessage,
   DEFAULT_MAX_TOKENS,
