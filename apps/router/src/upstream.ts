@@ -8,10 +8,16 @@ export interface GetResult {
 }
 
 /** GET with a hard timeout; rejects on connect errors and timeouts, resolves on any status. */
-export async function getText(agent: Agent, url: string, timeoutMs: number): Promise<GetResult> {
+export async function getText(
+  agent: Agent,
+  url: string,
+  timeoutMs: number,
+  headers?: Record<string, string>,
+): Promise<GetResult> {
   const res = await request(url, {
     method: 'GET',
     dispatcher: agent,
+    ...(headers ? { headers } : {}),
     signal: AbortSignal.timeout(timeoutMs),
     headersTimeout: timeoutMs,
     bodyTimeout: timeoutMs,
