@@ -17,6 +17,7 @@ import {
   type RoutingTokenizer,
   routedRankParam,
   routeNotFound,
+  SseWriter,
 } from '@kvroute/protocol';
 import { stream } from '@kvroute/sim';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
@@ -25,7 +26,6 @@ import { fillerToken, promptSeed } from './filler.ts';
 import { createWorkerMetrics } from './metrics.ts';
 import { type MockWorkerOptions, type ResolvedOptions, resolveOptions } from './options.ts';
 import { finalBody, type Outcome, streamDelta, streamEnd, streamStart } from './responses.ts';
-import { SseWriter } from './sse-writer.ts';
 
 declare module 'fastify' {
   interface FastifyInstance {

@@ -10,11 +10,12 @@
 // timeout: SGLang's GET /health_generate, or, where that route does not exist (vLLM and other
 // OpenAI servers), a 1-token completion. Its failures count like failed health checks.
 // Repeated 5xx and other request failures are outlier detection's business (outlier.ts).
+
+import { describeError, getJson, getText } from '@kvroute/protocol';
 import type { Agent } from 'undici';
 import { request } from 'undici';
 import type { HealthConfig } from './config.ts';
 import type { RankTable, Worker } from './rank-table.ts';
-import { describeError, getJson, getText } from './upstream.ts';
 
 export interface HealthLog {
   warn(obj: object, msg: string): void;

@@ -6,6 +6,7 @@ import { createServer, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { createDispatcher, type Dispatcher, type DispatcherConfig } from '@kvroute/policy';
 import {
+  createHttpAgent,
   createRoutingTokenizer,
   DEFAULT_LIMITS,
   kindForPath,
@@ -15,7 +16,7 @@ import {
   routeNotFound,
 } from '@kvroute/protocol';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import { Agent } from 'undici';
+import type { Agent } from 'undici';
 import { Admission } from './admission.ts';
 import { loadApiKeys, type RouterConfig } from './config.ts';
 import { errorReply } from './error-reply.ts';
@@ -173,7 +174,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     opts.tokenizer ??
     createRoutingTokenizer(config.tokenizer ? { tokenizerJsonPath: config.tokenizer } : {});
   const table = new RankTable();
-  const agent = new Agent({ keepAliveTimeout: 30_000, connections: null, pipelining: 1 });
+  const agent = createHttpAgent();
   const log = app.log;
   const health = new HealthMonitor(table, agent, config.health, log);
   if (config.workerApiKey !== undefined) {

@@ -4,10 +4,11 @@
 //   /health     SGLang's meaning, "this endpoint can serve requests": the same condition as
 //               /readiness, so it never says ok before any worker was checked;
 //   /v1/models  any healthy worker knows the model list (no load accounting).
+
+import { describeError, getText } from '@kvroute/protocol';
 import type { FastifyInstance } from 'fastify';
 import { noRankLeft } from '../proxy/route.ts';
 import type { RouterState } from '../router.ts';
-import { describeError, getText } from '../upstream.ts';
 
 export interface WorkersApiOptions {
   state: RouterState;

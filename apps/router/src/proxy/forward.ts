@@ -14,14 +14,16 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { StringDecoder } from 'node:string_decoder';
 import {
+  describeError,
+  errorCode,
   openAIErrorBody,
   RANK_HEADER,
+  type ReportedUsage,
   type RequestKind,
   ROUTING_KEY_HEADERS,
+  usageFromObject,
 } from '@kvroute/protocol';
 import type { Agent } from 'undici';
-import { describeError, errorCode } from '../upstream.ts';
-import { type ReportedUsage, usageFromObject } from '../usage-scanner.ts';
 
 // Hop-by-hop and framing headers are the proxy's own business on each leg.
 const HOP_BY_HOP = new Set([

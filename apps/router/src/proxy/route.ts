@@ -21,6 +21,7 @@ import {
 import {
   badRequest,
   buildRouteRequest,
+  describeError,
   type ParsedRequest,
   parseJsonBody,
   parseRequest,
@@ -86,7 +87,7 @@ export type ProxyHandler = ((
 
 /** The error for "nothing left to try": the last attempt's failure, or the policy's refusal. */
 export function noRankLeft(
-  last: { rank: number; failure: AttemptFailure } | undefined,
+  last: { rank: number; workerRank: number; failure: AttemptFailure } | undefined,
   policyMessage: string | undefined,
 ): RouterError {
   if (last) {
@@ -99,7 +100,7 @@ export function noRankLeft(
           : 'upstream_unavailable';
     return new RouterError(
       code,
-      `rank ${last.rank} failed: ${clientSafe(f.detail)}; no other healthy rank or retry left`,
+      `rank ${last.rank} (worker-r${last.workerRank}) failed: ${clientSafe(f.detail)}; no other healthy rank or retry left`,
     );
   }
   return new RouterError(
@@ -259,7 +260,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
 
     // Allocated on the first failure only: most requests never retry.
     let excluded: Set<number> | undefined;
-    let lastFailure: { rank: number; failure: AttemptFailure } | undefined;
+    let lastFailure: { rank: number; workerRank: number; failure: AttemptFailure } | undefined;
     let retrying = false;
     try {
       for (let attemptNo = 0; ; attemptNo++) {
@@ -346,7 +347,10 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         });
         call = thisCall;
         let onWorker = calls.get(worker);
-        if (!onWorker) calls.set(worker, (onWorker = new Set()));
+        if (!onWorker) {
+          onWorker = new Set();
+          calls.set(worker, onWorker);
+        }
         onWorker.add(thisCall);
         let result: ForwardResult;
         try {
@@ -377,7 +381,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           rel.failure(rankLabel, 'before-client-bytes', failure.kind);
           excluded ??= new Set<number>();
           excluded.add(rank);
-          lastFailure = { rank, failure };
+          lastFailure = { rank, workerRank: worker.ranks[0] ?? rank, failure };
           if ((failure.kind === 'status' || canRetryAfter()) && budget.tryAcquire()) {
             retrying = true;
             metrics.retries.inc({ rank: rankLabel, cause: failure.kind });
@@ -428,7 +432,9 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     if (cap <= 0) return undefined;
     let out: number[] | undefined;
     for (const r of table.tracker.ranks) {
-      if (r.inFlightRequests >= cap) (out ??= []).push(r.rank);
+      if (r.inFlightRequests < cap) continue;
+      out ??= [];
+      out.push(r.rank);
     }
     return out;
   }
