@@ -22,6 +22,7 @@ import { loadApiKeys, type RouterConfig } from './config.ts';
 import { errorReply } from './error-reply.ts';
 import type { RouterError } from './errors.ts';
 import { HealthMonitor } from './health.ts';
+import { KvEventsFeed, type KvEventsSettings, kvEventsEnabled } from './kv-events/feed.ts';
 import { LoadPoller } from './load-poller.ts';
 import { createRouterMetrics, type RouterMetrics } from './metrics.ts';
 import { OutlierDetector } from './outlier.ts';
@@ -58,6 +59,8 @@ export interface RouterState {
   limits(): RequestLimits;
   /** With --admin-port: the app serving /metrics and the admin routes (cli.ts listens on it). */
   adminApp?: FastifyInstance;
+  /** The events-fed cache index, when --kv-events-endpoint(s) is set. */
+  readonly kvEvents: KvEventsFeed | undefined;
   /** Adds a worker at runtime (the admin POST /ranks path). */
   addWorker(url: string, dpSize?: number): Promise<Worker>;
   removeWorker(url: string): Worker | undefined;
@@ -216,8 +219,29 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
   };
   updateLimits();
 
+  const kvSettings: KvEventsSettings = {
+    endpoint: config.kvEventsEndpoint,
+    replayEndpoint: config.kvEventsReplayEndpoint,
+    endpoints: config.kvEventsEndpoints,
+    replayEndpoints: config.kvEventsReplayEndpoints,
+    topic: config.kvEventsTopic,
+    staleMs: config.kvEventsStaleMs,
+    maxBlocksPerRank: config.kvEventsMaxBlocks,
+  };
+  const kvEvents = kvEventsEnabled(kvSettings)
+    ? new KvEventsFeed(
+        kvSettings,
+        table,
+        config.workerUrls,
+        metrics.registry,
+        log,
+        () => dispatcher.stats().method,
+      )
+    : undefined;
+
   const state: RouterState = {
     config,
+    kvEvents,
     table,
     dispatcher,
     health,
@@ -255,6 +279,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     for (const url of config.workerUrls) await state.addWorker(url);
     // One round of checks before serving, so readiness reflects the fleet from the start.
     await health.checkAll();
+    kvEvents?.start();
     health.start();
     loadPoller.start();
   });
@@ -264,6 +289,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     outlier.stop();
     admission.close();
     await state.adminApp?.close();
+    await kvEvents?.close();
     await agent.destroy();
   });
 
@@ -295,6 +321,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     reliability,
     log,
     limits: () => limits,
+    kvIndex: kvEvents,
   });
   // Attempts that sent nothing yet leave a worker as soon as it is taken out.
   health.onDown = (w, reason) => serveProxy.evacuate(w, reason);

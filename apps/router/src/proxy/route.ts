@@ -15,6 +15,7 @@ import { performance } from 'node:perf_hooks';
 import {
   type Decision,
   type Dispatcher,
+  type KvIndexView,
   NoHealthyRankError,
   RoutedRankError,
 } from '@kvroute/policy';
@@ -69,6 +70,8 @@ export interface ProxyContext {
   log: FastifyBaseLogger;
   /** Current request limits (the model's context is learned from the workers). */
   limits(): RequestLimits;
+  /** The events-fed cache index (--kv-events-endpoint), passed to every decision. */
+  kvIndex?: (KvIndexView & { noteDispatch(rank: number): void }) | undefined;
 }
 
 /** Serves one proxied POST on the raw request/response; never throws. */
@@ -112,7 +115,8 @@ export function noRankLeft(
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
-  const { config, table, dispatcher, tokenizer, agent, outlier, admission, metrics, log } = ctx;
+  const { config, table, dispatcher, tokenizer, agent, outlier, admission, metrics, log, kvIndex } =
+    ctx;
   const rel = ctx.reliability;
   const budget = new RetryBudget(config);
   const logLimiter = new LogLimiter();
@@ -275,7 +279,11 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         let decision: Decision;
         const t0 = performance.now();
         try {
-          decision = dispatcher.dispatch(routeRequest, view, { nowMs: Date.now() });
+          decision = dispatcher.dispatch(
+            routeRequest,
+            view,
+            kvIndex ? { nowMs: Date.now(), kvIndex } : { nowMs: Date.now() },
+          );
         } catch (err) {
           if (err instanceof NoHealthyRankError || err instanceof RoutedRankError) {
             if (full && table.hasHealthy(excluded)) {
@@ -298,6 +306,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         }
         const worker = slot.worker;
         const rank = decision.rank;
+        kvIndex?.noteDispatch(rank);
         const rankLabel = String(rank);
 
         let outBody = raw;
