@@ -3,6 +3,14 @@
 // lowest first: defaults, YAML (--config), environment, flags. One table means the README,
 // the parser and the error messages cannot disagree about an option's name or type.
 import { readFileSync } from 'node:fs';
+import {
+  isNumericOption,
+  isOptionKey,
+  methodOptionCatalog,
+  optionHelp,
+  parseNumber,
+  parseScalar,
+} from '@kvroute/policy';
 import { parse as parseYaml } from 'yaml';
 import { RouterConfigError } from './errors.ts';
 import type { OutlierConfig } from './outlier.ts';
@@ -33,8 +41,12 @@ export interface RouterConfig {
   dpCacheAffinity?: 'routing_key';
   affinityMaxEntries: number;
   affinityTtlMs: number;
-  prefixWindow?: number;
-  prefixLength?: number;
+  /**
+   * Method options set by their own flags (`--window`, `--epsilon`, ...: one per option of any
+   * registered method, derived from the methods' schemas); passed at the dispatcher config's
+   * top level, where options of methods other than the chosen one are ignored.
+   */
+  methodOptions: Record<string, number | string>;
   /** Extra method options passed to the dispatcher as `options` (from --policy-option k=v). */
   policyOptions: Record<string, unknown>;
   allowRankOverride: boolean;
@@ -121,6 +133,7 @@ export const DEFAULT_CONFIG: RouterConfig = {
   loadBalanceMethod: 'cache_aware',
   affinityMaxEntries: 100_000,
   affinityTtlMs: 3_600_000,
+  methodOptions: {},
   policyOptions: {},
   allowRankOverride: false,
   loadPollIntervalMs: 0,
@@ -192,6 +205,38 @@ export interface OptionSpec {
   min?: number;
 }
 
+/** Spellings the router accepted before method options had flags of their own. */
+const METHOD_OPTION_ALIASES: Readonly<Record<string, readonly string[]>> = {
+  window: ['prefix-window'],
+};
+
+/**
+ * One flag (and env variable and YAML key) per option of any registered method, derived from
+ * the methods' schemas: the flag is the option's kebab-case name, the YAML key also its
+ * camelCase one; the help lists each method's default, range and doc.
+ */
+function methodOptionSpecs(): OptionSpec[] {
+  return methodOptionCatalog().map((entry) => {
+    const specs = Object.values(entry.specs);
+    const aliases = [...(METHOD_OPTION_ALIASES[entry.name] ?? [])];
+    if (entry.name !== entry.flag) aliases.push(entry.name);
+    const out: OptionSpec = {
+      flag: entry.flag,
+      key: `methodOptions.${entry.name}`,
+      kind: 'string',
+      help: `Method option ${entry.name}: ${optionHelp(entry)}`,
+      aliases,
+    };
+    if (isNumericOption(entry)) {
+      out.kind = specs.every((x) => x.type === 'int') ? 'int' : 'number';
+      out.min = Math.min(...specs.map((x) => (x.type === 'enum' ? 0 : x.min)));
+    } else {
+      out.choices = [...new Set(specs.flatMap((x) => (x.type === 'enum' ? x.choices : [])))];
+    }
+    return out;
+  });
+}
+
 export const OPTIONS: readonly OptionSpec[] = [
   { flag: 'host', key: 'host', kind: 'string', help: 'Address to listen on' },
   { flag: 'port', key: 'port', kind: 'int', min: 0, help: 'Port to listen on (0 = any free port)' },
@@ -242,20 +287,7 @@ export const OPTIONS: readonly OptionSpec[] = [
     min: 1,
     help: 'Affinity entry lifetime',
   },
-  {
-    flag: 'prefix-window',
-    key: 'prefixWindow',
-    kind: 'int',
-    min: 1,
-    help: 'prefix_match, consistent_hash, cache_aware: tokens hashed per window',
-  },
-  {
-    flag: 'prefix-length',
-    key: 'prefixLength',
-    kind: 'int',
-    min: 1,
-    help: 'prefix_match, consistent_hash: prompt tokens hashed (cache_aware indexes up to its maxPrefixTokens option)',
-  },
+  ...methodOptionSpecs(),
   {
     flag: 'policy-option',
     key: 'policyOptions',
@@ -722,8 +754,8 @@ function convert(o: OptionSpec, value: unknown, what: string): unknown {
     }
     case 'int':
     case 'number': {
-      const n = typeof value === 'number' ? value : Number(asString().trim());
-      if (!Number.isFinite(n) || asString().trim() === '') {
+      const n = typeof value === 'number' ? value : (parseNumber(asString()) ?? Number.NaN);
+      if (!Number.isFinite(n)) {
         throw new RouterConfigError(`${what}: expected a number, got "${asString()}"`);
       }
       if (o.kind === 'int' && !Number.isInteger(n))
@@ -750,17 +782,12 @@ function convert(o: OptionSpec, value: unknown, what: string): unknown {
       const s = asString();
       const eq = s.indexOf('=');
       if (eq <= 0) throw new RouterConfigError(`${what}: expected key=value, got "${s}"`);
-      return { [s.slice(0, eq)]: parseScalar(s.slice(eq + 1)) };
+      const key = s.slice(0, eq);
+      if (!isOptionKey(key)) throw new RouterConfigError(`${what}: invalid key "${key}"`);
+      // Typed as YAML would type them, by the policy's one strict scalar parser.
+      return { [key]: parseScalar(s.slice(eq + 1)) };
     }
   }
-}
-
-// key=value options reach method factories typed as YAML would type them.
-function parseScalar(s: string): unknown {
-  if (s === 'true') return true;
-  if (s === 'false') return false;
-  if (s !== '' && Number.isFinite(Number(s))) return Number(s);
-  return s;
 }
 
 type Partial = Map<string, unknown>;

@@ -75,8 +75,7 @@ declare module 'fastify' {
 /** The policy config the CLI flags describe (a plain object). */
 export function dispatcherConfig(config: RouterConfig): DispatcherConfig {
   const out: DispatcherConfig = { method: config.loadBalanceMethod };
-  if (config.prefixWindow !== undefined) out.window = config.prefixWindow;
-  if (config.prefixLength !== undefined) out.prefixLength = config.prefixLength;
+  Object.assign(out, config.methodOptions);
   if (Object.keys(config.policyOptions).length > 0) out.options = { ...config.policyOptions };
   if (config.dpCacheAffinity === 'routing_key') {
     out.affinity = {

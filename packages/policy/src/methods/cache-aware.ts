@@ -42,37 +42,70 @@
 // and unfinished outputs as work.
 
 import { defineMethod } from '../define-method.ts';
+import { PolicyRangeError } from '../errors.ts';
 import { chainedBlockKeys } from '../hashing/block-keys.ts';
 import { chainedWindowHashes } from '../hashing/chained.ts';
 import { ChainedPrefixIndex } from '../hashing/chained-index.ts';
 import { validateTokenIds } from '../hashing/prefix-digest.ts';
-import { readInt, readNumber } from '../options.ts';
+import type { OptionsSchema, OptionValues } from '../options.ts';
 import { leastLoadedCool } from '../pickers.ts';
 import type { Decision, Method, MethodContext, RankState } from '../types.ts';
 
-export interface CacheAwareOptions {
-  /** Tokens per indexed window. Default 256. */
-  window: number;
-  /** Index at most this many leading tokens of a prompt. Default 131072. */
-  maxPrefixTokens: number;
-  /** Relative overload bound over the mean in-flight tokens. Default 0.25. */
-  epsilon: number;
-  /** Absolute overload slack in tokens, so affinity survives light load. Default 65536. */
-  slackTokens: number;
-  /** Weight of queued (in-flight) tokens against uncached prefill tokens in the cost. Default 1. */
-  loadWeight: number;
-  /** Index capacity per rank in tokens when RankState.kvCapacityTokens is absent. Default 1,000,000. */
-  capacityTokens: number;
-}
+export const CACHE_AWARE_OPTIONS = {
+  window: { type: 'int', default: 256, min: 1, doc: 'tokens per indexed window' },
+  maxPrefixTokens: {
+    type: 'int',
+    default: 131072,
+    min: 1,
+    doc: 'index at most this many leading tokens of a prompt (at least window)',
+  },
+  epsilon: {
+    type: 'number',
+    default: 0.25,
+    min: 0,
+    doc: 'relative overload bound over the mean in-flight tokens',
+  },
+  slackTokens: {
+    type: 'number',
+    default: 65536,
+    min: 0,
+    doc: 'absolute overload slack in tokens, so affinity survives light load',
+  },
+  loadWeight: {
+    type: 'number',
+    default: 1,
+    min: 0,
+    doc: 'weight of queued tokens against uncached prefill tokens in the cost',
+  },
+  capacityTokens: {
+    type: 'int',
+    default: 1_000_000,
+    min: 1,
+    doc: 'index capacity per rank in tokens when the host gives no KV capacity (at least window)',
+  },
+} as const satisfies OptionsSchema;
+
+export type CacheAwareOptions = OptionValues<typeof CACHE_AWARE_OPTIONS>;
 
 export const CACHE_AWARE_DEFAULTS: CacheAwareOptions = {
-  window: 256,
-  maxPrefixTokens: 131072,
-  epsilon: 0.25,
-  slackTokens: 65536,
-  loadWeight: 1,
-  capacityTokens: 1_000_000,
+  window: CACHE_AWARE_OPTIONS.window.default,
+  maxPrefixTokens: CACHE_AWARE_OPTIONS.maxPrefixTokens.default,
+  epsilon: CACHE_AWARE_OPTIONS.epsilon.default,
+  slackTokens: CACHE_AWARE_OPTIONS.slackTokens.default,
+  loadWeight: CACHE_AWARE_OPTIONS.loadWeight.default,
+  capacityTokens: CACHE_AWARE_OPTIONS.capacityTokens.default,
 };
+
+/** `value` of option `field`, which must be at least the window. */
+function atLeastWindow(field: string, value: number, window: number): number {
+  if (value < window) {
+    throw new PolicyRangeError(
+      field,
+      `cache_aware: ${field} must be an integer >= ${window}, got ${value}`,
+    );
+  }
+  return value;
+}
 
 const NAME = 'cache_aware';
 
@@ -107,22 +140,11 @@ const FILL_DECAY = 0.999;
  * The indexer (who holds which prefixes, learned from decisions) kept apart from the choice
  * (who should get this request), as Dynamo's kv-router separates them.
  */
-function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore {
-  const window = readInt(NAME, options, 'window', CACHE_AWARE_DEFAULTS.window, 1);
-  const maxPrefixTokens = readInt(
-    NAME,
-    options,
-    'maxPrefixTokens',
-    Math.max(CACHE_AWARE_DEFAULTS.maxPrefixTokens, window),
-    window,
-  );
-  const capacityTokens = readInt(
-    NAME,
-    options,
-    'capacityTokens',
-    CACHE_AWARE_DEFAULTS.capacityTokens,
-    window,
-  );
+function createCacheAwareCore(
+  window: number,
+  maxPrefixTokens: number,
+  capacityTokens: number,
+): CacheAwareCore {
   const index = new ChainedPrefixIndex();
   const sourceCounts = { eventsRankScores: 0, fallbackRankScores: 0 };
   let lastRequest: unknown;
@@ -242,93 +264,82 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
   };
 }
 
-const CACHE_AWARE_OPTION_NAMES = [
-  'window',
-  'maxPrefixTokens',
-  'epsilon',
-  'slackTokens',
-  'loadWeight',
-  'capacityTokens',
-] as const;
+export const createCacheAware = defineMethod(NAME, CACHE_AWARE_OPTIONS, (options, raw): Method => {
+  const window = options.window;
+  const maxPrefixTokens =
+    raw.maxPrefixTokens == null
+      ? Math.max(CACHE_AWARE_DEFAULTS.maxPrefixTokens, window)
+      : atLeastWindow('maxPrefixTokens', options.maxPrefixTokens, window);
+  const capacityTokens =
+    raw.capacityTokens == null
+      ? options.capacityTokens
+      : atLeastWindow('capacityTokens', options.capacityTokens, window);
+  const core = createCacheAwareCore(window, maxPrefixTokens, capacityTokens);
+  const { epsilon, slackTokens, loadWeight } = options;
+  const counts = { hits: 0, overloaded: 0, misses: 0, matchedTokens: 0 };
+  const holders: RankState[] = [];
 
-export const createCacheAware = defineMethod(
-  CACHE_AWARE_OPTION_NAMES,
-  (options: Record<string, unknown>): Method => {
-    const core = createCacheAwareCore(options);
-    const epsilon = readNumber(NAME, options, 'epsilon', CACHE_AWARE_DEFAULTS.epsilon, 0);
-    const slackTokens = readNumber(
-      NAME,
-      options,
-      'slackTokens',
-      CACHE_AWARE_DEFAULTS.slackTokens,
-      0,
-    );
-    const loadWeight = readNumber(NAME, options, 'loadWeight', CACHE_AWARE_DEFAULTS.loadWeight, 0);
-    const counts = { hits: 0, overloaded: 0, misses: 0, matchedTokens: 0 };
-    const holders: RankState[] = [];
-
-    return {
-      name: NAME,
-      select(ctx: MethodContext): Decision {
-        const keys = core.keysOf(ctx);
-        const matched = core.matchAll(ctx, keys);
-        const healthy = ctx.healthy;
-        const w = ctx.request.inputIds?.length ?? 0;
-        let total = w;
-        let best = 0;
-        for (const r of healthy) {
-          total += r.inFlightTokens;
-          const m = matched[r.rank] as number;
-          if (m > best) best = m;
-        }
-        if (best === 0) {
-          return {
-            rank: leastLoadedCool(ctx, healthy, core.fill).rank,
-            reason: 'cache-miss-least-load',
-          };
-        }
-        const bound = ((1 + epsilon) * total) / healthy.length + slackTokens;
-        holders.length = 0;
-        for (const r of healthy) if (matched[r.rank] === best) holders.push(r);
-        const holder = leastLoadedCool(ctx, holders, core.fill);
-        if (holder.inFlightTokens <= bound) {
-          return { rank: holder.rank, reason: 'cache-hit', matchedTokens: best };
-        }
-        // The holder is overloaded: cheapest of the others (uncached prefill + queued work).
-        holders.length = 0;
-        let choiceCost = Number.POSITIVE_INFINITY;
-        for (const r of healthy) {
-          if (r.inFlightTokens > bound) continue;
-          const cost = w - (matched[r.rank] as number) + loadWeight * r.inFlightTokens;
-          if (cost < choiceCost) {
-            choiceCost = cost;
-            holders.length = 0;
-          }
-          if (cost === choiceCost) holders.push(r);
-        }
-        // Empty only if the bound were below the mean (it never is: the least-loaded passes).
-        const target =
-          holders.length > 0 ? ctx.tieBreak(holders) : leastLoadedCool(ctx, healthy, core.fill);
-        const m = matched[target.rank] as number;
-        return { rank: target.rank, reason: 'cache-hit-overloaded', matchedTokens: m };
-      },
-      commit(ctx: MethodContext, decision: Decision): void {
-        const own = decision.reason.startsWith('cache-');
-        if (decision.reason === 'cache-hit') counts.hits++;
-        else if (decision.reason === 'cache-hit-overloaded') counts.overloaded++;
-        else if (decision.reason === 'cache-miss-least-load') counts.misses++;
-        counts.matchedTokens += decision.matchedTokens ?? 0;
-        if (own) core.countSources(ctx);
-        core.learn(ctx, decision);
-      },
-      stats(): Record<string, number> {
+  return {
+    name: NAME,
+    select(ctx: MethodContext): Decision {
+      const keys = core.keysOf(ctx);
+      const matched = core.matchAll(ctx, keys);
+      const healthy = ctx.healthy;
+      const w = ctx.request.inputIds?.length ?? 0;
+      let total = w;
+      let best = 0;
+      for (const r of healthy) {
+        total += r.inFlightTokens;
+        const m = matched[r.rank] as number;
+        if (m > best) best = m;
+      }
+      if (best === 0) {
         return {
-          ...counts,
-          ...core.sourceCounts,
-          indexEntries: core.index.totalSize(),
-          indexEvictions: core.index.evictions,
+          rank: leastLoadedCool(ctx, healthy, core.fill).rank,
+          reason: 'cache-miss-least-load',
         };
-      },
-    };
-  },
-);
+      }
+      const bound = ((1 + epsilon) * total) / healthy.length + slackTokens;
+      holders.length = 0;
+      for (const r of healthy) if (matched[r.rank] === best) holders.push(r);
+      const holder = leastLoadedCool(ctx, holders, core.fill);
+      if (holder.inFlightTokens <= bound) {
+        return { rank: holder.rank, reason: 'cache-hit', matchedTokens: best };
+      }
+      // The holder is overloaded: cheapest of the others (uncached prefill + queued work).
+      holders.length = 0;
+      let choiceCost = Number.POSITIVE_INFINITY;
+      for (const r of healthy) {
+        if (r.inFlightTokens > bound) continue;
+        const cost = w - (matched[r.rank] as number) + loadWeight * r.inFlightTokens;
+        if (cost < choiceCost) {
+          choiceCost = cost;
+          holders.length = 0;
+        }
+        if (cost === choiceCost) holders.push(r);
+      }
+      // Empty only if the bound were below the mean (it never is: the least-loaded passes).
+      const target =
+        holders.length > 0 ? ctx.tieBreak(holders) : leastLoadedCool(ctx, healthy, core.fill);
+      const m = matched[target.rank] as number;
+      return { rank: target.rank, reason: 'cache-hit-overloaded', matchedTokens: m };
+    },
+    commit(ctx: MethodContext, decision: Decision): void {
+      const own = decision.reason.startsWith('cache-');
+      if (decision.reason === 'cache-hit') counts.hits++;
+      else if (decision.reason === 'cache-hit-overloaded') counts.overloaded++;
+      else if (decision.reason === 'cache-miss-least-load') counts.misses++;
+      counts.matchedTokens += decision.matchedTokens ?? 0;
+      if (own) core.countSources(ctx);
+      core.learn(ctx, decision);
+    },
+    stats(): Record<string, number> {
+      return {
+        ...counts,
+        ...core.sourceCounts,
+        indexEntries: core.index.totalSize(),
+        indexEvictions: core.index.evictions,
+      };
+    },
+  };
+});

@@ -28,64 +28,82 @@
 // prompt instead. Knows nothing about what ranks actually cache.
 
 import { defineMethod } from '../define-method.ts';
-import { PolicyConfigError } from '../errors.ts';
+import { PolicyRangeError } from '../errors.ts';
 import { prefixKey, rendezvousScore, stringKey } from '../hashing/chained.ts';
 import { prefixKeyLength, validateTokenIds } from '../hashing/prefix-digest.ts';
-import { readInt, readNumber } from '../options.ts';
+import type { OptionsSchema, OptionValues } from '../options.ts';
 import { leastLoaded } from '../pickers.ts';
 import type { Decision, Method, MethodContext, RankState } from '../types.ts';
 
-export interface ConsistentHashOptions {
-  /** Tokens per window; the key is whole windows of the prefix. Default 256. */
-  window: number;
-  /** At most this many leading tokens form the key. Default 4096. */
-  prefixLength: number;
-  /** Bounded-load slack: a rank takes a key while load <= (1 + epsilon) * mean. Default 0.25. */
-  epsilon: number;
-  /** Load unit: in-flight tokens (default) or in-flight requests. */
-  load: 'tokens' | 'requests';
-  /**
-   * Added to the bound, in the load unit. Default 0: the classic algorithm. At light load
-   * a purely relative bound walks keys away from their cache whenever one rank has a single
-   * long request more than the others; a slack like cache_aware's (65536 tokens) stops that.
-   */
-  slack: number;
+function atLeastWindow(prefixLength: number, window: number): number {
+  if (prefixLength < window) {
+    throw new PolicyRangeError(
+      'prefixLength',
+      `consistent_hash: prefixLength must be an integer >= ${window}, got ${prefixLength}`,
+    );
+  }
+  return prefixLength;
 }
 
+export const CONSISTENT_HASH_OPTIONS = {
+  window: {
+    type: 'int',
+    default: 256,
+    min: 1,
+    doc: 'tokens per window; the key is whole windows of the prefix',
+  },
+  prefixLength: {
+    type: 'int',
+    default: 4096,
+    min: 1,
+    doc: 'most leading tokens that form the key (at least window)',
+  },
+  epsilon: {
+    type: 'number',
+    default: 0.25,
+    min: 0,
+    doc: 'bounded-load slack: a rank takes a key while load <= (1 + epsilon) x mean',
+  },
+  load: {
+    type: 'enum',
+    choices: ['tokens', 'requests'],
+    default: 'tokens',
+    doc: 'load unit: in-flight tokens (input + max new) or in-flight requests',
+  },
+  // At light load a purely relative bound walks keys away from their cache whenever one rank
+  // has a single long request more than the others; a slack like cache_aware's stops that.
+  slack: {
+    type: 'number',
+    default: 0,
+    min: 0,
+    doc: 'added to the bound, in the load unit (0 = the classic algorithm)',
+  },
+} as const satisfies OptionsSchema;
+
+export type ConsistentHashOptions = OptionValues<typeof CONSISTENT_HASH_OPTIONS>;
+
 export const CONSISTENT_HASH_DEFAULTS: ConsistentHashOptions = {
-  window: 256,
-  prefixLength: 4096,
-  epsilon: 0.25,
-  load: 'tokens',
-  slack: 0,
+  window: CONSISTENT_HASH_OPTIONS.window.default,
+  prefixLength: CONSISTENT_HASH_OPTIONS.prefixLength.default,
+  epsilon: CONSISTENT_HASH_OPTIONS.epsilon.default,
+  load: CONSISTENT_HASH_OPTIONS.load.default,
+  slack: CONSISTENT_HASH_OPTIONS.slack.default,
 };
 
 const NAME = 'consistent_hash';
 
-function readLoadUnit(owner: string, options: Record<string, unknown>): 'tokens' | 'requests' {
-  const raw = options.load ?? 'tokens';
-  if (raw !== 'tokens' && raw !== 'requests') {
-    throw new PolicyConfigError(
-      `${owner}: load must be 'tokens' or 'requests', got ${String(raw)}`,
-    );
-  }
-  return raw;
-}
-
 export const createConsistentHash = defineMethod(
-  ['window', 'prefixLength', 'epsilon', 'load', 'slack'],
-  (options: Record<string, unknown>): Method => {
-    const window = readInt(NAME, options, 'window', CONSISTENT_HASH_DEFAULTS.window, 1);
-    const prefixLength = readInt(
-      NAME,
-      options,
-      'prefixLength',
-      Math.max(CONSISTENT_HASH_DEFAULTS.prefixLength, window),
-      window,
-    );
-    const epsilon = readNumber(NAME, options, 'epsilon', CONSISTENT_HASH_DEFAULTS.epsilon, 0);
-    const unit = readLoadUnit(NAME, options);
-    const slack = readNumber(NAME, options, 'slack', CONSISTENT_HASH_DEFAULTS.slack, 0);
+  NAME,
+  CONSISTENT_HASH_OPTIONS,
+  (options, raw): Method => {
+    const window = options.window;
+    const prefixLength =
+      raw.prefixLength == null
+        ? Math.max(CONSISTENT_HASH_DEFAULTS.prefixLength, window)
+        : atLeastWindow(options.prefixLength, window);
+    const epsilon = options.epsilon;
+    const unit = options.load;
+    const slack = options.slack;
     const order: number[] = [];
     const scores: number[] = [];
     const counts = { primary: 0, overflow: 0, noKey: 0 };

@@ -15,7 +15,15 @@ import {
 import type { CliIo } from './command.ts';
 import { UsageError } from './errors.ts';
 import { checkTargets, type OutputTargets } from './outputs.ts';
-import { type PolicyFlags, type PolicySpec, parseAffinityFlag, parsePolicies } from './policies.ts';
+import {
+  methodOptionFlags,
+  methodOptionsHelp,
+  type PolicyFlags,
+  type PolicySpec,
+  parseAffinityFlag,
+  parsePolicies,
+  readMethodOptionFlags,
+} from './policies.ts';
 import {
   type CostModel,
   getProfile,
@@ -33,8 +41,7 @@ export const SIM_OPTIONS: OptionSpec = {
   profile: { type: 'string' },
   'profile-file': { type: 'string' },
   seed: { type: 'string' },
-  window: { type: 'string' },
-  'prefix-length': { type: 'string' },
+  ...methodOptionFlags(),
   affinity: { type: 'string' },
   set: { type: 'string', multiple: true },
   json: { type: 'string' },
@@ -49,6 +56,8 @@ export const SIM_FLAGS_HELP = `  --ranks N             rank count, for the simul
   --seed S              seed of every random stream (default ${DEFAULT_SEED}); same seed, same bytes
   --set KEY=VALUE       scenario option, repeatable (e.g. --set requests=10 --set accumulate=true);
                         an unknown KEY is an error listing the scenario's options
+${methodOptionsHelp()}
+                        (method options: each policy in --policies reads the ones it has)
   --affinity KIND       routing-key cache affinity for every policy: routing_key | none;
                         table options as KIND:key=value, e.g. routing_key:maxEntries=1000:ttlMs=60000
   --json FILE|-         write the JSON report (schema in the package README); '-' = stdout only
@@ -95,13 +104,9 @@ function scenarioHasOption(scenario: string, option: string): boolean {
 
 export function readSimFlags(p: Parsed, scenario: string, io: CliIo): SimFlags {
   const ranksRaw = str(p, 'ranks');
-  const windowRaw = str(p, 'window');
-  const prefixRaw = str(p, 'prefix-length');
   const outputs: OutputTargets = { json: str(p, 'json'), csv: str(p, 'csv'), html: str(p, 'html') };
   checkTargets(outputs);
-  const policyFlags: PolicyFlags = {};
-  if (windowRaw !== undefined) policyFlags.window = positiveInt('window', windowRaw);
-  if (prefixRaw !== undefined) policyFlags.prefixLength = positiveInt('prefix-length', prefixRaw);
+  const policyFlags: PolicyFlags = readMethodOptionFlags((flag) => str(p, flag));
   Object.assign(policyFlags, parseAffinityFlag(str(p, 'affinity')));
   const ranks = ranksRaw !== undefined ? positiveInt('ranks', ranksRaw) : undefined;
   const scenarioOptions: Record<string, unknown> = parseAssignments('set', strs(p, 'set'));

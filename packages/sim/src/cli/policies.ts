@@ -3,19 +3,32 @@
 import {
   AFFINITY_KINDS,
   type DispatcherConfig,
+  describeRange,
+  isNumericOption,
+  type MethodOptionEntry,
   methodNames,
+  methodOptionCatalog,
   methodRegistry,
 } from '@kvroute/policy';
-import { checkName, parseAssignments } from './args.ts';
+import {
+  checkName,
+  type OptionSpec,
+  parseAssignments,
+  parseNumberFlag,
+  positiveInt,
+} from './args.ts';
 import { UsageError } from './errors.ts';
 
+/**
+ * The shared policy flags: method options by name (`window`, `epsilon`, ...: any option of any
+ * registered method, one flag each, see methodOptionFlags) plus affinity.
+ */
 export interface PolicyFlags {
-  window?: number;
-  prefixLength?: number;
   /** Affinity kind (`routing_key` or `none`). */
   affinity?: string;
   /** The affinity table's own options (`maxEntries`, `ttlMs`), from `--affinity KIND:key=value`. */
   affinityOptions?: Record<string, unknown>;
+  [option: string]: unknown;
 }
 
 export interface PolicySpec {
@@ -70,15 +83,16 @@ export function parsePolicy(entry: string, flags: PolicyFlags): PolicySpec {
   const config: DispatcherConfig = { method };
   // Shared flags apply to every policy; the dispatcher ignores top-level options that belong
   // to other methods, so `--window` with round_robin in the list is fine.
-  if (flags.window !== undefined) config.window = flags.window;
-  if (flags.prefixLength !== undefined) config.prefixLength = flags.prefixLength;
+  const catalog = methodOptionCatalog();
+  for (const { name } of catalog) if (flags[name] !== undefined) config[name] = flags[name];
   if (flags.affinity !== undefined) config.affinity = affinityConfig(flags) ?? { kind: 'none' };
   if (assignments.length > 0) config.options = own;
 
   const reads = methodRegistry[method]?.optionNames;
   const reportOptions: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries({ window: flags.window, prefixLength: flags.prefixLength })) {
-    if (v !== undefined && (reads === undefined || reads.includes(k))) reportOptions[k] = v;
+  for (const { name } of catalog) {
+    const v = flags[name];
+    if (v !== undefined && (reads === undefined || reads.includes(name))) reportOptions[name] = v;
   }
   Object.assign(reportOptions, own);
   const affinity = affinityConfig(flags);
@@ -93,4 +107,60 @@ export function parsePolicies(list: readonly string[], flags: PolicyFlags): Poli
   // Two identical entries would be one row twice and collide in the charts' legends.
   if (dup !== undefined) throw new UsageError(`--policies lists '${dup}' twice`);
   return list.map((e) => parsePolicy(e, flags));
+}
+
+/** One flag per option of any registered method (`--window`, `--max-prefix-tokens`, ...). */
+export function methodOptionFlags(): OptionSpec {
+  const out: OptionSpec = {};
+  for (const e of methodOptionCatalog()) out[e.flag] = { type: 'string' };
+  return out;
+}
+
+/** Help lines for methodOptionFlags, from the methods' schemas: one line per reading method. */
+export function methodOptionsHelp(): string {
+  const lines: string[] = [];
+  for (const e of methodOptionCatalog()) {
+    const head = `  --${e.flag} ${isNumericOption(e) ? 'N' : 'WORD'}`;
+    Object.entries(e.specs).forEach(([method, spec], i) => {
+      const text = `${method}: ${spec.doc} (default ${spec.default}, ${describeRange(spec)})`;
+      const lead = i === 0 ? head : '';
+      lines.push(
+        lead.length < 24 ? `${lead.padEnd(24)}${text}` : `${lead}\n${' '.repeat(24)}${text}`,
+      );
+    });
+  }
+  return lines.join('\n');
+}
+
+/**
+ * A method option flag's value, checked against the loosest spec of the methods that read it
+ * (each method checks its own range when its dispatcher is built).
+ */
+export function methodOptionValue(entry: MethodOptionEntry, raw: string): number | string {
+  const specs = Object.values(entry.specs);
+  if (!isNumericOption(entry)) {
+    const choices = [...new Set(specs.flatMap((s) => (s.type === 'enum' ? s.choices : [])))];
+    return checkName(`--${entry.flag} value`, raw, choices);
+  }
+  const n = parseNumberFlag(entry.flag, raw);
+  const min = Math.min(...specs.map((s) => (s.type === 'enum' ? 0 : s.min)));
+  const integral = specs.every((s) => s.type === 'int');
+  if (integral && min >= 1) return positiveInt(entry.flag, raw);
+  if ((integral && !Number.isInteger(n)) || n < min) {
+    const spec = specs[0] as (typeof specs)[number];
+    throw new UsageError(
+      `--${entry.flag} must be ${describeRange({ ...spec, min } as never)}, got '${raw}'`,
+    );
+  }
+  return n;
+}
+
+/** The method option flags given on the command line, as PolicyFlags entries. */
+export function readMethodOptionFlags(get: (flag: string) => string | undefined): PolicyFlags {
+  const out: PolicyFlags = {};
+  for (const e of methodOptionCatalog()) {
+    const raw = get(e.flag);
+    if (raw !== undefined) out[e.name] = methodOptionValue(e, raw);
+  }
+  return out;
 }

@@ -5,6 +5,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { methodNames } from '@kvroute/policy';
+import { methodOptionFlags, methodOptionsHelp, readMethodOptionFlags } from '../cli/policies.ts';
 import { repoRoot } from '../cost/calibration.ts';
 import { runPolicyComparison } from './policy-comparison.ts';
 import { renderHtml, renderMarkdown } from './render.ts';
@@ -21,6 +22,8 @@ docs/policy-comparison.html with the one-big-cache bound and issue 5's targets j
   --methods a,b  a subset of the registered methods
   --seed S       run seed (default 1)
   --trace FILE   Mooncake-format trace (default: the shared conversation trace)
+method options, set for every method that reads them (default: each method's own):
+${methodOptionsHelp()}
 `;
 
 /** Where `main` writes and resolves paths; the CLI's io has this shape, so it passes its own. */
@@ -55,9 +58,21 @@ export async function main(argv: string[], io: CompareIo = processIo): Promise<n
         methods: { type: 'string' },
         seed: { type: 'string' },
         trace: { type: 'string' },
+        ...methodOptionFlags(),
         help: { type: 'boolean', short: 'h' },
       },
     }));
+  } catch (error) {
+    io.stderr.write(`compare: ${(error as Error).message}\n`);
+    return 2;
+  }
+  let methodOptions: Record<string, number | string>;
+  try {
+    const flags = values as Record<string, unknown>;
+    methodOptions = readMethodOptionFlags((flag) => {
+      const v = flags[flag];
+      return typeof v === 'string' ? v : undefined;
+    }) as Record<string, number | string>;
   } catch (error) {
     io.stderr.write(`compare: ${(error as Error).message}\n`);
     return 2;
@@ -86,6 +101,7 @@ export async function main(argv: string[], io: CompareIo = processIo): Promise<n
   const comparison = runPolicyComparison({
     quick: values.quick ?? false,
     seed,
+    methodOptions,
     ...(methods ? { methods } : {}),
     ...(values.trace ? { traceFile: resolve(io.cwd, values.trace) } : {}),
     log: (line) => io.stderr.write(`${line}\n`),

@@ -64,6 +64,8 @@ export interface PolicyComparison {
   profile: string;
   seed: string | number;
   methods: string[];
+  /** Method options set for every method that reads them (absent or empty: every default). */
+  methodOptions?: Record<string, number | string>;
   quick: boolean;
   /** Replay: the speed-up at which round_robin's busiest rank is >= 70% busy (null: none tried). */
   busySpeedup: number | null;
@@ -76,6 +78,11 @@ export interface ComparisonOptions {
   /** Small sizes, for tests: every scenario cut to a few hundred requests. */
   quick?: boolean;
   methods?: readonly string[];
+  /**
+   * Method options (any registered method's, by name, as the schemas define them) set for
+   * every method that reads them; the others ignore them. Default: every method's defaults.
+   */
+  methodOptions?: Record<string, number | string>;
   seed?: string | number;
   /** Trace file for the replay (default: the shared Mooncake trace). */
   traceFile?: string;
@@ -132,7 +139,8 @@ function describeEvents(plan: WorkloadPlan): string[] {
   });
 }
 
-function runScenario(
+function runScenarioWith(
+  methodOptions: Record<string, number | string>,
   id: string,
   title: string,
   plan: WorkloadPlan,
@@ -144,7 +152,7 @@ function runScenario(
   const rows: PolicyRow[] = [];
   for (const method of methods) {
     const t0 = performance.now();
-    const run = simulatePlan(plan, { policy: { method }, profile, seed });
+    const run = simulatePlan(plan, { policy: { ...methodOptions, method }, profile, seed });
     rows.push(row(run.summary, run.records, plan));
     log(`  ${id} ${method}: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   }
@@ -177,6 +185,16 @@ export function runPolicyComparison(opts: ComparisonOptions = {}): PolicyCompari
   const seed = opts.seed ?? 1;
   const log = opts.log ?? (() => {});
   const methods = [...(opts.methods ?? methodNames())];
+  const methodOptions = { ...(opts.methodOptions ?? {}) };
+  const runScenario = (
+    id: string,
+    title: string,
+    plan: WorkloadPlan,
+    ms: readonly string[],
+    profile: CostModel,
+    seed: string | number,
+    log: (line: string) => void,
+  ) => runScenarioWith(methodOptions, id, title, plan, ms, profile, seed, log);
   const profile = getProfile(PROFILE);
   const sized = (scenario: string, extra: Record<string, unknown> = {}) => ({
     ...(quick ? QUICK[scenario] : {}),
@@ -248,6 +266,7 @@ export function runPolicyComparison(opts: ComparisonOptions = {}): PolicyCompari
     profile: PROFILE,
     seed,
     methods,
+    methodOptions,
     quick,
     busySpeedup,
     busySearch,

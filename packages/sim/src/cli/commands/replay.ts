@@ -24,8 +24,6 @@ policy and prints the comparison table. The same as 'run --scenario replay --set
   --policies LIST       comma-separated methods (default ${DEFAULT_POLICIES})
   --speedup X           compress time: arrivals X times faster than recorded (default 1)
   --skip-invalid        skip malformed lines and report how many, instead of failing
-  --window W            prefix window in tokens, for every policy that reads it
-  --prefix-length L     most tokens hashed, for every policy that reads it
 ${SIM_FLAGS_HELP}
 
 example:

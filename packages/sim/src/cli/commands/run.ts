@@ -20,8 +20,6 @@ TTFT, throughput, per-rank imbalance, evicted tokens and queueing delay.
   --scenario NAME       workload (see 'kvroute-sim scenarios')
   --policies LIST       comma-separated methods (default ${DEFAULT_POLICIES});
                         per-policy options as name:key=value, e.g. prefix_match:window=128
-  --window W            prefix window in tokens, for every policy that reads it
-  --prefix-length L     most tokens hashed, for every policy that reads it
 ${SIM_FLAGS_HELP}
 
 examples:
