@@ -19,7 +19,8 @@
 // score highest on it (~1/(N+1)); removing or losing one moves only its own keys, spread
 // over the others by each key's second choice.
 //
-// Cost: hashing the key tokens (~2-3 ns/token, at most prefixLength tokens) plus O(N) scores.
+// Cost: hashing the key tokens (~2-3 ns/token, at most prefixLength tokens) plus O(N) scores
+// in one pass (the walk's first rank within the bound is the best-scoring such rank: no sort).
 //
 // Failure modes: load-aware, so the same key may land on different ranks as load moves
 // (its cache is then split over the ranks its walk reaches; bounded by how far the walk
@@ -33,7 +34,7 @@ import { prefixKey, rendezvousScore, stringKey } from '../hashing/chained.ts';
 import { prefixKeyLength, validateTokenIds } from '../hashing/prefix-digest.ts';
 import type { OptionsSchema, OptionValues } from '../options.ts';
 import { leastLoaded } from '../pickers.ts';
-import type { Decision, Method, MethodContext, RankState } from '../types.ts';
+import type { Decision, Method, MethodContext } from '../types.ts';
 
 function atLeastWindow(prefixLength: number, window: number): number {
   if (prefixLength < window) {
@@ -104,8 +105,6 @@ export const createConsistentHash = defineMethod(
     const epsilon = options.epsilon;
     const unit = options.load;
     const slack = options.slack;
-    const order: number[] = [];
-    const scores: number[] = [];
     const counts = { primary: 0, overflow: 0, noKey: 0 };
 
     function keyOf(ctx: MethodContext): number | undefined {
@@ -134,32 +133,35 @@ export const createConsistentHash = defineMethod(
         for (const r of healthy) total += unit === 'tokens' ? r.inFlightTokens : r.inFlightRequests;
         const bound = ((1 + epsilon) * total) / n + slack;
 
-        // Scores of ALL ranks, indexed by rank: the key's first choice is taken over all of
-        // them (if it is unhealthy, the request walks), the walk over the healthy ones.
+        // The key's first choice is taken over ALL ranks (if it is unhealthy, the request
+        // walks). The walk visits healthy ranks by descending score (ties, 2^-32, by rank, so
+        // every router instance agrees) and stops at the first within the bound: that is the
+        // highest-scoring rank within the bound, found in one pass without sorting.
         let firstRank = -1;
         let firstScore = -1;
-        scores.length = 0;
         for (let r = 0; r < ctx.ranks.length; r++) {
           const s = rendezvousScore(key, r);
-          scores.push(s);
           if (s > firstScore) {
             firstScore = s;
             firstRank = r;
           }
         }
-        order.length = 0;
-        for (const r of healthy) order.push(r.rank);
-        // Descending score; ties (2^-32) by rank so every router instance agrees.
-        order.sort((a, b) => (scores[b] as number) - (scores[a] as number) || a - b);
-        for (const rank of order) {
-          const r = ctx.ranks[rank] as RankState;
+        let chosen = -1;
+        let chosenScore = -1;
+        for (const r of healthy) {
           const load = unit === 'tokens' ? r.inFlightTokens : r.inFlightRequests;
-          if (load <= bound) {
-            return {
-              rank: r.rank,
-              reason: r.rank === firstRank ? 'consistent-hash' : 'consistent-hash-overflow',
-            };
+          if (load > bound) continue;
+          const s = r.rank === firstRank ? firstScore : rendezvousScore(key, r.rank);
+          if (s > chosenScore) {
+            chosenScore = s;
+            chosen = r.rank;
           }
+        }
+        if (chosen >= 0) {
+          return {
+            rank: chosen,
+            reason: chosen === firstRank ? 'consistent-hash' : 'consistent-hash-overflow',
+          };
         }
         // Unreachable while epsilon >= 0 (the least-loaded rank is <= the mean), kept total.
         return { rank: leastLoaded(ctx, healthy).rank, reason: 'consistent-hash-overflow' };

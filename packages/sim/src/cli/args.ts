@@ -57,11 +57,6 @@ function toNumber(flag: string, raw: string): number {
   return n;
 }
 
-/** A number flag, strictly decimal (`--flag must be a number` otherwise). */
-export function parseNumberFlag(flag: string, raw: string): number {
-  return toNumber(flag, raw);
-}
-
 export function positiveInt(flag: string, raw: string): number {
   const n = toNumber(flag, raw);
   if (!Number.isInteger(n) || n < 1)

@@ -3,20 +3,11 @@
 import {
   AFFINITY_KINDS,
   type DispatcherConfig,
-  describeRange,
-  isNumericOption,
-  type MethodOptionEntry,
   methodNames,
   methodOptionCatalog,
   methodRegistry,
 } from '@kvroute/policy';
-import {
-  checkName,
-  type OptionSpec,
-  parseAssignments,
-  parseNumberFlag,
-  positiveInt,
-} from './args.ts';
+import { checkName, parseAssignments } from './args.ts';
 import { UsageError } from './errors.ts';
 
 /**
@@ -109,58 +100,9 @@ export function parsePolicies(list: readonly string[], flags: PolicyFlags): Poli
   return list.map((e) => parsePolicy(e, flags));
 }
 
-/** One flag per option of any registered method (`--window`, `--max-prefix-tokens`, ...). */
-export function methodOptionFlags(): OptionSpec {
-  const out: OptionSpec = {};
-  for (const e of methodOptionCatalog()) out[e.flag] = { type: 'string' };
-  return out;
-}
-
-/** Help lines for methodOptionFlags, from the methods' schemas: one line per reading method. */
-export function methodOptionsHelp(): string {
-  const lines: string[] = [];
-  for (const e of methodOptionCatalog()) {
-    const head = `  --${e.flag} ${isNumericOption(e) ? 'N' : 'WORD'}`;
-    Object.entries(e.specs).forEach(([method, spec], i) => {
-      const text = `${method}: ${spec.doc} (default ${spec.default}, ${describeRange(spec)})`;
-      const lead = i === 0 ? head : '';
-      lines.push(
-        lead.length < 24 ? `${lead.padEnd(24)}${text}` : `${lead}\n${' '.repeat(24)}${text}`,
-      );
-    });
-  }
-  return lines.join('\n');
-}
-
-/**
- * A method option flag's value, checked against the loosest spec of the methods that read it
- * (each method checks its own range when its dispatcher is built).
- */
-export function methodOptionValue(entry: MethodOptionEntry, raw: string): number | string {
-  const specs = Object.values(entry.specs);
-  if (!isNumericOption(entry)) {
-    const choices = [...new Set(specs.flatMap((s) => (s.type === 'enum' ? s.choices : [])))];
-    return checkName(`--${entry.flag} value`, raw, choices);
-  }
-  const n = parseNumberFlag(entry.flag, raw);
-  const min = Math.min(...specs.map((s) => (s.type === 'enum' ? 0 : s.min)));
-  const integral = specs.every((s) => s.type === 'int');
-  if (integral && min >= 1) return positiveInt(entry.flag, raw);
-  if ((integral && !Number.isInteger(n)) || n < min) {
-    const spec = specs[0] as (typeof specs)[number];
-    throw new UsageError(
-      `--${entry.flag} must be ${describeRange({ ...spec, min } as never)}, got '${raw}'`,
-    );
-  }
-  return n;
-}
-
-/** The method option flags given on the command line, as PolicyFlags entries. */
-export function readMethodOptionFlags(get: (flag: string) => string | undefined): PolicyFlags {
-  const out: PolicyFlags = {};
-  for (const e of methodOptionCatalog()) {
-    const raw = get(e.flag);
-    if (raw !== undefined) out[e.name] = methodOptionValue(e, raw);
-  }
-  return out;
-}
+export {
+  methodOptionFlags,
+  methodOptionsHelp,
+  methodOptionValue,
+  readMethodOptionFlags,
+} from '../method-option-flags.ts';

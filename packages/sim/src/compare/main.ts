@@ -5,8 +5,12 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { methodNames } from '@kvroute/policy';
-import { methodOptionFlags, methodOptionsHelp, readMethodOptionFlags } from '../cli/policies.ts';
 import { repoRoot } from '../cost/calibration.ts';
+import {
+  methodOptionFlags,
+  methodOptionsHelp,
+  readMethodOptionFlags,
+} from '../method-option-flags.ts';
 import { runPolicyComparison } from './policy-comparison.ts';
 import { renderHtml, renderMarkdown } from './render.ts';
 
@@ -72,7 +76,7 @@ export async function main(argv: string[], io: CompareIo = processIo): Promise<n
     methodOptions = readMethodOptionFlags((flag) => {
       const v = flags[flag];
       return typeof v === 'string' ? v : undefined;
-    }) as Record<string, number | string>;
+    });
   } catch (error) {
     io.stderr.write(`compare: ${(error as Error).message}\n`);
     return 2;
