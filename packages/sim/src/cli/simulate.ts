@@ -1,5 +1,7 @@
 // Runs the simulations a command asked for and shapes the results into reports, driving the
 // progress bar. The engine and the metrics are sim-core's; this file only sequences them.
+
+import { hostTier } from '../entities/presets.ts';
 import { chooseBest } from '../report/sweep-choice.ts';
 import type {
   PolicySamples,
@@ -9,6 +11,7 @@ import type {
   SweepReport,
 } from '../report/types.ts';
 import type { CliIo } from './command.ts';
+import type { EngineFlags } from './engine-flags.ts';
 import type { PolicySpec } from './policies.ts';
 import { createProgress } from './progress.ts';
 import { buildWorkload, type CostModel, runComparisonDetailed } from './sim-api.ts';
@@ -23,6 +26,24 @@ export interface CompareInput {
   ranks?: number;
   profile: CostModel;
   policies: readonly PolicySpec[];
+  engine?: EngineFlags;
+}
+
+/** The comparison options an EngineFlags asks for, resolved against the profile. */
+export function engineOptions(profile: CostModel, e: EngineFlags | undefined) {
+  if (e === undefined) return {};
+  const settings = { ...e.settings };
+  if (e.hostTokens !== undefined) {
+    settings.hostKv = hostTier(profile, e.hostTokens, {
+      ...(e.hostTokensPerMs !== undefined ? { tokensPerMs: e.hostTokensPerMs } : {}),
+      ...(e.hostEviction !== undefined ? { eviction: e.hostEviction } : {}),
+    });
+  }
+  return {
+    engine: settings,
+    ...(e.maxConcurrency !== undefined ? { maxConcurrency: e.maxConcurrency } : {}),
+    ...(e.requestRate !== undefined ? { requestRate: e.requestRate } : {}),
+  };
 }
 
 export function compare(
@@ -39,6 +60,7 @@ export function compare(
       ranks: input.ranks,
       profile: input.profile,
       seed: input.seed,
+      ...engineOptions(input.profile, input.engine),
       onProgress: (f) => {
         const i = Math.min(n - 1, Math.floor(f * n));
         progress.update(f, `${input.policies[i]?.method ?? ''} (${i + 1}/${n})`);
@@ -52,6 +74,7 @@ export function compare(
       ranks: result.ranks,
       profile: result.profile,
       seed: result.seed,
+      engine: result.engine,
       policies: result.policies.map((s, i) => ({
         ...s,
         options: input.policies[i]?.reportOptions ?? s.options,
@@ -86,6 +109,7 @@ export interface SweepInput {
   windows: readonly number[];
   prefixLengths: readonly number[];
   objective: SweepObjective;
+  engine?: EngineFlags;
 }
 
 export function sweep(io: CliIo, input: SweepInput): { report: SweepReport } {
@@ -109,6 +133,7 @@ export function sweep(io: CliIo, input: SweepInput): { report: SweepReport } {
         ranks: input.ranks,
         profile: input.profile,
         seed: input.seed,
+        ...engineOptions(input.profile, input.engine),
         onProgress: (f) =>
           progress.update(
             (i + f) / pairs.length,

@@ -89,6 +89,7 @@ export const command: Subcommand = {
       windows,
       prefixLengths,
       objective,
+      engine: flags.engine,
     });
     await emitSweepReport(io, flags.outputs, report);
     return 0;
