@@ -40,6 +40,11 @@ export const commands: readonly CommandEntry[] = [
   ),
   lazy('profiles', 'list the cost profiles, one per line', () => import('./commands/profiles.ts')),
   lazy(
+    'fit',
+    'fit a cost profile to observed per-request timings and write it as a profile file',
+    () => import('./commands/fit.ts'),
+  ),
+  lazy(
     'validate',
     'send a scenario to a live endpoint and compare what it did with the prediction',
     () => import('../validate/command.ts'),
