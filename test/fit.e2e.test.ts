@@ -7,7 +7,8 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type RunningMockWorker, startMockWorker } from '@kvroute/mock-worker';
-import { runCli, runValidate, type ValidateReport } from '@kvroute/sim';
+import { runCli } from '@kvroute/sim';
+import { runValidate, type ValidateReport } from '@kvroute/validate';
 import { afterAll, describe, expect, it } from 'vitest';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvroute-fit-e2e-'));

@@ -44,15 +44,21 @@ export const commands: readonly CommandEntry[] = [
     'fit a cost profile to observed per-request timings and write it as a profile file',
     () => import('./commands/fit.ts'),
   ),
-  lazy(
-    'validate',
-    'send a scenario to a live endpoint and compare what it did with the prediction',
-    () => import('../validate/command.ts'),
-  ),
+  {
+    name: 'validate',
+    summary: 'send a scenario to a live endpoint and compare what it did with the prediction',
+    load: async () =>
+      (await import('./external.ts')).externalCommand({
+        name: 'validate',
+        summary: 'send a scenario to a live endpoint and compare what it did with the prediction',
+        bin: 'kvroute-validate',
+        packageName: '@kvroute/validate',
+      }),
+  },
   lazy(
     'compare',
-    'regenerate docs/policy-comparison.{md,html} (issue 5)',
-    () => import('../compare/main.ts'),
+    'regenerate docs/policy-comparison.{md,html}',
+    () => import('./commands/compare.ts'),
   ),
 ];
 
