@@ -1,17 +1,20 @@
-// `kvroute-sim fit` end to end: a mock worker runs a cost profile this test keeps to itself;
-// `validate --scenario fit-probe --record` drives it in real time (time scale 0.5) and
-// records what each request did; `fit` fits a profile to that record alone. The fitted
-// profile must reproduce the probe and predict a fresh run (another scenario, validated
-// against the same worker) within 10% on TTFT p50 and p90.
+// `kvroute-sim fit` end to end: a mock worker (its own process) runs a cost profile this test
+// keeps to itself; `validate --scenario fit-probe --record` drives it in real time and
+// records what each request did; `fit` fits a profile to that record alone. Printed: every
+// hidden constant against its fitted value, and a fresh run (another scenario, validated
+// against the same worker with the fitted profile) on TTFT p50 and p90.
+import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { type RunningMockWorker, startMockWorker } from '@kvroute/mock-worker';
+import { dirname, join } from 'node:path';
 import { runCli } from '@kvroute/sim';
 import { runValidate, type ValidateReport } from '@kvroute/validate';
 import { afterAll, describe, expect, it } from 'vitest';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvroute-fit-e2e-'));
+// Every term contributes around 100 ms somewhere in the probe, against 10-30 ms of timing
+// noise (always late) on a busy machine; no fit could find a term smaller than the noise.
 const HIDDEN = {
   format: 'kvroute-cost-profile/v1',
   name: 'hidden',
@@ -24,10 +27,9 @@ const HIDDEN = {
 };
 const HIDDEN_FILE = join(dir, 'hidden.json');
 writeFileSync(HIDDEN_FILE, JSON.stringify(HIDDEN));
-// Times in the hundreds of ms of wall time, so timer and HTTP jitter (10-30 ms of plan time,
-// always late, on a busy machine) stays small against each term's share of a TTFT: every
-// hidden term contributes around 100 ms somewhere in the probe, or no fit could find it.
 const TIME_SCALE = 0.5;
+const set = (o: Record<string, string | number>) =>
+  Object.entries(o).flatMap(([k, v]) => ['--set', `${k}=${v}`]);
 
 function io() {
   const out = { stdout: '', stderr: '' };
@@ -41,49 +43,58 @@ function io() {
   };
 }
 
-let worker: RunningMockWorker | undefined;
-afterAll(async () => {
-  await worker?.close();
+// The worker runs in a process of its own, so the harness's work (streams, JSON) does not
+// delay the worker's step timers, and the other way round.
+let child: ChildProcess | undefined;
+afterAll(() => {
+  child?.kill();
 });
 
-// Opt-in (KVROUTE_FIT_E2E=1): on a loaded 2-core machine the fresh-run prediction has come
-// out 10-20% off and the prefill terms do not come back individually (see the comment below),
-// so it is a measurement to run and read, not yet a gate. The noise-free recovery is gated
+async function startWorker(): Promise<string> {
+  const require = createRequire(import.meta.url);
+  const server = join(dirname(require.resolve('@kvroute/mock-worker')), 'server.ts');
+  const args = ['--import', 'tsx', server, '--profile-file', HIDDEN_FILE];
+  child = spawn(process.execPath, [...args, '--time-scale', String(TIME_SCALE)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  return await new Promise<string>((ok, fail) => {
+    let out = '';
+    child!.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const m = /listening on (http:\/\/[\d.]+:\d+)/.exec(out);
+      if (m) ok(m[1]!);
+    });
+    child!.on('exit', (code) => fail(new Error(`mock worker exited (${code}): ${out}`)));
+  });
+}
+
+// Opt-in (KVROUTE_FIT_E2E=1): on this loaded 2-core machine the individual prefill terms do
+// not come back within 10% and the fresh-run prediction has been 10-20% off, so it is a
+// measurement to run and read, not a gate. The exact recovery on noise-free timings is gated
 // in packages/sim/test/fit.test.ts.
 describe.skipIf(process.env.KVROUTE_FIT_E2E !== '1')(
-  'kvroute-sim fit against a mock worker with a hidden profile',
+  'kvroute-sim fit against a mock worker',
   () => {
-    it('fits a profile that predicts a fresh run within 10% (TTFT p50, p90)', async () => {
-      worker = await startMockWorker({
-        dpSize: 1,
-        profileFile: HIDDEN_FILE,
-        timeScale: TIME_SCALE,
-      });
+    it('fits a profile to a fit-probe recording and predicts a fresh run', async () => {
+      const url = await startWorker();
       const probe = io();
       const code = await runValidate(
         [
           '--target',
-          worker.url,
+          url,
           '--scenario',
           'fit-probe',
-          '--set',
-          'singles=40',
-          '--set',
-          'minTokens=100',
-          '--set',
-          'maxTokens=2000',
-          '--set',
-          'singleOutputTokens=4',
-          '--set',
-          'bursts=2,4,6',
-          '--set',
-          'burstInputTokens=256,768',
-          '--set',
-          'burstOutputTokens=16',
-          '--set',
-          'gapMs=1200',
-          '--set',
-          'burstGapMs=5000',
+          ...set({
+            singles: 40,
+            minTokens: 32,
+            maxTokens: 2000,
+            singleOutputTokens: 4,
+            bursts: '2,4,6',
+            burstContextTokens: '256,2048',
+            burstOutputTokens: 16,
+            gapMs: 1200,
+            burstGapMs: 2500,
+          }),
           '--record',
           'probe.jsonl',
           '--json',
@@ -94,18 +105,9 @@ describe.skipIf(process.env.KVROUTE_FIT_E2E !== '1')(
       expect(code, probe.out.stderr).toBe(0);
 
       const fit = io();
+      const fitArgs = ['--input', 'probe.jsonl', '--chunked-prefill-size', '512'];
       const fitCode = await runCli(
-        [
-          'fit',
-          '--input',
-          'probe.jsonl',
-          '--chunked-prefill-size',
-          '512',
-          '--kv-capacity',
-          '200000',
-          '--out',
-          'fitted.json',
-        ],
+        ['fit', ...fitArgs, '--kv-capacity', '200000', '--out', 'fitted.json'],
         fit.io,
       );
       console.log(fit.out.stdout);
@@ -120,20 +122,10 @@ describe.skipIf(process.env.KVROUTE_FIT_E2E !== '1')(
           ([k, v]) => [`decode.${k}`, fitted.decode[k], v] as [string, number, number],
         ),
       ];
-      for (const [k, got, want] of pairs) {
-        console.log(
-          `fit ${k}: ${got} (hidden ${want}, ${(((got - want) / want) * 100).toFixed(1)}%)`,
-        );
+      const off = pairs.map(([k, got, want]) => ({ k, got, want, err: (got - want) / want }));
+      for (const o of off) {
+        console.log(`fit ${o.k}: ${o.got} (hidden ${o.want}, ${(o.err * 100).toFixed(1)}%)`);
       }
-      // Each term's own recovery is printed, not asserted: with 10-30 ms of timing noise per
-      // request the prefill terms (per token, attention pairs, cached reads) are too collinear
-      // over any probe that fits in a test to come back individually within 10% (the exact
-      // recovery on noise-free timings is packages/sim/test/fit.test.ts). What must hold is
-      // that the fitted profile, as a whole, reproduces what it was fitted to and predicts a
-      // run it never saw.
-      expect(fit.out.stdout).toMatch(/TTFT error median (\d+\.\d)%/);
-      const median = Number(/TTFT error median (\d+\.\d)%/.exec(fit.out.stdout)![1]);
-      expect(median).toBeLessThanOrEqual(10);
 
       // A fresh run the fit never saw: a shared-prefix multi-turn client, predicted with the
       // fitted profile and observed on the worker.
@@ -141,21 +133,17 @@ describe.skipIf(process.env.KVROUTE_FIT_E2E !== '1')(
       const freshCode = await runValidate(
         [
           '--target',
-          worker.url,
+          url,
           '--scenario',
           'seed-sequential',
-          '--set',
-          'requests=10',
-          '--set',
-          'prefixTokens=3000',
-          '--set',
-          'thinkMinMs=50',
-          '--set',
-          'thinkMaxMs=150',
-          '--set',
-          'outputMinTokens=4',
-          '--set',
-          'outputMaxTokens=12',
+          ...set({
+            requests: 10,
+            prefixTokens: 3000,
+            thinkMinMs: 50,
+            thinkMaxMs: 150,
+            outputMinTokens: 4,
+            outputMaxTokens: 12,
+          }),
           '--profile-file',
           join(dir, 'fitted.json'),
           '--json',
@@ -165,13 +153,16 @@ describe.skipIf(process.env.KVROUTE_FIT_E2E !== '1')(
       );
       expect(freshCode, fresh.out.stderr).toBe(0);
       const report = JSON.parse(fresh.out.stdout) as ValidateReport;
-      for (const key of ['ttftP50', 'ttftP90']) {
-        const row = report.comparison.find((c) => c.key === key)!;
+      const rows = ['ttftP50', 'ttftP90'].map(
+        (key) => report.comparison.find((c) => c.key === key)!,
+      );
+      for (const row of rows) {
         console.log(
-          `fresh run ${key}: predicted ${row.predicted.toFixed(1)} ms, observed ${row.observed.toFixed(1)} ms (${(row.relError * 100).toFixed(1)}%)`,
+          `fresh run ${row.key}: predicted ${row.predicted.toFixed(1)} ms, observed ${row.observed.toFixed(1)} ms (${(row.relError * 100).toFixed(1)}%)`,
         );
-        expect(Math.abs(row.relError), key).toBeLessThanOrEqual(0.1);
       }
-    }, 120_000);
+      for (const o of off) expect(Math.abs(o.err), o.k).toBeLessThanOrEqual(0.1);
+      for (const row of rows) expect(Math.abs(row.relError), row.key).toBeLessThanOrEqual(0.1);
+    }, 180_000);
   },
 );

@@ -46,7 +46,7 @@ describe('fitProfile', () => {
       maxTokens: 2000,
       singleOutputTokens: 10,
       bursts: '2,4,6',
-      burstInputTokens: '256,1024',
+      burstContextTokens: '256,2048',
       burstOutputTokens: 16,
       gapMs: 1100,
       burstGapMs: 2800,

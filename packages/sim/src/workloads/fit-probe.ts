@@ -1,7 +1,7 @@
 // A workload designed to be fitted from (`kvroute-sim fit`): requests that run alone on an
 // idle worker, so each TTFT is one request's prefill plus the per-request overhead, and
-// bursts of identical requests that decode together, so decode step time is seen at several
-// batch sizes and contexts. Arrivals are spaced by gapMs (lone requests) and burstGapMs
+// bursts of requests that decode together, so decode step time is seen at several batch
+// sizes and contexts. Arrivals are spaced by gapMs (lone requests) and burstGapMs
 // (bursts) so the worker drains in between; make them longer than the target takes.
 import { optInt } from './options.ts';
 import { concat, stream } from './random.ts';
@@ -10,7 +10,7 @@ import type { ScenarioDefinition, WorkloadRequest } from './types.ts';
 export const fitProbe: ScenarioDefinition = {
   name: 'fit-probe',
   description:
-    'lone requests (cold, and a short suffix on cached prefixes of several lengths) then bursts of 2-16 identical requests, spaced so each runs on an idle worker: input for kvroute-sim fit',
+    'lone requests (cold, and a short suffix on cached prefixes of several lengths) then bursts of 2-16 requests on a shared cached context, spaced so each runs on an idle worker: input for kvroute-sim fit',
   defaults: {
     singles: 24,
     minTokens: 64,
@@ -18,7 +18,8 @@ export const fitProbe: ScenarioDefinition = {
     suffixTokens: 64,
     singleOutputTokens: 8,
     bursts: '2,4,8,16',
-    burstInputTokens: '512,3072',
+    burstContextTokens: '512,3072',
+    burstSuffixTokens: 32,
     burstOutputTokens: 32,
     gapMs: 3000,
     burstGapMs: 6000,
@@ -40,7 +41,8 @@ export const fitProbe: ScenarioDefinition = {
         .split(',')
         .map((s) => optInt(name, { [key]: s.trim() }, key, 1));
     const bursts = list('bursts');
-    const burstInputs = list('burstInputTokens');
+    const burstContexts = list('burstContextTokens');
+    const burstSuffix = optInt(name, o, 'burstSuffixTokens', 1);
     const content = stream(seed, `${name}:content`);
     const pick = stream(seed, `${name}:sizes`);
     const requests: WorkloadRequest[] = [];
@@ -67,9 +69,17 @@ export const fitProbe: ScenarioDefinition = {
       prev = ids;
       t += gap;
     }
-    for (const len of burstInputs) {
+    // Bursts share a cached context (sent once alone first) and differ by a short suffix:
+    // their prefills are short and batch together, so their decode windows see no prefill,
+    // while the context they decode over is long enough to show its cost.
+    for (const len of burstContexts) {
+      const context = content.tokens(len);
+      add(context, 2, t, `burst-context-${len}`);
+      t += gap;
       for (const b of bursts) {
-        for (let k = 0; k < b; k++) add(content.tokens(len), burstOut, t, `burst-${len}-${b}`);
+        for (let k = 0; k < b; k++) {
+          add(concat([context, content.tokens(burstSuffix)]), burstOut, t, `burst-${len}-${b}`);
+        }
         t += burstGap;
       }
     }
