@@ -119,3 +119,46 @@ describe('CLI flags', () => {
     }
   });
 });
+
+describe('sweep --load', () => {
+  const SWEEP = [
+    'sweep',
+    '--scenario',
+    'agentic',
+    '--ranks',
+    '2',
+    '--set',
+    'sessions=6',
+    '--set',
+    'turnsMax=3',
+    '--window',
+    '64',
+    '--prefix-length',
+    '1024,4096',
+  ];
+  it('runs the grid at each load and names the best setting at each', async () => {
+    const r = await cli([...SWEEP, '--load', 'rate:1,4', '--json', '-']);
+    expect(r.code, r.stderr).toBe(0);
+    const doc = JSON.parse(r.stdout);
+    expect(doc.format).toBe('kvroute-sim-sweep-load/v1');
+    expect(doc.axis).toBe('rate');
+    expect(doc.points.map((p: { multiplier: number }) => p.multiplier)).toEqual([1, 4]);
+    expect(doc.points[1].value).toBeCloseTo(doc.base * 4, 6);
+    for (const p of doc.points) expect(p.report.grid).toHaveLength(2);
+    const c = await cli([...SWEEP, '--load', 'concurrency:1,2', '--max-concurrency', '2']);
+    expect(c.code, c.stderr).toBe(0);
+    expect(c.stdout).toMatch(/== load x2 \(4 in flight\) ==/);
+  });
+
+  it('refuses a bad axis, bad multipliers, and concurrency without a base', async () => {
+    for (const [load, msg] of [
+      ['speed:1,2', /--load must be rate:LIST or concurrency:LIST/],
+      ['rate:1,x', /multipliers must be positive numbers/],
+      ['concurrency:1,2', /give it/],
+    ] as const) {
+      const r = await cli([...SWEEP, '--load', load]);
+      expect(r.code).toBe(2);
+      expect(r.stderr).toMatch(msg);
+    }
+  });
+});
