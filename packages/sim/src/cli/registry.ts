@@ -29,6 +29,11 @@ export const commands: readonly CommandEntry[] = [
     () => import('./commands/sweep.ts'),
   ),
   lazy(
+    'merge',
+    "combine 'sweep --shard K/N' results into the report one sweep run gives",
+    () => import('./commands/merge.ts'),
+  ),
+  lazy(
     'replay',
     'replay a Mooncake-format JSONL trace under several policies',
     () => import('./commands/replay.ts'),
