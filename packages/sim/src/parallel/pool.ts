@@ -15,6 +15,8 @@ export interface RunCellsOptions {
   onDone?(done: number, total: number): void;
 }
 
+const SMALL_GRID = 4;
+
 export function defaultWorkers(): number {
   return Math.max(1, availableParallelism());
 }
@@ -23,7 +25,12 @@ export async function runCells(
   jobs: readonly CellJob[],
   opts: RunCellsOptions = {},
 ): Promise<CellResult[]> {
-  const workers = Math.min(opts.workers ?? defaultWorkers(), jobs.length);
+  // Starting a worker (a thread plus the module graph) costs more than a small cell, so a
+  // grid of a few cells runs here unless workers were asked for.
+  const workers = Math.min(
+    opts.workers ?? (jobs.length < SMALL_GRID ? 1 : defaultWorkers()),
+    jobs.length,
+  );
   if (workers <= 1) {
     const context = new CellContext();
     const out: CellResult[] = [];
