@@ -1,7 +1,7 @@
 // Response bodies and SSE frames in the shapes real engines send: SGLang's /generate, OpenAI's
 // completions, chat completions and Responses API. Pure functions of a request's outcome,
 // so the streaming and the non-streaming paths share them.
-import type { RequestKind } from '@kvroute/protocol';
+import { type RequestKind, SSE_DONE, sseEvent as sse } from '@kvroute/protocol';
 
 /** The kinds that generate text (embeddings and rerank only prefill; see dense.ts). */
 export type GenerativeKind = Extract<RequestKind, 'chat' | 'completion' | 'generate' | 'responses'>;
@@ -103,9 +103,6 @@ export function finalBody(o: Outcome): Record<string, unknown> {
       return responseObject(o);
   }
 }
-
-const sse = (data: unknown): string => `data: ${JSON.stringify(data)}\n\n`;
-export const SSE_DONE = 'data: [DONE]\n\n';
 
 function openAIChunk(o: Outcome, choice: Record<string, unknown> | null, withUsage: boolean) {
   return {

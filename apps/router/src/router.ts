@@ -5,6 +5,7 @@
 import { createServer } from 'node:http';
 import { createDispatcher, type Dispatcher, type DispatcherConfig } from '@kvroute/policy';
 import {
+  createHttpAgent,
   createRoutingTokenizer,
   kindForPath,
   REQUEST_PATHS,
@@ -12,7 +13,7 @@ import {
   routeNotFound,
 } from '@kvroute/protocol';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { Agent } from 'undici';
+import type { Agent } from 'undici';
 import type { RouterConfig } from './config.ts';
 import { errorReply } from './error-reply.ts';
 import { HealthMonitor } from './health.ts';
@@ -100,7 +101,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     opts.tokenizer ??
     createRoutingTokenizer(config.tokenizer ? { tokenizerJsonPath: config.tokenizer } : {});
   const table = new RankTable();
-  const agent = new Agent({ keepAliveTimeout: 30_000, connections: null, pipelining: 1 });
+  const agent = createHttpAgent();
   const log = app.log;
   const health = new HealthMonitor(table, agent, config.health, log);
   const loadPoller = new LoadPoller(

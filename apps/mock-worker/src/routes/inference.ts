@@ -17,6 +17,9 @@ import {
   rerankDocumentText,
   routedRankParam,
   routingHints,
+  SSE_DONE,
+  type SseSink,
+  SseWriter,
 } from '@kvroute/protocol';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { EMBEDDING_DIMENSIONS, embeddingBase64, embeddingOf, rerankScore } from '../dense.ts';
@@ -29,12 +32,10 @@ import {
   finalBody,
   type GenerativeKind,
   type Outcome,
-  SSE_DONE,
   streamDelta,
   streamEnd,
   streamStart,
 } from '../responses.ts';
-import { type SseSink, SseWriter } from '../sse-writer.ts';
 
 export interface InferenceDeps {
   opts: ResolvedOptions;

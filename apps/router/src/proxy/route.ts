@@ -13,6 +13,7 @@ import {
 import {
   badRequest,
   buildRouteRequest,
+  describeError,
   type ParsedRequest,
   parseJsonBody,
   parseRequest,
@@ -28,7 +29,6 @@ import { RouterError } from '../errors.ts';
 import type { HealthMonitor } from '../health.ts';
 import type { RouterMetrics } from '../metrics.ts';
 import type { RankTable } from '../rank-table.ts';
-import { describeError } from '../upstream.ts';
 import { CLIENT_GONE, readBody } from './body.ts';
 import {
   type AttemptFailure,

@@ -2,12 +2,25 @@
 // and measures it the way a user feels it: TTFT is the time from writing the request to the
 // first chunk that carries generated content (not the headers, not an empty role chunk).
 //
-// node:http rather than fetch: we need the moment each body chunk arrives with as little
-// machinery in between as possible, and a keep-alive agent whose pool is not capped, so the
-// harness's own concurrency bound is the only one in play.
-import http from 'node:http';
-import https from 'node:https';
+// The HTTP client is protocol's (undici, a keep-alive pool whose connections are not capped,
+// so the harness's own concurrency bound is the only one in play); chunks are timed as the
+// body iterator yields them, and SSE and usage are read by protocol's one reader of each.
+import type { IncomingHttpHeaders } from 'node:http';
 import { performance } from 'node:perf_hooks';
+import {
+  createHttpAgent,
+  type Dispatcher,
+  describeError,
+  errorCode,
+  getText,
+  post,
+  REQUEST_PATHS,
+  type RequestKind,
+  type ResponseFacts,
+  responseFacts,
+  SSE_DONE_DATA,
+  SseReader,
+} from '@kvroute/protocol';
 import { approximateTokenIds, canonicalChatText } from '@kvroute/protocol/routing-text';
 import { UsageError } from '../cli/errors.ts';
 import type { ApiKind, PlanRequest } from './types.ts';
@@ -45,10 +58,11 @@ export interface HttpDriver {
   close(): void;
 }
 
-const API_PATHS: Record<ApiKind, string> = {
-  generate: '/generate',
-  completions: '/v1/completions',
-  chat: '/v1/chat/completions',
+/** The protocol request kind (and so the path) each `--api` name sends to. */
+const API_REQUEST_KIND: Record<ApiKind, RequestKind> = {
+  generate: 'generate',
+  completions: 'completion',
+  chat: 'chat',
 };
 
 /** Joins the target and an API path, so `http://h:1/v1` + `/v1/completions` is not doubled. */
@@ -143,75 +157,9 @@ export function buildBody(req: PlanRequest, opts: DriverOptions): Record<string,
   }
 }
 
-interface ChunkFacts {
-  content: boolean;
-  error?: string;
-  promptTokens?: number;
-  cachedTokens?: number;
-  outputTokens?: number;
-  rank?: number;
-}
-
-function num(v: unknown): number | undefined {
-  return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
-}
-
-function errorMessage(v: unknown): string | undefined {
-  if (v === undefined || v === null) return undefined;
-  if (typeof v === 'string') return v;
-  if (typeof v === 'object' && typeof (v as { message?: unknown }).message === 'string') {
-    return (v as { message: string }).message;
-  }
-  return JSON.stringify(v);
-}
-
-/** Reads what a streamed (or whole) JSON response body says, in any of the three shapes. */
-export function parseChunk(obj: unknown): ChunkFacts {
-  const facts: ChunkFacts = { content: false };
-  if (typeof obj !== 'object' || obj === null) return facts;
-  const o = obj as Record<string, unknown>;
-  const err = errorMessage(o.error);
-  if (err !== undefined) facts.error = err;
-  // SGLang /generate: cumulative text plus meta_info on every chunk.
-  const meta = o.meta_info as Record<string, unknown> | undefined;
-  if (meta && typeof meta === 'object') {
-    facts.promptTokens = num(meta.prompt_tokens);
-    facts.cachedTokens = num(meta.cached_tokens);
-    facts.outputTokens = num(meta.completion_tokens);
-    facts.rank = num(meta.dp_rank);
-    if ((facts.outputTokens ?? 0) > 0) facts.content = true;
-  }
-  if (typeof o.text === 'string' && o.text.length > 0) facts.content = true;
-  if (Array.isArray(o.output_ids) && o.output_ids.length > 0) facts.content = true;
-  // OpenAI: choices[].text (completions) or choices[].delta.content / message.content (chat).
-  if (Array.isArray(o.choices)) {
-    for (const c of o.choices as Record<string, unknown>[]) {
-      if (!c || typeof c !== 'object') continue;
-      if (typeof c.text === 'string' && c.text.length > 0) facts.content = true;
-      const d = (c.delta ?? c.message) as Record<string, unknown> | undefined;
-      if (d && typeof d === 'object') {
-        if (typeof d.content === 'string' && d.content.length > 0) facts.content = true;
-        if (typeof d.reasoning_content === 'string' && d.reasoning_content.length > 0) {
-          facts.content = true;
-        }
-      }
-    }
-  }
-  const usage = o.usage as Record<string, unknown> | undefined | null;
-  if (usage && typeof usage === 'object') {
-    facts.promptTokens = num(usage.prompt_tokens) ?? facts.promptTokens;
-    facts.outputTokens = num(usage.completion_tokens) ?? facts.outputTokens;
-    const details = usage.prompt_tokens_details as Record<string, unknown> | undefined | null;
-    if (details && typeof details === 'object') {
-      facts.cachedTokens = num(details.cached_tokens) ?? facts.cachedTokens;
-    }
-  }
-  return facts;
-}
-
 const RANK_HEADERS = ['x-kvroute-rank', 'x-kvroute-dp-rank', 'x-data-parallel-rank', 'x-dp-rank'];
 
-function rankFromHeaders(headers: http.IncomingHttpHeaders): number | undefined {
+function rankFromHeaders(headers: IncomingHttpHeaders): number | undefined {
   for (const name of RANK_HEADERS) {
     const v = headers[name];
     const s = Array.isArray(v) ? v[0] : v;
@@ -221,64 +169,76 @@ function rankFromHeaders(headers: http.IncomingHttpHeaders): number | undefined 
 }
 
 export function createHttpDriver(opts: DriverOptions): HttpDriver {
-  const url = endpointUrl(opts.target, API_PATHS[opts.api]);
-  const mod = url.protocol === 'https:' ? https : http;
-  const agent = new mod.Agent({ keepAlive: true, maxSockets: Number.POSITIVE_INFINITY });
+  const url = endpointUrl(opts.target, REQUEST_PATHS[API_REQUEST_KIND[opts.api]]);
+  const agent = createHttpAgent();
   const timeoutMs = opts.timeoutMs ?? 600_000;
 
-  function send(req: PlanRequest, signal?: AbortSignal): Promise<SendResult> {
+  async function send(req: PlanRequest, signal?: AbortSignal): Promise<SendResult> {
     const payload = Buffer.from(JSON.stringify(buildBody(req, opts)));
-    const headers: Record<string, string | number> = {
+    const headers: Record<string, string> = {
       'content-type': 'application/json',
       accept: 'text/event-stream, application/json',
-      'content-length': payload.length,
+      'content-length': String(payload.length),
       ...opts.headers,
     };
     if (req.routingKey !== undefined) headers['x-routing-key'] = req.routingKey;
 
-    return new Promise<SendResult>((resolve) => {
-      const sentAt = performance.now();
-      const result: SendResult = { status: 0, ok: false, sentAt, endAt: sentAt };
-      let settled = false;
-      const finish = (error?: string) => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', onAbort);
-        result.endAt = performance.now();
-        if (error !== undefined) {
-          result.ok = false;
-          result.error = error;
-        }
-        resolve(result);
-      };
-      const apply = (f: ChunkFacts) => {
-        if (f.promptTokens !== undefined) result.promptTokens = f.promptTokens;
-        if (f.cachedTokens !== undefined) result.cachedTokens = f.cachedTokens;
-        if (f.outputTokens !== undefined) result.outputTokens = f.outputTokens;
-        if (f.rank !== undefined && result.rank === undefined) result.rank = f.rank;
-        if (f.content && result.firstContentAt === undefined) {
-          result.firstContentAt = performance.now();
-        }
-      };
+    const sentAt = performance.now();
+    const result: SendResult = { status: 0, ok: false, sentAt, endAt: sentAt };
+    // Why the request was cut short (timeout, caller's abort): that, not undici's AbortError,
+    // is what the result reports.
+    let cutShort: string | undefined;
+    const cut = new AbortController();
+    const timer = setTimeout(() => {
+      cutShort ??= `timed out after ${timeoutMs} ms waiting for ${url.href}`;
+      cut.abort();
+    }, timeoutMs);
+    const onAbort = () => {
+      cutShort ??= 'aborted';
+      cut.abort();
+    };
+    if (signal?.aborted) onAbort();
+    else signal?.addEventListener('abort', onAbort, { once: true });
+    const finish = (error?: string): SendResult => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      result.endAt = performance.now();
+      if (error !== undefined) {
+        result.ok = false;
+        result.error = error;
+      }
+      return result;
+    };
+    if (cutShort !== undefined) return finish(cutShort);
+    const apply = (f: ResponseFacts) => {
+      if (f.promptTokens !== undefined) result.promptTokens = f.promptTokens;
+      if (f.cachedTokens !== undefined) result.cachedTokens = f.cachedTokens;
+      if (f.outputTokens !== undefined) result.outputTokens = f.outputTokens;
+      if (f.rank !== undefined && result.rank === undefined) result.rank = f.rank;
+      if (f.content && result.firstContentAt === undefined) {
+        result.firstContentAt = performance.now();
+      }
+    };
 
-      const r = mod.request(url, { method: 'POST', agent, headers }, (res) => {
-        result.status = res.statusCode ?? 0;
-        const rank = rankFromHeaders(res.headers);
-        if (rank !== undefined) result.rank = rank;
-        res.setEncoding('utf8');
-        const isSse = String(res.headers['content-type'] ?? '').includes('text/event-stream');
-        let buf = '';
-        let streamError: string | undefined;
-        let sawDone = false;
-        const handleEvent = (block: string) => {
-          const data = block
-            .split(/\r?\n/)
-            .filter((l) => l.startsWith('data:'))
-            .map((l) => l.slice(5).replace(/^ /, ''))
-            .join('\n');
-          if (data === '') return;
-          if (data.trim() === '[DONE]') {
+    let res: Dispatcher.ResponseData;
+    try {
+      // The per-request timer above bounds the whole exchange; a long prefill is legitimate.
+      res = await post(agent, url, { headers, body: payload, signal: cut.signal });
+    } catch (e) {
+      return finish(
+        cutShort ?? `cannot reach ${url.href}: ${errorCode(e) ?? (e as Error).message}`,
+      );
+    }
+    result.status = res.statusCode;
+    const rank = rankFromHeaders(res.headers);
+    if (rank !== undefined) result.rank = rank;
+    const isSse = String(res.headers['content-type'] ?? '').includes('text/event-stream');
+    let whole = '';
+    let streamError: string | undefined;
+    let sawDone = false;
+    const reader = isSse
+      ? new SseReader((data) => {
+          if (data.trim() === SSE_DONE_DATA) {
             sawDone = true;
             return;
           }
@@ -289,74 +249,54 @@ export function createHttpDriver(opts: DriverOptions): HttpDriver {
             streamError ??= `unparseable stream chunk: ${data.slice(0, 120)}`;
             return;
           }
-          const f = parseChunk(obj);
+          const f = responseFacts(obj);
           if (f.error !== undefined) streamError ??= f.error;
           apply(f);
-        };
-        res.on('data', (chunk: string) => {
-          buf += chunk;
-          if (!isSse) return;
-          for (;;) {
-            const m = /\r?\n\r?\n/.exec(buf);
-            if (!m) break;
-            handleEvent(buf.slice(0, m.index));
-            buf = buf.slice(m.index + m[0].length);
-          }
-        });
-        res.on('error', (e) => finish(`response from ${url.href} broke off: ${e.message}`));
-        res.on('aborted', () => finish(`response from ${url.href} was aborted mid-stream`));
-        res.on('end', () => {
-          const ok2xx = result.status >= 200 && result.status < 300;
-          if (isSse) {
-            if (buf.trim() !== '') handleEvent(buf);
-            if (!ok2xx) return finish(`HTTP ${result.status} from ${url.href}`);
-            if (streamError !== undefined) return finish(streamError);
-            if (!sawDone && result.firstContentAt === undefined) {
-              return finish(`stream from ${url.href} ended without content`);
-            }
-            result.ok = true;
-            return finish();
-          }
-          // Whole-body response: an error, or a server that ignored `stream: true`. In the
-          // latter case content arrives with the body, so TTFT equals the e2e latency.
-          let obj: unknown;
-          try {
-            obj = buf === '' ? undefined : JSON.parse(buf);
-          } catch {
-            obj = undefined;
-          }
-          const f = parseChunk(obj);
-          if (!ok2xx) {
-            const msg = f.error ?? (buf.trim().slice(0, 200) || res.statusMessage || '');
-            return finish(`HTTP ${result.status} from ${url.href}: ${msg}`);
-          }
-          if (f.error !== undefined) return finish(f.error);
-          apply(f);
-          result.ok = true;
-          finish();
-        });
-      });
-      const onAbort = () => {
-        r.destroy();
-        finish('aborted');
-      };
-      const timer = setTimeout(() => {
-        r.destroy();
-        finish(`timed out after ${timeoutMs} ms waiting for ${url.href}`);
-      }, timeoutMs);
-      r.on('error', (e: NodeJS.ErrnoException) => {
-        finish(`cannot reach ${url.href}: ${e.code ?? e.message}`);
-      });
-      if (signal?.aborted) return onAbort();
-      signal?.addEventListener('abort', onAbort, { once: true });
-      r.end(payload);
-    });
+        })
+      : undefined;
+    try {
+      res.body.setEncoding('utf8');
+      for await (const chunk of res.body as AsyncIterable<string>) {
+        if (reader) reader.push(chunk);
+        else whole += chunk;
+      }
+    } catch (e) {
+      return finish(cutShort ?? `response from ${url.href} broke off: ${(e as Error).message}`);
+    }
+    const ok2xx = result.status >= 200 && result.status < 300;
+    if (reader) {
+      reader.end();
+      if (!ok2xx) return finish(`HTTP ${result.status} from ${url.href}`);
+      if (streamError !== undefined) return finish(streamError);
+      if (!sawDone && result.firstContentAt === undefined) {
+        return finish(`stream from ${url.href} ended without content`);
+      }
+      result.ok = true;
+      return finish();
+    }
+    // Whole-body response: an error, or a server that ignored `stream: true`. In the latter
+    // case content arrives with the body, so TTFT equals the e2e latency.
+    let obj: unknown;
+    try {
+      obj = whole === '' ? undefined : JSON.parse(whole);
+    } catch {
+      obj = undefined;
+    }
+    const f = responseFacts(obj);
+    if (!ok2xx) {
+      const msg = f.error ?? whole.trim().slice(0, 200);
+      return finish(`HTTP ${result.status} from ${url.href}: ${msg}`);
+    }
+    if (f.error !== undefined) return finish(f.error);
+    apply(f);
+    result.ok = true;
+    return finish();
   }
 
   return {
     url: url.href,
     send,
-    close: () => agent.destroy(),
+    close: () => void agent.close(),
   };
 }
 
@@ -367,28 +307,16 @@ export async function getJson(
   timeoutMs = 5000,
 ): Promise<{ status: number; body: unknown } | { status: 0; error: string }> {
   const url = endpointUrl(target, path);
-  const mod = url.protocol === 'https:' ? https : http;
-  return new Promise((resolve) => {
-    const r = mod.get(url, { timeout: timeoutMs }, (res) => {
-      let buf = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => {
-        buf += c;
-      });
-      res.on('end', () => {
-        let body: unknown;
-        try {
-          body = JSON.parse(buf);
-        } catch {
-          body = undefined;
-        }
-        resolve({ status: res.statusCode ?? 0, body });
-      });
-      res.on('error', (e) => resolve({ status: 0, error: e.message }));
-    });
-    r.on('timeout', () => r.destroy(new Error(`timed out after ${timeoutMs} ms`)));
-    r.on('error', (e: NodeJS.ErrnoException) =>
-      resolve({ status: 0, error: `cannot reach ${url.href}: ${e.code ?? e.message}` }),
-    );
-  });
+  try {
+    const { status, text } = await getText(undefined, url, timeoutMs);
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      body = undefined;
+    }
+    return { status, body };
+  } catch (e) {
+    return { status: 0, error: `cannot reach ${url.href}: ${describeError(e)}` };
+  }
 }
