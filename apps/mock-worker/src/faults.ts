@@ -1,7 +1,7 @@
 // Fault injection (--fail-rate, --fail-after, --fail-mode): the one place that decides
 // whether a request fails and how the failure looks, so the routes only ask.
 import { openAIErrorBody, ProtocolError } from '@kvroute/protocol';
-import { stream } from '@kvroute/sim';
+import { stream } from '@kvroute/sim/model';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { WorkerMetrics } from './metrics.ts';
 import type { ResolvedOptions } from './options.ts';

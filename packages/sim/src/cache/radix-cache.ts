@@ -17,6 +17,14 @@ export type RadixHandle = RadixNode;
 export interface RadixCacheOptions {
   capacityTokens: number;
   pageSize?: number;
+  /**
+   * Eviction order: 'lru' (default; a match refreshes what it walked) or 'fifo' (oldest
+   * inserted first; matches do not refresh). The GPU cache is LRU as in SGLang; a host tier
+   * may be either.
+   */
+  eviction?: 'lru' | 'fifo';
+  /** Called with the full token path of every evicted leaf (e.g. to write it to a host tier). */
+  onEvict?(path: Uint32Array): void;
 }
 
 export interface MatchResult {
@@ -39,6 +47,8 @@ export class RadixCache {
   /** Tokens and nodes removed by evict() since creation. */
   evictedTokens = 0;
   evictedNodes = 0;
+  private readonly touch: boolean;
+  private readonly onEvict: ((path: Uint32Array) => void) | null;
 
   constructor(opts: RadixCacheOptions) {
     const pageSize = opts.pageSize ?? 1;
@@ -50,6 +60,12 @@ export class RadixCache {
     }
     this.capacity = opts.capacityTokens;
     this.pageSize = pageSize;
+    const eviction = opts.eviction ?? 'lru';
+    if (eviction !== 'lru' && eviction !== 'fifo') {
+      throw new RangeError(`eviction must be 'lru' or 'fifo', got '${String(eviction)}'`);
+    }
+    this.touch = eviction === 'lru';
+    this.onEvict = opts.onEvict ?? null;
     this.root = {
       key: new Uint32Array(0),
       parent: null,
@@ -130,7 +146,7 @@ export class RadixCache {
       while (m < lim && key[m] === ids[pos + m]) m++;
       m = this.floorPage(m);
       if (m === 0) break;
-      child.lastAccess = t;
+      if (this.touch) child.lastAccess = t;
       if (m < key.length) {
         node = this.split(child, m);
         pos += m;
@@ -208,6 +224,7 @@ export class RadixCache {
       const leaf = heapPop(heap);
       if (leaf === undefined) break;
       const parent = leaf.parent!;
+      if (this.onEvict !== null) this.onEvict(this.pathOf(leaf));
       parent.children.delete(this.childKey(leaf.key, 0));
       this.leaves.delete(leaf);
       leaf.parent = null;
@@ -222,6 +239,17 @@ export class RadixCache {
     }
     this.evictedTokens += freed;
     return freed;
+  }
+
+  private pathOf(node: RadixNode): Uint32Array {
+    let len = 0;
+    for (let n: RadixNode | null = node; n !== null; n = n.parent) len += n.key.length;
+    const out = new Uint32Array(len);
+    for (let n: RadixNode | null = node; n !== null; n = n.parent) {
+      len -= n.key.length;
+      out.set(n.key, len);
+    }
+    return out;
   }
 
   /** Drops everything (a rank restart); locked nodes included. */
