@@ -1,11 +1,12 @@
 // buildMockWorker(options): the worker as a fastify instance, wired from named parts: the
-// engine (ranks, dispatcher, clock), fault injection, metrics, and two sets of routes
-// (inference, and everything else). start.ts listens.
+// engine (ranks, dispatcher, clock), fault injection, metrics, the KV event publishers, and
+// two sets of routes (inference, and everything else). start.ts listens.
 import { createRoutingTokenizer } from '@kvroute/protocol';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { MockEngine } from './engine.ts';
 import { createFaults } from './faults.ts';
 import { BODY_LIMIT, installHttpBasics } from './http-basics.ts';
+import { type RankEventPublisher, startKvEventPublishers } from './kv-events.ts';
 import { createWorkerMetrics } from './metrics.ts';
 import { type MockWorkerOptions, type ResolvedOptions, resolveOptions } from './options.ts';
 import { registerInferenceRoutes } from './routes/inference.ts';
@@ -16,6 +17,8 @@ declare module 'fastify' {
     /** The engine behind this worker (ranks, dispatcher, scheduler); for tests and the router. */
     mockEngine: MockEngine;
     mockOptions: ResolvedOptions;
+    /** One KV event publisher per DP rank when kvEventsConfig is set (bound on ready). */
+    kvEventPublishers: RankEventPublisher[];
   }
 }
 
@@ -33,6 +36,22 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
   app.decorate('mockEngine', engine);
   app.decorate('mockOptions', opts);
   app.addHook('onClose', async () => engine.close());
+  app.decorate('kvEventPublishers', [] as RankEventPublisher[]);
+  const kvEvents = opts.kvEvents;
+  if (kvEvents) {
+    // Bound before the worker serves, so no cache change goes unpublished.
+    app.addHook('onReady', async () => {
+      app.kvEventPublishers.push(
+        ...(await startKvEventPublishers(
+          engine.ranks.map((r) => r.cache),
+          kvEvents,
+        )),
+      );
+    });
+    app.addHook('onClose', async () => {
+      await Promise.all(app.kvEventPublishers.map((p) => p.close()));
+    });
+  }
   installHttpBasics(app);
   registerInfoRoutes(app, deps);
   registerInferenceRoutes(app, deps);
