@@ -12,6 +12,7 @@ import {
   tokenIds,
   wrongType,
 } from './fields.ts';
+import { checkOutputTokens, DEFAULT_LIMITS, type RequestLimits } from './limits.ts';
 import type { ChatContentPart, ChatMessage, ParsedRequest, PromptSource } from './parse.ts';
 
 /**
@@ -88,7 +89,10 @@ export function rerankDocumentText(doc: unknown, i: number): string {
  * input items) read as the chat messages a worker's template would see, so a multi-turn
  * conversation keeps routing by the same prefix as through chat completions.
  */
-export function parseResponsesRequest(input: unknown): ParsedRequest {
+export function parseResponsesRequest(
+  input: unknown,
+  limits: RequestLimits = DEFAULT_LIMITS,
+): ParsedRequest {
   const body = requireObjectBody(input);
   const raw = body.input;
   if (raw === undefined || raw === null) throw missing('input');
@@ -118,7 +122,7 @@ export function parseResponsesRequest(input: unknown): ParsedRequest {
   return {
     kind: 'responses',
     ...common(body),
-    maxTokens: optionalInt(body, 'max_output_tokens', 1),
+    maxTokens: checkOutputTokens(body.max_output_tokens, 'max_output_tokens', 1, limits),
     prompt: { type: 'chat', messages, ...(tools && tools.length > 0 ? { tools } : {}) },
   };
 }
