@@ -3,7 +3,12 @@
 // needs the model (the mock worker) loads no report, CLI or HTTP code: nothing below may
 // import from report/, cli/, compare/ or another package's host code.
 
-export type { MatchResult, RadixCacheOptions, RadixHandle } from './cache/radix-cache.ts';
+export type {
+  MatchResult,
+  RadixCacheHooks,
+  RadixCacheOptions,
+  RadixHandle,
+} from './cache/radix-cache.ts';
 export { RadixCache } from './cache/radix-cache.ts';
 export type {
   ComparisonOptions,
