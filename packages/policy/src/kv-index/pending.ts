@@ -30,13 +30,14 @@ export class PendingPrefixes {
 
   /** out[r] = leading keys of `keys` sent to r within ttlMs, for each r in `ranks`. */
   match(keys: readonly number[], ranks: readonly number[], nowMs: number, out: number[]): void {
+    const oldest = nowMs - this.ttlMs;
     for (const r of ranks) {
       const m = this.ranks[r];
       let n = 0;
-      if (m && m.size > 0) {
+      if (m !== undefined && m.size > 0) {
         for (; n < keys.length; n++) {
           const t = m.get(keys[n] as number);
-          if (t === undefined || nowMs - t > this.ttlMs) break;
+          if (t === undefined || t < oldest) break;
         }
       }
       out[r] = n;

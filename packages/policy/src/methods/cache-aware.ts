@@ -218,7 +218,8 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
         if (liveRanks.length > 0) {
           // What this dispatcher sent in the last pendingMs and the engine has not reported
           // yet (prefills in flight) counts as held too.
-          if (k.length > 0) {
+          const pendingOn = k.length > 0 && pending.size() > 0;
+          if (pendingOn) {
             pending.match(k, liveRanks, ctx.nowMs, pendingMatched);
             for (const r of liveRanks) pendingMatched[r] = (pendingMatched[r] as number) * window;
           }
@@ -230,7 +231,7 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
             lastRequest = undefined;
           }
           kv.matchKeys(blockKeys, liveRanks, matched);
-          if (k.length > 0) {
+          if (pendingOn) {
             for (const r of liveRanks) {
               const p = pendingMatched[r] as number;
               if (p > (matched[r] as number)) matched[r] = p;
