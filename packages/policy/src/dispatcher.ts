@@ -44,6 +44,8 @@ export interface Dispatcher {
   readonly method: string;
   /** The method options as merged from the config (top level, then `options`), before defaults. */
   readonly options: Readonly<Record<string, unknown>>;
+  /** Leading prompt tokens the method reads (see Method.maxPromptTokens); Infinity: all. */
+  readonly maxPromptTokens: number;
   dispatch(request: RouteRequest, ranks: readonly RankState[], ctx?: DispatchContext): Decision;
   stats(): DispatcherStats;
 }
@@ -171,6 +173,7 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
   return {
     method: name as string,
     options,
+    maxPromptTokens: method.maxPromptTokens ?? Number.POSITIVE_INFINITY,
     dispatch(request, ranks, ctx) {
       const healthy = healthyOf(ranks);
       if (healthy.length === 0) throw new NoHealthyRankError(ranks.length);

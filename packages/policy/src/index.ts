@@ -53,3 +53,4 @@ export type {
   RankState,
   RouteRequest,
 } from './types.ts';
+export { promptLength } from './types.ts';

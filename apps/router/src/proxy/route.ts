@@ -15,11 +15,16 @@ import {
   buildRouteRequest,
   describeError,
   type ParsedRequest,
+  type ProtocolRouteRequest,
   parseJsonBody,
   parseRequest,
   type RequestKind,
   type RoutingTokenizer,
   routedRankParam,
+  routeRequestFromScan,
+  scanRequest,
+  topLevelSpans,
+  withRoutedRank,
 } from '@kvroute/protocol';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Agent } from 'undici';
@@ -123,15 +128,13 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     if (raw.length === 0) {
       throw badRequest('Request body is empty: expected a JSON object', { code: 'invalid_json' });
     }
-    const body = parseJsonBody(raw);
-    const parsed: ParsedRequest = parseRequest(kind, body);
-    // Also the policy's RouteRequest as is: same field names, absent hints left out.
-    const routeRequest = buildRouteRequest(parsed, tokenizer, req.headers);
+    const { routeRequest, stream, routedRankSpans } = readRequest(req, kind, raw);
     const routed = routeRequest.routedRank;
     if (routed !== undefined) {
       checkRoutedRank(routed, routedRankParam(routeRequest.routedRankSource));
     }
-    const tokens = routeRequest.inputIds.length + routeRequest.maxTokens;
+    const tokens =
+      (routeRequest.promptTokens ?? routeRequest.inputIds.length) + routeRequest.maxTokens;
 
     // One timer for the whole request, across retries; it aborts whichever attempt is current.
     let call: ForwardCall | undefined;
@@ -181,14 +184,10 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         const rank = decision.rank;
         const rankLabel = String(rank);
 
-        let outBody = raw;
-        if (slot.dpRank !== undefined) {
-          outBody = Buffer.from(JSON.stringify({ ...body, routed_dp_rank: slot.dpRank }));
-        } else if (body.routed_dp_rank !== undefined) {
-          // The client's override chose a router rank; a replica must not read it as its own.
-          const { routed_dp_rank: _ignored, ...rest } = body;
-          outBody = Buffer.from(JSON.stringify(rest));
-        }
+        // The client's bytes, except routed_dp_rank: a DP worker gets the router's choice
+        // spliced in, and a client override (which chose a router rank) is cut so a replica
+        // does not read it as its own.
+        const outBody = withRoutedRank(raw, routedRankSpans, slot.dpRank);
 
         // Decided synchronously when the worker's status arrives: a 5xx is discarded (and
         // retried) only while another healthy rank and a retry are left.
@@ -213,9 +212,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           },
           onFirstByte: () => {
             const m = metrics.rank(rankLabel);
-            (parsed.stream ? m.ttftStream : m.ttftPlain).observe(
-              (performance.now() - sentAt) / 1e3,
-            );
+            (stream ? m.ttftStream : m.ttftPlain).observe((performance.now() - sentAt) / 1e3);
           },
         });
         let result: ForwardResult;
@@ -275,6 +272,45 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       clearTimeout(timer);
       res.off('close', onEarlyClose);
     }
+  }
+
+  /**
+   * What routing needs from the body. The approximate tokenizer reads it from the bytes, only
+   * as far as the method's declared prefix (protocol's scanRequest); a Hugging Face
+   * tokenizer renders the chat template over whole messages, so that path parses the body.
+   */
+  function readRequest(
+    req: IncomingMessage,
+    kind: RequestKind,
+    raw: Buffer,
+  ): {
+    routeRequest: ProtocolRouteRequest;
+    stream: boolean;
+    routedRankSpans: [number, number][];
+  } {
+    const cap = dispatcher.maxPromptTokens;
+    if (tokenizer.kind === 'approximate') {
+      const scanned = scanRequest(kind, raw, { maxPromptTokens: cap });
+      return {
+        routeRequest: routeRequestFromScan(scanned, req.headers),
+        stream: scanned.stream,
+        routedRankSpans: scanned.routedRankSpans,
+      };
+    }
+    const body = parseJsonBody(raw);
+    const parsed: ParsedRequest = parseRequest(kind, body);
+    // Also the policy's RouteRequest as is: same field names, absent hints left out.
+    const routeRequest = buildRouteRequest(parsed, tokenizer, req.headers);
+    if (routeRequest.inputIds.length > cap) {
+      routeRequest.promptTokens = routeRequest.inputIds.length;
+      routeRequest.inputIds = routeRequest.inputIds.subarray(0, cap);
+    }
+    return {
+      routeRequest,
+      stream: parsed.stream,
+      routedRankSpans:
+        body.routed_dp_rank === undefined ? [] : topLevelSpans(raw, 'routed_dp_rank'),
+    };
   }
 
   function checkRoutedRank(routed: number, source: string): void {
