@@ -114,27 +114,29 @@ class Walker {
     this.pos++;
   }
 
-  /** At an opening quote: skips the string, returns its content span. */
+  /**
+   * At an opening quote: skips the string, returns its content span. Two memchr-speed
+   * searches per string (its closing quote; whether a backslash comes before it), not one per
+   * escape: long prompts are full of \n.
+   */
   str(): StrSpan {
     const b = this.b;
     const s = this.pos + 1;
-    let i = s;
-    let esc = false;
-    let q = b.indexOf(QUOTE, i);
+    let q = b.indexOf(QUOTE, s);
     for (;;) {
       if (q === -1) throw REFUSED;
-      if (this.nextBs !== -2 && this.nextBs < i) {
-        this.nextBs = b.indexOf(BACKSLASH, i);
-        if (this.nextBs === -1) this.nextBs = -2; // none left in the body
-      }
-      const bs = this.nextBs;
-      if (bs === -2 || bs > q) break;
-      esc = true;
-      i = bs + 2;
-      if (q < i) q = b.indexOf(QUOTE, i);
+      // A quote preceded by an odd run of backslashes is escaped.
+      let k = q - 1;
+      while (k >= s && b[k] === BACKSLASH) k--;
+      if (((q - 1 - k) & 1) === 0) break;
+      q = b.indexOf(QUOTE, q + 1);
+    }
+    if (this.nextBs !== -2 && this.nextBs < s) {
+      const n = b.indexOf(BACKSLASH, s);
+      this.nextBs = n === -1 ? -2 : n;
     }
     this.pos = q + 1;
-    return { s, e: q, esc };
+    return { s, e: q, esc: this.nextBs !== -2 && this.nextBs < q };
   }
 
   /** A short string's value (keys, roles, small fields). */
