@@ -7,6 +7,7 @@ import { performance } from 'node:perf_hooks';
 import {
   type Decision,
   type Dispatcher,
+  type KvIndexView,
   NoHealthyRankError,
   RoutedRankError,
 } from '@kvroute/policy';
@@ -51,6 +52,8 @@ export interface ProxyContext {
   health: HealthMonitor;
   metrics: RouterMetrics;
   log: FastifyBaseLogger;
+  /** The events-fed cache index (--kv-events-endpoint), passed to every decision. */
+  kvIndex?: (KvIndexView & { noteDispatch(rank: number): void }) | undefined;
 }
 
 /** Serves one proxied POST on the raw request/response; never throws. */
@@ -81,7 +84,7 @@ export function noRankLeft(
 }
 
 export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
-  const { config, table, dispatcher, tokenizer, agent, health, metrics, log } = ctx;
+  const { config, table, dispatcher, tokenizer, agent, health, metrics, log, kvIndex } = ctx;
 
   const countRejected = (route: string, status: number): void => {
     metrics.countRequest(route, 'none', 'none', String(status));
@@ -165,7 +168,11 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         let decision: Decision;
         const t0 = performance.now();
         try {
-          decision = dispatcher.dispatch(routeRequest, view, { nowMs: Date.now() });
+          decision = dispatcher.dispatch(
+            routeRequest,
+            view,
+            kvIndex ? { nowMs: Date.now(), kvIndex } : { nowMs: Date.now() },
+          );
         } catch (err) {
           if (err instanceof NoHealthyRankError || err instanceof RoutedRankError) {
             throw noRankLeft(table, lastFailure, err.message);
@@ -182,6 +189,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         }
         const worker = slot.worker;
         const rank = decision.rank;
+        kvIndex?.noteDispatch(rank);
         const rankLabel = String(rank);
 
         // The client's bytes, except routed_dp_rank: a DP worker gets the router's choice

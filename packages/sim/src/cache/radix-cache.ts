@@ -14,6 +14,20 @@ export interface RadixNode {
 /** Opaque to callers: the node where a match or insert ended. */
 export type RadixHandle = RadixNode;
 
+/**
+ * Observers of what enters and leaves the cache (a worker publishing KV events from it).
+ * `path` is the token sequence from the root; it may be a view of a caller's buffer, valid
+ * only during the call.
+ */
+export interface RadixCacheHooks {
+  /** path[start, path.length) was added below the already cached path[0, start). */
+  stored?(path: Uint32Array, start: number): void;
+  /** The leaf holding path[start, path.length) was evicted; path[0, start) stays cached. */
+  evicted?(path: Uint32Array, start: number): void;
+  /** Everything was dropped (reset). */
+  cleared?(): void;
+}
+
 export interface RadixCacheOptions {
   capacityTokens: number;
   pageSize?: number;
@@ -44,6 +58,8 @@ export class RadixCache {
   private tick = 0;
   private size = 0;
   private evictableSize = 0;
+  /** Set to observe stores, evictions and resets; unset costs nothing. */
+  hooks: RadixCacheHooks | undefined;
   /** Tokens and nodes removed by evict() since creation. */
   evictedTokens = 0;
   evictedNodes = 0;
@@ -198,6 +214,7 @@ export class RadixCache {
     this.leaves.add(leaf);
     this.size += leaf.key.length;
     this.evictableSize += leaf.key.length;
+    this.hooks?.stored?.(u.subarray(0, len), pos);
     return leaf;
   }
 
@@ -224,7 +241,11 @@ export class RadixCache {
       const leaf = heapPop(heap);
       if (leaf === undefined) break;
       const parent = leaf.parent!;
-      if (this.onEvict !== null) this.onEvict(this.pathOf(leaf));
+      if (this.onEvict !== null || this.hooks?.evicted) {
+        const path = this.pathOf(leaf);
+        this.onEvict?.(path);
+        this.hooks?.evicted?.(path, path.length - leaf.key.length);
+      }
       parent.children.delete(this.childKey(leaf.key, 0));
       this.leaves.delete(leaf);
       leaf.parent = null;
@@ -258,6 +279,7 @@ export class RadixCache {
     this.leaves.clear();
     this.size = 0;
     this.evictableSize = 0;
+    this.hooks?.cleared?.();
   }
 }
 

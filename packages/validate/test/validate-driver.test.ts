@@ -5,8 +5,8 @@ import {
   createHttpDriver,
   endpointUrl,
   idsToChatText,
-} from '../src/validate/http-driver.ts';
-import type { PlanRequest } from '../src/validate/types.ts';
+} from '../src/http-driver.ts';
+import type { PlanRequest } from '../src/types.ts';
 import { type FakeTarget, startFakeTarget } from './validate-fake-target.ts';
 
 const req = (id: number, ids: number[], extra: Partial<PlanRequest> = {}): PlanRequest => ({

@@ -22,7 +22,7 @@ import {
   SseReader,
 } from '@kvroute/protocol';
 import { approximateTokenIds, canonicalChatText } from '@kvroute/protocol/routing-text';
-import { UsageError } from '../cli/errors.ts';
+import { UsageError } from '@kvroute/sim/cli';
 import type { ApiKind, PlanRequest } from './types.ts';
 
 export interface DriverOptions {
