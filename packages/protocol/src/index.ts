@@ -39,6 +39,12 @@ export {
   post,
 } from './http-client.ts';
 export {
+  checkJsonDepth,
+  checkOutputTokens,
+  DEFAULT_LIMITS,
+  type RequestLimits,
+} from './limits.ts';
+export {
   type ChatContentPart,
   type ChatMessage,
   DEFAULT_MAX_TOKENS,

@@ -3,6 +3,7 @@
 // forwards the raw body, so fields we do not read pass through untouched, but
 // every field we do read is checked and a wrong one gets a 400 naming it.
 import { badRequest } from './errors.ts';
+import { checkJsonDepth, checkOutputTokens, DEFAULT_LIMITS, type RequestLimits } from './limits.ts';
 
 export type RequestKind = 'chat' | 'completion' | 'generate';
 
@@ -76,8 +77,14 @@ export function kindForPath(path: string): RequestKind | undefined {
   return PATH_KINDS[q === -1 ? path : path.slice(0, q)];
 }
 
-/** JSON text to an object body; 400 `invalid_json` / `invalid_body` otherwise. */
-export function parseJsonBody(raw: string | Uint8Array): Record<string, unknown> {
+/**
+ * JSON text to an object body; 400 `invalid_json` / `invalid_body` otherwise, and 400
+ * `nesting_too_deep` past `limits.maxJsonDepth`.
+ */
+export function parseJsonBody(
+  raw: string | Uint8Array,
+  limits: RequestLimits = DEFAULT_LIMITS,
+): Record<string, unknown> {
   let text: string;
   if (typeof raw === 'string') text = raw;
   else {
@@ -95,7 +102,9 @@ export function parseJsonBody(raw: string | Uint8Array): Record<string, unknown>
       code: 'invalid_json',
     });
   }
-  return requireObjectBody(value);
+  const body = requireObjectBody(value);
+  checkJsonDepth(body, limits.maxJsonDepth);
+  return body;
 }
 
 function requireObjectBody(value: unknown): Record<string, unknown> {
@@ -107,18 +116,26 @@ function requireObjectBody(value: unknown): Record<string, unknown> {
   return value;
 }
 
-export function parseRequest(kind: RequestKind, body: unknown): ParsedRequest {
+/** `limits` bounds the output-token fields (see limits.ts); the depth is parseJsonBody's. */
+export function parseRequest(
+  kind: RequestKind,
+  body: unknown,
+  limits: RequestLimits = DEFAULT_LIMITS,
+): ParsedRequest {
   switch (kind) {
     case 'chat':
-      return parseChatCompletionRequest(body);
+      return parseChatCompletionRequest(body, limits);
     case 'completion':
-      return parseCompletionRequest(body);
+      return parseCompletionRequest(body, limits);
     case 'generate':
-      return parseGenerateRequest(body);
+      return parseGenerateRequest(body, limits);
   }
 }
 
-export function parseChatCompletionRequest(input: unknown): ParsedRequest {
+export function parseChatCompletionRequest(
+  input: unknown,
+  limits: RequestLimits = DEFAULT_LIMITS,
+): ParsedRequest {
   const body = requireObjectBody(input);
   const messages = body.messages;
   if (messages === undefined) throw missing('messages');
@@ -138,8 +155,13 @@ export function parseChatCompletionRequest(input: unknown): ParsedRequest {
     });
     tools = body.tools;
   }
-  const maxCompletion = optionalInt(body, 'max_completion_tokens', 1);
-  const maxTokens = optionalInt(body, 'max_tokens', 1);
+  const maxCompletion = checkOutputTokens(
+    body.max_completion_tokens,
+    'max_completion_tokens',
+    1,
+    limits,
+  );
+  const maxTokens = checkOutputTokens(body.max_tokens, 'max_tokens', 1, limits);
   return {
     kind: 'chat',
     ...common(body),
@@ -148,19 +170,25 @@ export function parseChatCompletionRequest(input: unknown): ParsedRequest {
   };
 }
 
-export function parseCompletionRequest(input: unknown): ParsedRequest {
+export function parseCompletionRequest(
+  input: unknown,
+  limits: RequestLimits = DEFAULT_LIMITS,
+): ParsedRequest {
   const body = requireObjectBody(input);
   const prompt = body.prompt;
   if (prompt === undefined || prompt === null) throw missing('prompt');
   return {
     kind: 'completion',
     ...common(body),
-    maxTokens: optionalInt(body, 'max_tokens', 0),
+    maxTokens: checkOutputTokens(body.max_tokens, 'max_tokens', 0, limits),
     prompt: completionPrompt(prompt),
   };
 }
 
-export function parseGenerateRequest(input: unknown): ParsedRequest {
+export function parseGenerateRequest(
+  input: unknown,
+  limits: RequestLimits = DEFAULT_LIMITS,
+): ParsedRequest {
   const body = requireObjectBody(input);
   const { text, input_ids: inputIds } = body;
   let prompt: PromptSource;
@@ -188,7 +216,7 @@ export function parseGenerateRequest(input: unknown): ParsedRequest {
   const sp = body.sampling_params;
   if (sp !== undefined && sp !== null) {
     if (!isPlainObject(sp)) throw wrongType('sampling_params', 'an object', sp);
-    maxTokens = optionalInt(sp, 'max_new_tokens', 0, 'sampling_params.max_new_tokens');
+    maxTokens = checkOutputTokens(sp.max_new_tokens, 'sampling_params.max_new_tokens', 0, limits);
     temperature = optionalNumber(sp, 'temperature', 'sampling_params.temperature');
   }
   const parsed: ParsedRequest = {

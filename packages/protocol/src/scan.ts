@@ -19,6 +19,7 @@
 // that the full parser would take. The structure of fields routing does not read is checked,
 // their string contents are not: the worker parses every byte anyway.
 import { badRequest } from './errors.ts';
+import { DEFAULT_LIMITS, type RequestLimits } from './limits.ts';
 import { type ParsedRequest, parseJsonBody, parseRequest, type RequestKind } from './parse.ts';
 import { approximateTokenIds, canonicalChatText } from './routing-text.ts';
 
@@ -28,8 +29,8 @@ export interface ScanOptions {
    * Default: all.
    */
   maxPromptTokens?: number;
-  /** Deepest nesting of arrays and objects accepted (the body itself is depth 1). Default 64. */
-  maxJsonDepth?: number;
+  /** Output-token and nesting bounds (limits.ts), enforced as the full parser enforces them. */
+  limits?: RequestLimits;
 }
 
 /** The fields routing reads, the prompt's leading routing ids, and where routed_dp_rank sits. */
@@ -61,7 +62,6 @@ const UNSUPPORTED = new Unsupported('scan unsupported');
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
-const DEFAULT_DEPTH = 64;
 
 /** What a string literal's span is: [start, end) excluding quotes, and whether it has escapes. */
 interface StrSpan {
@@ -348,36 +348,9 @@ function fullPath(kind: RequestKind, raw: Buffer, opts: ScanOptions): ScannedReq
   if (raw.length === 0) {
     throw badRequest('Request body is empty: expected a JSON object', { code: 'invalid_json' });
   }
-  const body = parseJsonBody(raw);
-  const parsed = parseRequest(kind, body);
-  // A refused body the full parser accepts: only a nesting depth the scan counts is left.
-  const max = opts.maxJsonDepth ?? DEFAULT_DEPTH;
-  const depth = deepestPath(body, max);
-  if (depth !== undefined) {
-    throw badRequest(`JSON nesting in '${depth}' is deeper than ${max} levels`, {
-      param: depth,
-      code: 'nesting_too_deep',
-    });
-  }
+  const limits = opts.limits ?? DEFAULT_LIMITS;
+  const parsed = parseRequest(kind, parseJsonBody(raw, limits), limits);
   return fromParsed(parsed, raw, opts);
-}
-
-/** The path of the first container deeper than `max`, iteratively; undefined if none. */
-function deepestPath(root: unknown, max: number): string | undefined {
-  const stack: [unknown, string, number][] = [[root, '', 1]];
-  while (stack.length > 0) {
-    const [v, path, d] = stack.pop()!;
-    if (typeof v !== 'object' || v === null) continue;
-    if (d > max) return path || 'body';
-    if (Array.isArray(v)) {
-      for (let i = v.length - 1; i >= 0; i--) stack.push([v[i], `${path}[${i}]`, d + 1]);
-    } else {
-      for (const k of Object.keys(v).reverse()) {
-        stack.push([(v as Record<string, unknown>)[k], path ? `${path}.${k}` : k, d + 1]);
-      }
-    }
-  }
-  return undefined;
 }
 
 function fromParsed(parsed: ParsedRequest, raw: Buffer, opts: ScanOptions): ScannedRequest {
@@ -537,7 +510,8 @@ const SMALL_FIELDS: Readonly<Record<string, true>> = {
 };
 
 function scan(kind: RequestKind, raw: Buffer, opts: ScanOptions): ScannedRequest {
-  const maxDepth = opts.maxJsonDepth ?? DEFAULT_DEPTH;
+  const limits = opts.limits ?? DEFAULT_LIMITS;
+  const maxDepth = limits.maxJsonDepth;
   const w = new Walker(raw, maxDepth);
   const cap = opts.maxPromptTokens ?? Number.POSITIVE_INFINITY;
   const small: Record<string, unknown> = {};
@@ -598,7 +572,7 @@ function scan(kind: RequestKind, raw: Buffer, opts: ScanOptions): ScannedRequest
     throw REFUSED;
   } else if (kind === 'completion') lite.prompt = 'x';
   else lite.text = 'x';
-  const parsed = parseRequest(kind, lite);
+  const parsed = parseRequest(kind, lite, limits);
 
   const budgetBytes = Number.isFinite(cap) ? cap * 4 + SLACK_BYTES : Number.POSITIVE_INFINITY;
   let ids: Uint32Array;

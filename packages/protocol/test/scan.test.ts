@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import {
   approximateTokenizer,
   buildRouteRequest,
+  DEFAULT_LIMITS,
   isProtocolError,
   parseJsonBody,
   parseRequest,
@@ -191,7 +192,11 @@ describe('scanRequest reads what routing needs, as the full path does', () => {
       error: { code: 'nesting_too_deep', param: expect.stringMatching(/^tools\[0\]\.a/) },
     });
     expect(
-      errorOf(() => scanRequest('chat', Buffer.from(deep), { maxJsonDepth: 100 })),
+      errorOf(() =>
+        scanRequest('chat', Buffer.from(deep), {
+          limits: { ...DEFAULT_LIMITS, maxJsonDepth: 100 },
+        }),
+      ),
     ).toBeUndefined();
   });
 
