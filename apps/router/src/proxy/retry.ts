@@ -22,13 +22,18 @@ export class RetryBudget {
     private readonly random: () => number = Math.random,
   ) {}
 
-  /** Takes a retry slot if the budget has one; pair with release(). */
-  tryAcquire(): boolean {
+  /** Whether a retry slot is free now (without taking it). */
+  hasRoom(): boolean {
     const allowed = Math.max(
       this.config.retryMinConcurrency,
       Math.floor((this.active * this.config.retryBudgetPercent) / 100),
     );
-    if (this.retrying >= allowed) return false;
+    return this.retrying < allowed;
+  }
+
+  /** Takes a retry slot if the budget has one; pair with release(). */
+  tryAcquire(): boolean {
+    if (!this.hasRoom()) return false;
     this.retrying++;
     return true;
   }

@@ -314,7 +314,9 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         // Whether a failure now could be retried: a routed request never is, and a retry needs
         // another healthy rank, one left of --max-retries, and room in the retry budget.
         const canRetryAfter = (): boolean => {
-          if (routed !== undefined || attemptNo >= config.maxRetries) return false;
+          if (routed !== undefined || attemptNo >= config.maxRetries || !budget.hasRoom()) {
+            return false;
+          }
           const ex = new Set(excluded);
           ex.add(rank);
           return table.hasHealthy(ex);
