@@ -21,7 +21,9 @@
 import { badRequest } from './errors.ts';
 import { DEFAULT_LIMITS, type RequestLimits } from './limits.ts';
 import { type ParsedRequest, parseJsonBody, parseRequest, type RequestKind } from './parse.ts';
-import { approximateTokenIds, canonicalChatText } from './routing-text.ts';
+import { buildRouteRequest } from './route-request.ts';
+import { approximateTokenIds } from './routing-text.ts';
+import { approximateTokenizer } from './tokenizer.ts';
 
 export interface ScanOptions {
   /**
@@ -334,6 +336,11 @@ export function scanRequest(
   raw: Buffer,
   opts: ScanOptions = {},
 ): ScannedRequest {
+  // The other kinds (embeddings, rerank, responses) have prompts of their own shapes: the
+  // full path reads them.
+  if (kind !== 'chat' && kind !== 'completion' && kind !== 'generate') {
+    return fullPath(kind, raw, opts);
+  }
   try {
     return scan(kind, raw, opts);
   } catch (err) {
@@ -354,20 +361,18 @@ function fullPath(kind: RequestKind, raw: Buffer, opts: ScanOptions): ScannedReq
 }
 
 function fromParsed(parsed: ParsedRequest, raw: Buffer, opts: ScanOptions): ScannedRequest {
-  let ids: Uint32Array;
-  const p = parsed.prompt;
-  if (p.type === 'ids') ids = Uint32Array.from(p.ids);
-  else if (p.type === 'text') ids = approximateTokenIds(p.text);
-  else ids = approximateTokenIds(canonicalChatText(p.messages, p.tools));
+  // The full path's own reading (batches of several prompts included), then the cap.
+  const route = buildRouteRequest(parsed, approximateTokenizer);
+  const ids = route.inputIds;
   const cap = opts.maxPromptTokens ?? Number.POSITIVE_INFINITY;
   const out: ScannedRequest = {
     kind: parsed.kind,
     stream: parsed.stream,
     inputIds: ids.length > cap ? ids.subarray(0, cap) : ids,
     promptTokens: ids.length,
+    maxTokens: route.maxTokens,
     routedRankSpans: topLevelSpans(raw, 'routed_dp_rank'),
   };
-  if (parsed.maxTokens !== undefined) out.maxTokens = parsed.maxTokens;
   if (parsed.routingKey !== undefined) out.routingKey = parsed.routingKey;
   if (parsed.routedRank !== undefined) out.routedRank = parsed.routedRank;
   if (parsed.bootstrapRoom !== undefined) out.bootstrapRoom = parsed.bootstrapRoom;
