@@ -13,8 +13,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import {
-  type Decision,
   type Dispatcher,
+  type DispatchTicket,
   type KvIndexView,
   NoHealthyRankError,
   RoutedRankError,
@@ -238,7 +238,8 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     if (routed !== undefined) {
       checkRoutedRank(routed, routedRankParam(routeRequest.routedRankSource));
     }
-    const tokens = routeRequest.inputIds.length + routeRequest.maxTokens;
+    // The policy's request also carries max new tokens: its dispatch ticket weighs the load.
+    const policyRequest = { ...routeRequest, maxNewTokens: routeRequest.maxTokens };
     const firstByteMs = firstByteTimeoutMs(
       config,
       routeRequest.inputIds.length,
@@ -276,13 +277,14 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         const full = fullRanks();
         const skip = full ? new Set([...(excluded ?? []), ...full]) : excluded;
         const view = table.view(skip);
-        let decision: Decision;
+        let decision: DispatchTicket;
         const t0 = performance.now();
         try {
-          decision = dispatcher.dispatch(
-            routeRequest,
-            view,
-            kvIndex ? { nowMs: Date.now(), kvIndex } : { nowMs: Date.now() },
+          // The ticket holds the rank's load until it is closed below, whatever happens.
+          decision = dispatcher.begin(
+            policyRequest,
+            table.tracker,
+            kvIndex ? { nowMs: Date.now(), view, kvIndex } : { nowMs: Date.now(), view },
           );
         } catch (err) {
           if (err instanceof NoHealthyRankError || err instanceof RoutedRankError) {
@@ -299,6 +301,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         metrics.decision(dispatcher.method).observe((performance.now() - t0) / 1e3);
         const slot = table.slot(decision.rank);
         if (!slot) {
+          decision.done('failed');
           throw new RouterError(
             'internal_error',
             `policy chose rank ${decision.rank}, which does not exist`,
@@ -328,7 +331,6 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           ex.add(rank);
           return table.hasHealthy(ex);
         };
-        table.tracker.onDispatch(rank, tokens);
         const sentAt = performance.now();
         const thisCall = new ForwardCall({
           agent,
@@ -368,7 +370,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           result = await thisCall.start();
         } finally {
           // Whatever happened (even a throw from undici's dispatch), the rank's load goes back.
-          table.tracker.onComplete(rank, tokens);
+          decision.done();
           onWorker.delete(thisCall);
           if (retrying) {
             retrying = false;
