@@ -103,8 +103,10 @@ async function buildBundles(): Promise<string | undefined> {
     format: 'esm',
     target: 'node20',
     logLevel: 'warning',
+    // A native addon (KV events): loaded from node_modules at run time, not bundled.
+    external: ['zeromq'] as string[],
     banner: {
-      js: "import{createRequire}from'module';const require=createRequire(import.meta.url);",
+      js: "import{createRequire as __kvrCreateRequire}from'module';const require=__kvrCreateRequire(import.meta.url);",
     },
   } as const;
   await build({
