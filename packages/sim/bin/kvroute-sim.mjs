@@ -1,7 +1,11 @@
 #!/usr/bin/env node
-// Launcher for the `kvroute-sim` bin: the package ships TypeScript source, so run
-// src/cli.ts through tsx's loader in this same process (exit code and stdio pass through).
-import { register } from 'tsx/esm/api';
+// `kvroute-sim`: runs the compiled CLI in dist/ with plain node (no TypeScript loader at
+// runtime). A workspace checkout has no dist/ until `pnpm build`; `pnpm sim` runs the source.
+import { existsSync } from 'node:fs';
 
-register();
-await import(new URL('../src/cli.ts', import.meta.url).href);
+const entry = new URL('../dist/cli.js', import.meta.url);
+if (!existsSync(entry)) {
+  console.error('kvroute-sim: dist/cli.js is missing; run `pnpm build` first (or `pnpm sim` in the workspace)');
+  process.exit(1);
+}
+await import(entry.href);

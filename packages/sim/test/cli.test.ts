@@ -630,7 +630,11 @@ describe('listings and help', () => {
 describe('as a process', () => {
   const tsx = join(pkgDir, '../../node_modules/.bin/tsx');
   const run = (args: string[]) =>
-    spawnSync(tsx, ['src/cli.ts', ...args], { cwd: pkgDir, encoding: 'utf8', timeout: 60_000 });
+    spawnSync(tsx, ['--conditions=@kvroute/source', 'src/cli.ts', ...args], {
+      cwd: pkgDir,
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
 
   it('keeps stdout pure JSON with --json -, exits 0, and matches an in-process run byte for byte', async () => {
     const args = ['run', ...SMALL, '--policies', 'round_robin,prefix_match', '--json', '-'];
@@ -642,12 +646,9 @@ describe('as a process', () => {
     expect((await cli(args)).stdout).toBe(r.stdout);
   });
 
-  it('exits 2 on bad input through the bin launcher', () => {
-    const r = spawnSync(process.execPath, ['bin/kvroute-sim.mjs', 'run', '--scenario', 'nope'], {
-      cwd: pkgDir,
-      encoding: 'utf8',
-      timeout: 60_000,
-    });
+  // The installed bin (compiled dist/, plain node) gets the same check in test/install.test.ts.
+  it('exits 2 on bad input, with nothing on stdout', () => {
+    const r = run(['run', '--scenario', 'nope']);
     expect(r.status).toBe(2);
     expect(r.stderr).toContain("unknown scenario 'nope'");
     expect(r.stdout).toBe('');
