@@ -1,5 +1,5 @@
 // Small GET helpers over the router's undici Agent (keep-alive pools per worker origin), for
-// health checks, discovery and load polls. Proxying itself lives in proxy.ts.
+// health checks, discovery and load polls. Proxying itself lives in proxy/forward.ts.
 import { type Agent, request } from 'undici';
 
 export interface GetResult {

@@ -182,6 +182,7 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
       mctx.ranks = ranks;
       mctx.healthy = healthy;
       mctx.nowMs = nowMs;
+      mctx.kvIndex = ctx?.kvIndex;
 
       let decision: Decision;
       const key = request.routingKey;

@@ -19,6 +19,7 @@ export {
   RoutedRankError,
   TokenIdRangeError,
 } from './errors.ts';
+export { blockKey, chainedBlockKeys, rootKey } from './hashing/block-keys.ts';
 export {
   digestMod,
   digestWord,
@@ -31,6 +32,12 @@ export {
   tokenDigestPortable,
   validateTokenIds,
 } from './hashing/prefix-digest.ts';
+export {
+  type EngineBlockHash,
+  KvBlockIndex,
+  type KvBlockIndexOptions,
+  type KvBlockIndexStats,
+} from './kv-index/block-index.ts';
 export { createLoadTracker, type LoadTracker, type LoadTrackerOptions } from './load-tracker.ts';
 export { PREFIX_MATCH_DEFAULTS } from './methods/prefix-match.ts';
 export { readInt, readNumber } from './options.ts';
@@ -39,6 +46,7 @@ export type {
   Decision,
   DecisionReason,
   DispatchContext,
+  KvIndexView,
   Method,
   MethodContext,
   MethodFactory,

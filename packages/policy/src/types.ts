@@ -51,10 +51,29 @@ export interface Decision {
   matchedTokens?: number;
 }
 
+/**
+ * A cache index the host keeps up to date from outside the policy (the engines' KV events):
+ * which ranks hold how much of a prompt's prefix. Methods that match prefixes use it for the
+ * ranks it is live for and their own learned index for the others.
+ */
+export interface KvIndexView {
+  /** The engines' block size; undefined until the first stored block says it. */
+  readonly blockSize: number | undefined;
+  /** Whether the index is current for this rank (events connected, in sequence, fresh). */
+  isLive(rank: number): boolean;
+  /**
+   * Writes to out[rank], for each rank listed, the tokens of the longest prefix it holds.
+   * `blockKeys` are the prompt's chained block keys (hashing/block-keys.ts) in `blockSize`.
+   */
+  matchKeys(blockKeys: readonly number[], ranks: readonly number[], out: number[]): void;
+}
+
 /** Time and other host facts passed into a decision. The policy never reads a clock. */
 export interface DispatchContext {
   /** Host time in milliseconds (simulated or wall); used for TTLs. Defaults to 0. */
   nowMs?: number;
+  /** An events-fed cache index (see KvIndexView); absent: methods use what they learned. */
+  kvIndex?: KvIndexView;
 }
 
 /** What a method sees for one decision. Valid only during the call: hosts' arrays are not copied. */
@@ -66,6 +85,8 @@ export interface MethodContext {
   healthy: readonly RankState[];
   /** Host time in milliseconds (DispatchContext.nowMs, default 0). */
   nowMs: number;
+  /** DispatchContext.kvIndex, when the host keeps one. */
+  kvIndex?: KvIndexView | undefined;
   /**
    * Picks one of `candidates` (non-empty, in rank order) with a cursor that rotates per
    * dispatcher, so equal candidates take turns instead of the lowest rank always winning.

@@ -23,6 +23,11 @@
 // alone would call a rank with one request "overloaded" (sglang's cache_aware drops affinity
 // whenever load is uneven, sglang #32195).
 //
+// Events: when the host passes an events-fed index (DispatchContext.kvIndex, the engines' own
+// BlockStored/BlockRemoved, see kv-index/block-index.ts), matched(r) for every rank it is live
+// for is the real cached prefix in the engine's blocks; ranks whose events are missing or
+// stale fall back to the learned index, which keeps learning from every decision either way.
+//
 // Index: one LRU set of 53-bit keys per rank, capacity = rank's kvCapacityTokens (or the
 // capacityTokens option) / window keys. A rank seen unhealthy is assumed to have lost its
 // cache (restart) and is forgotten; ranks added later start empty.
@@ -37,6 +42,7 @@
 // and unfinished outputs as work.
 
 import { defineMethod } from '../define-method.ts';
+import { chainedBlockKeys } from '../hashing/block-keys.ts';
 import { chainedWindowHashes } from '../hashing/chained.ts';
 import { ChainedPrefixIndex } from '../hashing/chained-index.ts';
 import { validateTokenIds } from '../hashing/prefix-digest.ts';
@@ -83,6 +89,11 @@ interface CacheAwareCore {
    * LRU pressure so no rank evicts its sessions' histories early.
    */
   readonly fill: readonly number[];
+  /**
+   * With an events index: rank scores taken from it, and rank scores that fell back to the
+   * learned index because events were missing or stale for that rank.
+   */
+  readonly sourceCounts: { eventsRankScores: number; fallbackRankScores: number };
 }
 
 /** Per decision, recent fill decays by this factor (a memory of ~1,000 decisions). */
@@ -109,12 +120,16 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
     window,
   );
   const index = new ChainedPrefixIndex();
+  const sourceCounts = { eventsRankScores: 0, fallbackRankScores: 0 };
   let lastRequest: unknown;
   let lastIds: ArrayLike<number> | undefined;
   let lastLength = -1;
   const keys: number[] = [];
+  const blockKeys: number[] = [];
+  let lastShared = 0;
   const matched: number[] = [];
   const healthyRanks: number[] = [];
+  const liveRanks: number[] = [];
   const fill: number[] = [];
 
   // Keeps the index in step with the host's ranks: new ranks start empty, removed ones are
@@ -130,18 +145,38 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
 
   function keysOf(ctx: MethodContext): readonly number[] {
     const ids = ctx.request.inputIds;
-    if (!ids || ids.length < window) {
+    // With an events index in a block size that divides the window, one pass of block keys
+    // serves both indexes: a window's key is the key of its last block (both name the whole
+    // prefix), so the events index costs no second hashing of the prompt.
+    const bs = ctx.kvIndex?.blockSize;
+    const shared = bs !== undefined && window % bs === 0 ? bs : 0;
+    if (!ids || ids.length < Math.min(window, shared || window)) {
       if (ids) validateTokenIds(ids);
       keys.length = 0;
+      blockKeys.length = 0;
       lastRequest = undefined;
       return keys;
     }
-    if (ctx.request !== lastRequest || ids !== lastIds || ids.length !== lastLength) {
+    if (
+      ctx.request !== lastRequest ||
+      ids !== lastIds ||
+      ids.length !== lastLength ||
+      shared !== lastShared
+    ) {
       validateTokenIds(ids, Math.min(ids.length, maxPrefixTokens));
-      chainedWindowHashes(ids, window, maxPrefixTokens, keys);
+      if (shared > 0) {
+        chainedBlockKeys(ids, shared, maxPrefixTokens, blockKeys);
+        keys.length = 0;
+        const step = window / shared;
+        for (let i = step - 1; i < blockKeys.length; i += step) keys.push(blockKeys[i] as number);
+      } else {
+        chainedWindowHashes(ids, window, maxPrefixTokens, keys);
+        blockKeys.length = 0;
+      }
       lastRequest = ctx.request;
       lastIds = ids;
       lastLength = ids.length;
+      lastShared = shared;
     }
     return keys;
   }
@@ -149,15 +184,35 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
   return {
     index,
     fill,
+    sourceCounts,
     keysOf,
     matchAll(ctx, k) {
       sync(ctx);
       healthyRanks.length = 0;
-      for (const r of ctx.healthy) healthyRanks.push(r.rank);
+      liveRanks.length = 0;
+      const kv = ctx.kvIndex;
+      for (const r of ctx.healthy) {
+        if (kv?.isLive(r.rank)) liveRanks.push(r.rank);
+        else healthyRanks.push(r.rank);
+      }
       matched.length = ctx.ranks.length;
       matched.fill(0);
-      if (k.length > 0) index.match(k, healthyRanks, matched);
+      if (k.length > 0 && healthyRanks.length > 0) index.match(k, healthyRanks, matched);
       for (let i = 0; i < matched.length; i++) matched[i] = (matched[i] as number) * window;
+      if (kv) {
+        sourceCounts.eventsRankScores += liveRanks.length;
+        sourceCounts.fallbackRankScores += healthyRanks.length;
+        if (liveRanks.length > 0) {
+          const ids = ctx.request.inputIds;
+          const bs = kv.blockSize;
+          if (ids && bs !== undefined && blockKeys.length === 0 && window % bs !== 0) {
+            // Block size not dividing the window: the events index needs keys of its own.
+            chainedBlockKeys(ids, bs, maxPrefixTokens, blockKeys);
+            lastRequest = undefined;
+          }
+          kv.matchKeys(blockKeys, liveRanks, matched);
+        }
+      }
       return matched;
     },
     learn(ctx, decision) {
@@ -283,6 +338,7 @@ export const createCacheAware = defineMethod(
       stats(): Record<string, number> {
         return {
           ...counts,
+          ...core.sourceCounts,
           indexEntries: core.index.totalSize(),
           indexEvictions: core.index.evictions,
         };

@@ -7,9 +7,9 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { RANK_HEADER, ROUTING_KEY_HEADERS } from '@kvroute/protocol';
 import type { Agent } from 'undici';
-import { describeError, errorCode } from './upstream.ts';
-import type { ReportedUsage } from './usage-scanner.ts';
-import { UsageScanner } from './usage-scanner.ts';
+import { describeError, errorCode } from '../upstream.ts';
+import type { ReportedUsage } from '../usage-scanner.ts';
+import { UsageScanner } from '../usage-scanner.ts';
 
 // Hop-by-hop and framing headers are the proxy's own business on each leg.
 const HOP_BY_HOP = new Set([

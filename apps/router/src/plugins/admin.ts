@@ -1,0 +1,116 @@
+// The admin API as a fastify plugin: GET /ranks (a snapshot of ranks and policy state) and
+// POST /ranks (add or remove a worker at runtime), both behind a bearer token. Registered only
+// when an admin token is configured, so without one these routes do not exist.
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { parseJsonBody } from '@kvroute/protocol';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { RouterError } from '../errors.ts';
+import type { RouterState } from '../router.ts';
+
+export interface AdminPluginOptions {
+  state: RouterState;
+  token: string;
+}
+
+function tokenDigest(token: string): Buffer {
+  return createHash('sha256').update(token).digest();
+}
+
+export async function adminPlugin(app: FastifyInstance, opts: AdminPluginOptions): Promise<void> {
+  const { state } = opts;
+  const expected = tokenDigest(opts.token);
+  const authorize = async (req: FastifyRequest): Promise<void> => {
+    const auth = req.headers.authorization;
+    if (!auth) {
+      throw new RouterError(
+        'unauthorized',
+        'Missing Authorization header: send "Authorization: Bearer <admin token>"',
+        'Authorization',
+      );
+    }
+    const m = /^Bearer\s+(.+)$/i.exec(auth);
+    // Compare digests so neither the length nor the content leaks through timing.
+    if (!m || !timingSafeEqual(tokenDigest(m[1]!.trim()), expected)) {
+      throw new RouterError('invalid_token', 'Invalid admin token', 'Authorization');
+    }
+  };
+  const snapshot = () => ({
+    method: state.dispatcher.method,
+    dp_aware: state.config.dpAware,
+    ranks: state.table.info().map((r) => ({
+      rank: r.rank,
+      url: r.url,
+      dp_rank: r.dpRank,
+      healthy: r.healthy,
+      removed: r.removed,
+      in_flight_requests: r.inFlightRequests,
+      in_flight_tokens: r.inFlightTokens,
+      external_requests: r.externalRequests,
+      consecutive_failures: r.consecutiveFailures,
+      last_error: r.lastError,
+    })),
+    policy: state.dispatcher.stats(),
+  });
+
+  app.get('/ranks', { onRequest: authorize }, async () => snapshot());
+  app.post('/ranks', { onRequest: authorize }, async (req) => {
+    const body = parseJsonBody((req.body as Buffer | undefined) ?? Buffer.alloc(0));
+    const { action, url, dp_size: dpSize } = body;
+    if (action !== 'add' && action !== 'remove') {
+      throw new RouterError(
+        'invalid_admin_request',
+        `'action' must be "add" or "remove", got ${JSON.stringify(action)}`,
+        'action',
+      );
+    }
+    if (typeof url !== 'string')
+      throw new RouterError(
+        'invalid_admin_request',
+        "'url' must be a worker base URL string",
+        'url',
+      );
+    let normalized: string;
+    try {
+      const u = new URL(url);
+      if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error('scheme');
+      normalized = url.replace(/\/+$/, '');
+    } catch {
+      throw new RouterError(
+        'invalid_admin_request',
+        `'url' is not an http(s) URL: ${JSON.stringify(url)}`,
+        'url',
+      );
+    }
+    if (
+      dpSize !== undefined &&
+      (typeof dpSize !== 'number' || !Number.isInteger(dpSize) || dpSize < 1)
+    ) {
+      throw new RouterError(
+        'invalid_admin_request',
+        "'dp_size' must be an integer >= 1",
+        'dp_size',
+      );
+    }
+    if (action === 'add') {
+      if (state.table.worker(normalized)) {
+        throw new RouterError(
+          'invalid_admin_request',
+          `worker ${normalized} is already routed to`,
+          'url',
+        );
+      }
+      try {
+        await state.addWorker(normalized, dpSize as number | undefined);
+      } catch (err) {
+        throw new RouterError('invalid_admin_request', (err as Error).message, 'url');
+      }
+    } else if (!state.removeWorker(normalized)) {
+      throw new RouterError(
+        'invalid_admin_request',
+        `worker ${normalized} is not routed to`,
+        'url',
+      );
+    }
+    return snapshot();
+  });
+}

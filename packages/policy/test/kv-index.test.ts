@@ -1,0 +1,217 @@
+import { describe, expect, it } from 'vitest';
+import {
+  blockKey,
+  chainedBlockKeys,
+  createDispatcher,
+  createLoadTracker,
+  KvBlockIndex,
+  rootKey,
+} from '../src/index.ts';
+import { makeRanks, prng, randomIds } from './helpers.ts';
+
+const BS = 4;
+
+/** Stores `ids` (whole blocks) on `rank` as an engine would: one BlockStored, hashes h0+j. */
+function engineStore(
+  index: KvBlockIndex,
+  rank: number,
+  ids: number[],
+  h0: number,
+  fromBlock = 0,
+  parent: number | null = null,
+): number[] {
+  const blocks = Math.floor(ids.length / BS);
+  const hashes = Array.from({ length: blocks - fromBlock }, (_, j) => h0 + fromBlock + j);
+  index.store(rank, hashes, parent, ids.slice(fromBlock * BS, blocks * BS), BS);
+  return hashes;
+}
+
+describe('chained block keys', () => {
+  it('key j names the whole prefix: equal prefixes, equal keys; any earlier change, new keys', () => {
+    const a = [1, 2, 3, 4, 5, 6, 7, 8, 9];
+    const b = [1, 2, 3, 4, 5, 6, 7, 9, 9];
+    const ka = chainedBlockKeys(a, BS);
+    const kb = chainedBlockKeys(b, BS);
+    expect(ka).toHaveLength(2);
+    expect(ka[0]).toBe(kb[0]);
+    expect(ka[1]).not.toBe(kb[1]);
+    expect(chainedBlockKeys([9, 2, 3, 4, 5, 6, 7, 8], BS)[1]).not.toBe(ka[1]);
+    expect(ka[1]).toBe(blockKey(ka[0] as number, a, 4, 8));
+    for (const k of ka) expect(Number.isSafeInteger(k) && k >= 0).toBe(true);
+  });
+
+  it('LoRA adapters chain from roots of their own', () => {
+    expect(rootKey(null)).not.toBe(rootKey(1));
+    expect(rootKey(1)).not.toBe(rootKey(2));
+    expect(chainedBlockKeys([1, 2, 3, 4], BS, 4, [], rootKey(7))[0]).not.toBe(
+      chainedBlockKeys([1, 2, 3, 4], BS)[0],
+    );
+  });
+});
+
+describe('KvBlockIndex', () => {
+  it('matches the longest stored prefix per rank, in tokens, by content', () => {
+    const index = new KvBlockIndex();
+    const prompt = randomIds(prng(1), 40);
+    engineStore(index, 0, prompt.slice(0, 24), 100);
+    engineStore(index, 2, prompt.slice(0, 8), 500);
+    const out: number[] = [];
+    index.match([...prompt, 1, 2], [0, 1, 2], out);
+    expect(out).toEqual([24, 0, 8]);
+    // A partial block is never matched; a prompt diverging inside block 1 matches block 0.
+    index.match(prompt.slice(0, 7), [0], out);
+    expect(out[0]).toBe(4);
+  });
+
+  it('chains a later event from its parent hash and applies removals and clears', () => {
+    const index = new KvBlockIndex();
+    const ids = randomIds(prng(2), 16);
+    const first = engineStore(index, 1, ids.slice(0, 8), 10);
+    // The engine extends the same request: blocks 2-3 chain from block 1's hash.
+    engineStore(index, 1, ids, 10, 2, first[1] as number);
+    const out: number[] = [];
+    index.match(ids, [1], out);
+    expect(out[1]).toBe(16);
+    expect(index.remove(1, [13])).toBe(1);
+    index.match(ids, [1], out);
+    expect(out[1]).toBe(12);
+    expect(index.remove(1, [999])).toBe(0);
+    expect(index.stats().unknownRemovals).toBe(1);
+    index.clearRank(1);
+    index.match(ids, [1], out);
+    expect(out[1]).toBe(0);
+    expect(index.stats()).toMatchObject({
+      blocks: 0,
+      clears: 1,
+      storedBlocks: 4,
+      removedBlocks: 1,
+    });
+  });
+
+  it('counts blocks whose parent it never saw instead of guessing', () => {
+    const index = new KvBlockIndex();
+    expect(index.store(0, [5], 4, [1, 2, 3, 4], BS)).toBe(0);
+    expect(index.stats().orphanBlocks).toBe(1);
+  });
+
+  it('keeps a block shared by many ranks until the last holder removes it', () => {
+    const index = new KvBlockIndex();
+    const ids = randomIds(prng(3), 8);
+    for (let r = 0; r < 40; r++) engineStore(index, r, ids, 1000 * r);
+    const out: number[] = [];
+    const all = Array.from({ length: 40 }, (_, r) => r);
+    index.match(ids, all, out);
+    expect(out.every((t) => t === 8)).toBe(true);
+    for (let r = 0; r < 39; r++) index.remove(r, [1000 * r + 1]);
+    index.match(ids, all, out);
+    expect(out.slice(0, 39).every((t) => t === 4)).toBe(true);
+    expect(out[39]).toBe(8);
+  });
+
+  it('counts a block stored twice on a rank (extra keys) once, until both are removed', () => {
+    const index = new KvBlockIndex();
+    const ids = [1, 2, 3, 4];
+    index.store(0, [1], null, ids, BS);
+    index.store(0, [2], null, ids, BS);
+    index.remove(0, [1]);
+    const out: number[] = [];
+    index.match(ids, [0], out);
+    expect(out[0]).toBe(4);
+    index.remove(0, [2]);
+    index.match(ids, [0], out);
+    expect(out[0]).toBe(0);
+  });
+
+  it('is bounded: past maxBlocksPerRank the oldest stored blocks go first', () => {
+    const index = new KvBlockIndex({ maxBlocksPerRank: 3 });
+    const ids = randomIds(prng(4), 20);
+    engineStore(index, 0, ids, 0);
+    expect(index.blocks(0)).toBe(3);
+    expect(index.stats().capacityEvictions).toBe(2);
+    expect(() => new KvBlockIndex({ maxBlocksPerRank: 0 })).toThrow(/maxBlocksPerRank/);
+  });
+
+  it('ignores events in a different block size and says so', () => {
+    const index = new KvBlockIndex();
+    index.store(0, [1], null, [1, 2, 3, 4], 4);
+    expect(index.store(0, [2], null, [1, 2], 2)).toBe(0);
+    expect(index.stats().blockSizeMismatches).toBe(1);
+  });
+
+  it('keeps LoRA blocks out of base-model matches', () => {
+    const index = new KvBlockIndex();
+    index.store(0, [1], null, [1, 2, 3, 4], BS, 3);
+    const out: number[] = [];
+    index.match([1, 2, 3, 4], [0], out);
+    expect(out[0]).toBe(0);
+  });
+});
+
+describe('cache_aware with an events index', () => {
+  it('scores live ranks by the engines’ real blocks and the others by what it learned', () => {
+    const d = createDispatcher({ method: 'cache_aware', window: 4 });
+    const index = new KvBlockIndex();
+    const ranks = makeRanks(4);
+    const prompt = randomIds(prng(5), 64);
+    // The learned index would send this prefix back to where it first went...
+    const first = d.dispatch({ inputIds: prompt }, ranks, { kvIndex: index });
+    // ...but the engines say rank (first+1)%4 holds it (another replica routed it there) and
+    // the first rank evicted it.
+    const holder = (first.rank + 1) % 4;
+    for (let r = 0; r < 4; r++) index.setLive(r, true);
+    engineStore(index, holder, prompt, 1);
+    const d2 = d.dispatch({ inputIds: prompt }, ranks, { kvIndex: index });
+    expect(d2).toEqual({ rank: holder, reason: 'cache-hit', matchedTokens: 64 });
+    // Events stale for every rank: back to the learned index (which saw both decisions).
+    for (let r = 0; r < 4; r++) index.setLive(r, false);
+    index.clearRank(holder);
+    const d3 = d.dispatch({ inputIds: prompt }, ranks, { kvIndex: index });
+    expect(d3.reason).toBe('cache-hit');
+    expect([first.rank, holder]).toContain(d3.rank);
+    const stats = d.stats().method ?? {};
+    expect(stats.eventsRankScores).toBe(4);
+    expect(stats.fallbackRankScores).toBe(8);
+  });
+
+  it('matches in the engine block size when it does not divide the window', () => {
+    const d = createDispatcher({ method: 'cache_aware', window: 6 });
+    const index = new KvBlockIndex();
+    const prompt = randomIds(prng(7), 30);
+    index.setLive(2, true);
+    engineStore(index, 2, prompt.slice(0, 20), 1);
+    const ranks = makeRanks(3);
+    for (let i = 0; i < 3; i++) {
+      expect(d.dispatch({ inputIds: prompt }, ranks, { kvIndex: index })).toEqual({
+        rank: 2,
+        reason: 'cache-hit',
+        matchedTokens: 20,
+      });
+    }
+  });
+
+  it('never picks an unhealthy or overloaded holder and stays deterministic', () => {
+    const run = () => {
+      const d = createDispatcher({ method: 'cache_aware', window: 4, slackTokens: 0 });
+      const index = new KvBlockIndex();
+      const tracker = createLoadTracker(6);
+      tracker.setHealthy(2, false);
+      for (let r = 0; r < 6; r++) index.setLive(r, r % 2 === 0);
+      const rand = prng(6);
+      const shared = randomIds(rand, 32);
+      for (let r = 0; r < 6; r++) engineStore(index, r, shared, r * 100);
+      const out: number[] = [];
+      for (let i = 0; i < 200; i++) {
+        const ids = [...shared, ...randomIds(rand, 8)];
+        const dec = d.dispatch({ inputIds: ids }, tracker.ranks, { kvIndex: index });
+        expect(dec.rank).not.toBe(2);
+        tracker.onDispatch(dec.rank, ids.length);
+        if (i % 3 === 0) tracker.onComplete(dec.rank, ids.length);
+        out.push(dec.rank);
+      }
+      return out;
+    };
+    const a = run();
+    expect(run()).toEqual(a);
+    expect(new Set(a).size).toBeGreaterThan(2);
+  });
+});
