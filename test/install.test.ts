@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import YAML from 'yaml';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const PACKAGES = [
@@ -74,12 +75,14 @@ beforeAll(() => {
     JSON.stringify({ name: 'kvroute-install-check', private: true, dependencies: spec }),
   );
   // The tarballs depend on each other by version (0.x, not on the registry): point those at
-  // the local files.
+  // the local files. Install scripts are allowed or refused as the workspace decides (pnpm
+  // refuses to install while one is undecided).
+  const workspace = YAML.parse(readFileSync(join(root, 'pnpm-workspace.yaml'), 'utf8')) as {
+    allowBuilds?: Record<string, boolean>;
+  };
   writeFileSync(
     join(app(), 'pnpm-workspace.yaml'),
-    `overrides:\n${Object.entries(spec)
-      .map(([k, v]) => `  "${k}": "${v}"\n`)
-      .join('')}`,
+    YAML.stringify({ overrides: spec, allowBuilds: workspace.allowBuilds ?? {} }),
   );
   execFileSync('pnpm', ['install', '--prefer-offline', '--reporter=silent'], {
     cwd: app(),
