@@ -40,7 +40,6 @@ interface Scope {
   vars: Map<string, unknown>;
 }
 
-
 const truthy = (v: unknown): boolean => {
   if (v === undefined || v === null || v === false || v === 0 || v === '') return false;
   if (Array.isArray(v)) return v.length > 0;
@@ -76,7 +75,8 @@ function parsePipe(tokens: string[], where: string): Pipe {
         cmds.at(-1)!.push({ t: 'sub', p });
       } else cmds.at(-1)!.push(term(tok));
     }
-    if (cmds.some((c) => c.length === 0)) throw new TemplateError(`${where}: empty command in pipeline`);
+    if (cmds.some((c) => c.length === 0))
+      throw new TemplateError(`${where}: empty command in pipeline`);
     return cmds;
   };
   const term = (tok: string): Term => {
@@ -184,8 +184,13 @@ export function parseTemplate(src: string, name: string, defines: Map<string, No
         if (endPart.action === 'else') {
           els = block(['end']).body;
           i++;
-        } else if (endPart.action !== 'end') throw new TemplateError(`${where}: cannot read {{ ${endPart.action} }}`);
-        body.push(word === 'with' ? { t: 'with', p, body: r.body, els } : { t: 'range', k, v, p, body: r.body, els });
+        } else if (endPart.action !== 'end')
+          throw new TemplateError(`${where}: cannot read {{ ${endPart.action} }}`);
+        body.push(
+          word === 'with'
+            ? { t: 'with', p, body: r.body, els }
+            : { t: 'range', k, v, p, body: r.body, els },
+        );
       } else if (word === 'define') {
         const defName = JSON.parse(rest.trim()) as string;
         const r = block(['end']);
@@ -195,7 +200,12 @@ export function parseTemplate(src: string, name: string, defines: Map<string, No
         throw new TemplateError(`${where}: {{ ${word} }} is not supported; use include`);
       } else {
         const assign = /^(\$\w+)\s*:?=\s*([\s\S]+)$/.exec(a);
-        if (assign) body.push({ t: 'assign', name: assign[1]!, p: parsePipe(tokenizeAction(assign[2]!, where), where) });
+        if (assign)
+          body.push({
+            t: 'assign',
+            name: assign[1]!,
+            p: parsePipe(tokenizeAction(assign[2]!, where), where),
+          });
         else body.push({ t: 'out', p: parsePipe(tokenizeAction(a, where), where) });
       }
     }
@@ -261,7 +271,8 @@ export class Renderer {
                   .sort()
                   .map((k) => [k, (v as Record<string, unknown>)[k]])
               : [];
-          if (entries.length === 0) out += this.exec(n.els, { dot: scope.dot, vars: new Map(scope.vars) });
+          if (entries.length === 0)
+            out += this.exec(n.els, { dot: scope.dot, vars: new Map(scope.vars) });
           for (const [k, x] of entries) {
             const vars = new Map(scope.vars);
             if (n.k) vars.set(n.k, k);
@@ -289,9 +300,18 @@ export class Renderer {
     if (t.t === 'sub') return this.pipe(t.p, scope);
     if (t.t === 'ident') return this.call(t.name, []);
     let v: unknown = t.root === '.' ? scope.dot : scope.vars.get(t.root);
-    if (t.root !== '.' && !scope.vars.has(t.root)) throw new TemplateError(`undefined variable ${t.root}`);
-    for (const k of t.keys) {
-      if (v === undefined || v === null) return undefined;
+    if (t.root !== '.' && !scope.vars.has(t.root))
+      throw new TemplateError(`undefined variable ${t.root}`);
+    for (const [i, k] of t.keys.entries()) {
+      // Go: a missing map key is <no value> (Helm prints it as empty); a field of that is an error.
+      if (v === undefined || v === null) {
+        throw new TemplateError(
+          `nil pointer evaluating ${t.root === '.' ? '' : t.root}${t.keys
+            .slice(0, i + 1)
+            .map((x) => `.${x}`)
+            .join('')}`,
+        );
+      }
       v = (v as Record<string, unknown>)[k];
     }
     return v;
@@ -398,7 +418,14 @@ export interface RenderOptions {
 
 function merge(base: unknown, over: unknown): unknown {
   if (over === undefined) return base;
-  if (base && over && typeof base === 'object' && typeof over === 'object' && !Array.isArray(base) && !Array.isArray(over)) {
+  if (
+    base &&
+    over &&
+    typeof base === 'object' &&
+    typeof over === 'object' &&
+    !Array.isArray(base) &&
+    !Array.isArray(over)
+  ) {
     const out: Record<string, unknown> = { ...(base as Record<string, unknown>) };
     for (const [k, v] of Object.entries(over)) out[k] = v === null ? undefined : merge(out[k], v);
     return out;
@@ -419,10 +446,10 @@ export function renderChart(chartDir: string, opts: RenderOptions = {}): Map<str
     version: string;
     appVersion: string;
   };
-  const values = merge(YAML.parse(readFileSync(join(chartDir, 'values.yaml'), 'utf8')) ?? {}, opts.values) as Record<
-    string,
-    unknown
-  >;
+  const values = merge(
+    YAML.parse(readFileSync(join(chartDir, 'values.yaml'), 'utf8')) ?? {},
+    opts.values,
+  ) as Record<string, unknown>;
   const files: Record<string, string> = {};
   for (const f of listFiles(chartDir)) {
     const rel = relative(chartDir, f);
@@ -430,12 +457,17 @@ export function renderChart(chartDir: string, opts: RenderOptions = {}): Map<str
   }
   const ctx = {
     Values: values,
-    Release: { Name: opts.releaseName ?? 'kvroute', Namespace: opts.namespace ?? 'default', Service: 'Helm' },
+    Release: {
+      Name: opts.releaseName ?? 'kvroute',
+      Namespace: opts.namespace ?? 'default',
+      Service: 'Helm',
+    },
     Chart: { Name: chart.name, Version: chart.version, AppVersion: chart.appVersion },
     Files: {
       Get: (name: unknown) => {
         const text = files[String(name)];
-        if (text === undefined) throw new TemplateError(`.Files.Get: no file ${String(name)} in the chart`);
+        if (text === undefined)
+          throw new TemplateError(`.Files.Get: no file ${String(name)} in the chart`);
         return text;
       },
     },

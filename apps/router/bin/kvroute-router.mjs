@@ -7,7 +7,9 @@ import { existsSync } from 'node:fs';
 
 const entry = new URL('../dist/server.js', import.meta.url);
 if (!existsSync(entry)) {
-  console.error('kvroute-router: dist/server.js is missing; run `pnpm build` first (or `pnpm router` in the workspace)');
+  console.error(
+    'kvroute-router: dist/server.js is missing; run `pnpm build` first (or `pnpm router` in the workspace)',
+  );
   process.exit(1);
 }
 await import(entry.href);

@@ -3,6 +3,7 @@
 // and the plugins (plugins/: fleet GET routes, metrics, admin). Listening is server.ts's job, so tests use app.inject() or a loopback port. Worker discovery (dp_size
 // from /get_server_info) runs in onReady, so the builder stays synchronous.
 import { createServer } from 'node:http';
+import type { KubeConfig } from '@kubernetes/client-node';
 import { createDispatcher, type Dispatcher, type DispatcherConfig } from '@kvroute/policy';
 import {
   createRoutingTokenizer,
@@ -14,12 +15,14 @@ import {
 import Fastify, { type FastifyInstance } from 'fastify';
 import { Agent } from 'undici';
 import type { RouterConfig } from './config.ts';
+import { discoveryPlugin } from './discovery/plugin.ts';
 import { errorReply } from './error-reply.ts';
 import { HealthMonitor } from './health.ts';
 import { LoadPoller } from './load-poller.ts';
 import { createRouterMetrics, type RouterMetrics } from './metrics.ts';
 import { adminPlugin } from './plugins/admin.ts';
 import { metricsPlugin } from './plugins/metrics.ts';
+import { probesPlugin } from './plugins/probes.ts';
 import { workersApiPlugin } from './plugins/workers-api.ts';
 import { proxyPlugin } from './proxy/plugin.ts';
 import { createProxyHandler, type ProxyHandler } from './proxy/route.ts';
@@ -31,6 +34,8 @@ export interface BuildRouterOptions {
   logger?: boolean | { level: string };
   /** A ready tokenizer (tests, embedders); default from config.tokenizer. */
   tokenizer?: RoutingTokenizer;
+  /** Service discovery's API credentials (tests); default: in-cluster or KUBECONFIG. */
+  kubeConfig?: KubeConfig;
 }
 
 /** What the router exposes to embedders and tests as `app.kvroute`. */
@@ -175,6 +180,13 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
   app.register(proxyPlugin, { handler: serveProxy });
   app.register(workersApiPlugin, { state });
   app.register(metricsPlugin, { metrics });
+  app.register(probesPlugin, { table });
+  if (config.serviceDiscovery) {
+    app.register(discoveryPlugin, {
+      state,
+      ...(opts.kubeConfig ? { kubeConfig: opts.kubeConfig } : {}),
+    });
+  }
   if (config.adminToken !== undefined) {
     app.register(adminPlugin, { state, token: config.adminToken });
   }
