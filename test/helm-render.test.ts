@@ -74,5 +74,6 @@ describe('helm renderer', () => {
     expect(() => render('{{ if .a }}x', {})).toThrow(/missing \{\{ end \}\}/);
     expect(() => render('{{ include "nope" . }}', {})).toThrow(/no template named "nope"/);
     expect(() => render('{{ required "set image.tag" .tag }}', {})).toThrow('set image.tag');
+    expect(() => render('{{ if not .s }}{{ fail "give s" }}{{ end }}', {})).toThrow('give s');
   });
 });

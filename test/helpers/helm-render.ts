@@ -8,7 +8,7 @@
 //   terms        . and $ paths (.Values.a.b, $.Release.Name, $x.y), "strings", numbers,
 //                true / false / nil
 //   functions    default, quote, toYaml, toJson, nindent, indent, include, required, eq, ne,
-//                gt, lt, and, or, not, printf (%s %d %v), trunc, trimSuffix, b64enc, sha256sum, empty,
+//                gt, lt, and, or, not, fail, printf (%s %d %v), trunc, trimSuffix, b64enc, sha256sum, empty,
 //                toString, join, int, hasKey, replace, lower
 //   objects      .Values, .Release (Name, Namespace, Service), .Chart (Name, Version,
 //                AppVersion), .Files.Get
@@ -360,6 +360,8 @@ export class Renderer {
         if (!def) throw new TemplateError(`include: no template named "${s(0)}"`);
         return this.render(def, a[1]);
       }
+      case 'fail':
+        throw new TemplateError(s(0));
       case 'required':
         if (!truthy(a[1])) throw new TemplateError(s(0));
         return a[1];
@@ -427,7 +429,11 @@ function merge(base: unknown, over: unknown): unknown {
     !Array.isArray(over)
   ) {
     const out: Record<string, unknown> = { ...(base as Record<string, unknown>) };
-    for (const [k, v] of Object.entries(over)) out[k] = v === null ? undefined : merge(out[k], v);
+    // null deletes a key, as `--set key=null` does in Helm.
+    for (const [k, v] of Object.entries(over)) {
+      if (v === null) delete out[k];
+      else out[k] = merge(out[k], v);
+    }
     return out;
   }
   return over;

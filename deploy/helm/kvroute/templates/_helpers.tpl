@@ -52,6 +52,9 @@ worker-urls:
 {{ toYaml . }}
 {{- end }}
 {{- if .Values.discovery.enabled }}
+{{- if not .Values.discovery.selector }}
+{{- fail "discovery.selector: give the worker pods' labels (e.g. app: sglang), or set discovery.enabled=false and router.workerUrls" }}
+{{- end }}
 service-discovery: true
 selector:
 {{- range $k, $v := .Values.discovery.selector }}
