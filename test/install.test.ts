@@ -18,6 +18,7 @@ const PACKAGES = [
   'packages/policy',
   'packages/protocol',
   'packages/sim',
+  'packages/validate',
   'apps/router',
   'apps/mock-worker',
 ] as const;
@@ -199,6 +200,14 @@ describe.each([process.execPath, ...extraNodes])('installed bins under %s', (nod
     expect(bad.status).toBe(2);
     expect(bad.stderr).toContain("unknown scenario 'nope'");
     expect(bad.stdout).toBe('');
+    // `kvroute-sim validate` finds the installed kvroute-validate program, git-style.
+    const validate = spawnSync(bin('kvroute-sim'), ['validate', '--help'], {
+      cwd: app(),
+      env: env(),
+      encoding: 'utf8',
+    });
+    expect(validate.status, validate.stderr).toBe(0);
+    expect(validate.stdout).toMatch(/^kvroute-sim validate --target URL/);
   });
 
   it('kvroute-router --mock-workers 2 serves a chat completion', async () => {

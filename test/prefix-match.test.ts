@@ -4,7 +4,7 @@
 // simulated time.
 import { createDispatcher, createLoadTracker } from '@kvroute/policy';
 import { dispatcherConfig, resolveConfig } from '@kvroute/router';
-import { EventQueue, RankModel } from '@kvroute/sim';
+import { EventQueue, RankModel } from '@kvroute/sim/model';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Cluster, getText, postJson, startCluster, sumMetric } from './helpers/cluster.ts';
 

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type RunningMockWorker, startMockWorker } from '@kvroute/mock-worker';
 import { approximateTokenIds, canonicalChatText } from '@kvroute/protocol';
-import { chatRoutingIds, idsToChatText, runValidate, type ValidateReport } from '@kvroute/sim';
+import { chatRoutingIds, idsToChatText, runValidate, type ValidateReport } from '@kvroute/validate';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type Cluster, startCluster } from './helpers/cluster.ts';
 

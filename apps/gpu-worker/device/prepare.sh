@@ -5,6 +5,8 @@
 #   .device/node.xz            this machine's node binary, xz-compressed (Node 20)
 #   .device/kvroute-router.mjs the router as one esbuild bundle (pnpm --filter @kvroute/router bundle)
 #   .device/kvroute-sim.mjs    the sim CLI (packages/sim/src/cli.ts) as one esbuild bundle
+#   .device/kvroute-validate.mjs  the validate CLI (packages/validate/src/cli.ts), which
+#                              `kvroute-sim validate` runs when it lies beside kvroute-sim.mjs
 #
 # Env: DEVICE_DIR (default <repo>/.device), SKIP_NODE=1 to leave out node.xz (CPU dry runs use
 # the local node, and compressing 100 MB takes a while on 2 cores).
@@ -32,6 +34,8 @@ echo "prepare: bundling the sim CLI" >&2
 # esbuild is the router's devDependency; run it from there with paths relative to apps/router.
 (cd apps/router && pnpm exec esbuild ../../packages/sim/src/cli.ts --bundle --platform=node --format=esm \
   --target=node20 --conditions=@kvroute/source --log-level=warning --outfile="$dest/kvroute-sim.mjs" "--banner:js=$banner")
+(cd apps/router && pnpm exec esbuild ../../packages/validate/src/cli.ts --bundle --platform=node --format=esm \
+  --target=node20 --conditions=@kvroute/source --log-level=warning --outfile="$dest/kvroute-validate.mjs" "--banner:js=$banner")
 
 if [ "${SKIP_NODE:-0}" != "1" ]; then
   node_bin="$(command -v node)"
@@ -44,8 +48,9 @@ fi
 
 # The bundles must run with plain node and no node_modules anywhere up the tree.
 check="$(mktemp -d /tmp/kvroute-bundle-check.XXXXXX)"
-cp "$dest/kvroute-sim.mjs" "$dest/kvroute-router.mjs" "$check/"
-(cd "$check" && node kvroute-sim.mjs --help >/dev/null && node kvroute-router.mjs --help >/dev/null) || {
+cp "$dest/kvroute-sim.mjs" "$dest/kvroute-validate.mjs" "$dest/kvroute-router.mjs" "$check/"
+(cd "$check" && node kvroute-sim.mjs --help >/dev/null && node kvroute-sim.mjs validate --help >/dev/null \
+  && node kvroute-router.mjs --help >/dev/null) || {
   echo "prepare: a bundle does not run outside the repo (see $check)" >&2
   exit 1
 }

@@ -17,21 +17,24 @@ import {
   type RoutingTokenizer,
   routedRankParam,
   routeNotFound,
+  SseWriter,
 } from '@kvroute/protocol';
-import { stream } from '@kvroute/sim';
+import { stream } from '@kvroute/sim/model';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { MockEngine } from './engine.ts';
 import { fillerToken, promptSeed } from './filler.ts';
+import { type RankEventPublisher, startKvEventPublishers } from './kv-events.ts';
 import { createWorkerMetrics } from './metrics.ts';
 import { type MockWorkerOptions, type ResolvedOptions, resolveOptions } from './options.ts';
 import { finalBody, type Outcome, streamDelta, streamEnd, streamStart } from './responses.ts';
-import { SseWriter } from './sse-writer.ts';
 
 declare module 'fastify' {
   interface FastifyInstance {
     /** The engine behind this worker (ranks, dispatcher, scheduler); for tests and the router. */
     mockEngine: MockEngine;
     mockOptions: ResolvedOptions;
+    /** One KV event publisher per DP rank when kvEventsConfig is set (bound on ready). */
+    kvEventPublishers: RankEventPublisher[];
   }
 }
 
@@ -58,6 +61,22 @@ export function buildMockWorker(options: MockWorkerOptions = {}): FastifyInstanc
   app.decorate('mockEngine', engine);
   app.decorate('mockOptions', opts);
   app.addHook('onClose', async () => engine.close());
+  app.decorate('kvEventPublishers', [] as RankEventPublisher[]);
+  const kvEvents = opts.kvEvents;
+  if (kvEvents) {
+    // Bound before the worker serves, so no cache change goes unpublished.
+    app.addHook('onReady', async () => {
+      app.kvEventPublishers.push(
+        ...(await startKvEventPublishers(
+          engine.ranks.map((r) => r.cache),
+          kvEvents,
+        )),
+      );
+    });
+    app.addHook('onClose', async () => {
+      await Promise.all(app.kvEventPublishers.map((p) => p.close()));
+    });
+  }
 
   // Bodies arrive as text whatever the content type, so bad JSON gets our 400, not fastify's.
   app.removeAllContentTypeParsers();

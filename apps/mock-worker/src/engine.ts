@@ -8,7 +8,7 @@ import {
   type Dispatcher,
   type LoadTracker,
 } from '@kvroute/policy';
-import { type CostModel, getProfile, loadProfileFile, RankModel } from '@kvroute/sim';
+import { type CostModel, getProfile, loadProfileFile, RankModel } from '@kvroute/sim/model';
 import type { ResolvedOptions } from './options.ts';
 import { RealtimeScheduler } from './scheduler.ts';
 

@@ -8,6 +8,13 @@ export {
 } from './engine.ts';
 export { fillerText, fillerToken, promptSeed } from './filler.ts';
 export {
+  KV_EVENTS_DEFAULT_ENDPOINT,
+  type KvEventsOptions,
+  RankEventPublisher,
+  startKvEventPublishers,
+} from './kv-events.ts';
+export type { KvEventsConfig } from './options.ts';
+export {
   type CliArgs,
   DEFAULTS,
   type FailMode,

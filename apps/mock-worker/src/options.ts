@@ -41,6 +41,22 @@ export interface MockWorkerOptions {
   seed?: string;
   /** fastify logger. Default false. */
   logger?: boolean;
+  /**
+   * Publish KV events as vLLM/SGLang do: their `--kv-events-config` JSON object
+   * ({ publisher: 'zmq', endpoint, replay_endpoint?, buffer_steps?, topic? }). Default: none.
+   */
+  kvEventsConfig?: KvEventsConfig;
+  /** Block size of the published events in tokens (vLLM's --block-size). Default 16. */
+  kvEventsBlockSize?: number;
+}
+
+/** vLLM's / SGLang's KVEventsConfig fields the mock worker honours. */
+export interface KvEventsConfig {
+  publisher?: string;
+  endpoint?: string;
+  replay_endpoint?: string | null;
+  buffer_steps?: number;
+  topic?: string;
 }
 
 export interface ResolvedOptions {
@@ -62,6 +78,15 @@ export interface ResolvedOptions {
   slowMs: number;
   seed: string;
   logger: boolean;
+  kvEvents:
+    | {
+        endpoint: string;
+        replayEndpoint?: string;
+        blockSize: number;
+        bufferSteps: number;
+        topic: string;
+      }
+    | undefined;
 }
 
 export const DEFAULTS = {
@@ -125,6 +150,48 @@ export function resolveOptions(o: MockWorkerOptions = {}): ResolvedOptions {
     slowMs: num('slowMs', o.slowMs, 0) ?? DEFAULTS.slowMs,
     seed: o.seed ?? DEFAULTS.seed,
     logger: o.logger ?? false,
+    kvEvents: resolveKvEvents(o),
+  };
+}
+
+function resolveKvEvents(o: MockWorkerOptions): ResolvedOptions['kvEvents'] {
+  const blockSize = int('kvEventsBlockSize', o.kvEventsBlockSize, 1) ?? 16;
+  const c = o.kvEventsConfig;
+  if (c === undefined) return undefined;
+  if (c === null || typeof c !== 'object' || Array.isArray(c)) {
+    throw new MockWorkerConfigError(
+      'kvEventsConfig must be an object like {"publisher":"zmq","endpoint":"tcp://*:5557"}',
+    );
+  }
+  const publisher = c.publisher ?? 'zmq';
+  if (publisher === 'null') return undefined;
+  if (publisher !== 'zmq') {
+    throw new MockWorkerConfigError(
+      `kvEventsConfig.publisher must be "zmq" or "null", got ${JSON.stringify(publisher)}`,
+    );
+  }
+  const endpoint = c.endpoint ?? 'tcp://*:5557';
+  for (const [name, ep] of [
+    ['endpoint', endpoint],
+    ['replay_endpoint', c.replay_endpoint],
+  ] as const) {
+    if (
+      ep !== undefined &&
+      ep !== null &&
+      (typeof ep !== 'string' || !/^(tcp|ipc|inproc):\/\//.test(ep))
+    ) {
+      throw new MockWorkerConfigError(
+        `kvEventsConfig.${name} must be a tcp://, ipc:// or inproc:// endpoint, got ${JSON.stringify(ep)}`,
+      );
+    }
+  }
+  const bufferSteps = int('kvEventsConfig.buffer_steps', c.buffer_steps, 1) ?? 10_000;
+  return {
+    endpoint,
+    ...(c.replay_endpoint ? { replayEndpoint: c.replay_endpoint } : {}),
+    blockSize,
+    bufferSteps,
+    topic: typeof c.topic === 'string' ? c.topic : '',
   };
 }
 
@@ -151,6 +218,10 @@ An SGLang/OpenAI-compatible worker driven by @kvroute/sim's radix cache and cost
   --fail-mode http500|reset    injected failure: HTTP 500 or a reset connection (default http500)
   --slow-ms MS                 extra wall-clock delay before each request starts (default 0)
   --seed S                     seed for --fail-rate (default kvroute)
+  --kv-events-config JSON      publish KV events as vLLM/SGLang, e.g.
+                               '{"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558"}'
+                               (DP rank r binds port + r; port 0 picks free ports)
+  --kv-events-block-size N     tokens per published block (default 16)
   --log                        fastify request logging
   -h, --help                   this text
 `;
@@ -210,7 +281,16 @@ export function parseMockWorkerArgs(argv: readonly string[]): CliArgs {
     slowMs: cliNumber('--slow-ms', values['slow-ms']),
     seed: values.seed,
     logger: values.log ?? false,
+    kvEventsBlockSize: cliNumber('--kv-events-block-size', values['kv-events-block-size']),
   };
+  const rawEvents = values['kv-events-config'];
+  if (rawEvents !== undefined) {
+    try {
+      options.kvEventsConfig = JSON.parse(rawEvents) as KvEventsConfig;
+    } catch (err) {
+      throw new MockWorkerConfigError(`--kv-events-config must be JSON: ${(err as Error).message}`);
+    }
+  }
   const port = cliNumber('--port', values.port) ?? 0;
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
     throw new MockWorkerConfigError(`--port must be an integer in [0, 65535], got ${port}`);
@@ -243,6 +323,8 @@ function parse(argv: readonly string[]) {
       'fail-mode': { type: 'string' },
       'slow-ms': { type: 'string' },
       seed: { type: 'string' },
+      'kv-events-config': { type: 'string' },
+      'kv-events-block-size': { type: 'string' },
       log: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },

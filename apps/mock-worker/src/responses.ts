@@ -1,7 +1,7 @@
 // Response bodies and SSE chunks in the shapes real engines send (spec S-4): SGLang's
 // /generate and OpenAI's completions / chat completions. Pure functions of the request's
 // outcome, so both the streaming and the non-streaming paths share them.
-import type { RequestKind } from '@kvroute/protocol';
+import { type RequestKind, SSE_DONE, sseEvent as sse } from '@kvroute/protocol';
 
 export interface Outcome {
   id: string;
@@ -73,9 +73,6 @@ export function finalBody(o: Outcome): Record<string, unknown> {
       };
   }
 }
-
-const sse = (data: unknown): string => `data: ${JSON.stringify(data)}\n\n`;
-const SSE_DONE = 'data: [DONE]\n\n';
 
 function openAIChunk(o: Outcome, choice: Record<string, unknown> | null, withUsage: boolean) {
   return {

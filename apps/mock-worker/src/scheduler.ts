@@ -9,7 +9,7 @@
 // With timeScale 0 model time only moves from event to event: every queued event runs on
 // the next turn of the event loop, so a request completes "immediately" while its cache
 // and batching effects (cached_tokens) are still computed by the model.
-import { EventHeap, type ScheduledEvent, type Scheduler } from '@kvroute/sim';
+import { EventHeap, type ScheduledEvent, type Scheduler } from '@kvroute/sim/model';
 
 /** Instant mode yields to I/O after this many events so a long drain cannot starve sockets. */
 const INSTANT_BATCH = 5000;

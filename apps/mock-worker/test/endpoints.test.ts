@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { approximateTokenIds } from '@kvroute/protocol';
-import { getProfile } from '@kvroute/sim';
+import { getProfile } from '@kvroute/sim/model';
 import { afterEach, describe, expect, it } from 'vitest';
 import { fillerText, promptSeed } from '../src/filler.ts';
 import { closeAll, type Json, post, sseEvents, textOfTokens, worker } from './helpers.ts';

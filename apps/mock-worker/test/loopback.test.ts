@@ -191,23 +191,11 @@ describe('mock worker on a loopback port', () => {
     await expect(fetch(`${w.url}/health`)).rejects.toThrow();
   });
 
-  // The bin runs the compiled form of this entry; test/install.test.ts runs the installed bin.
-  it('the kvroute-mock-worker entry starts, prints its URL and serves', async () => {
-    const entry = fileURLToPath(new URL('../src/server.ts', import.meta.url));
-    const child = spawn(
-      process.execPath,
-      [
-        '--conditions=@kvroute/source',
-        '--import',
-        'tsx',
-        entry,
-        '--time-scale',
-        '0',
-        '--dp-size',
-        '2',
-      ],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    );
+  it('the kvroute-mock-worker bin starts, prints its URL and serves', async () => {
+    const bin = fileURLToPath(new URL('../bin/kvroute-mock-worker.mjs', import.meta.url));
+    const child = spawn(process.execPath, [bin, '--time-scale', '0', '--dp-size', '2'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     try {
       const url = await new Promise<string>((resolve, reject) => {
         let out = '';

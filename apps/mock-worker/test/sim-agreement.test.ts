@@ -1,7 +1,7 @@
 // The worker must be the simulator in real time: the same request sequence through the HTTP
 // surface and through @kvroute/sim's RankModel on its own event queue gives the same
 // cached_tokens, request by request. (Sequential requests, so batching cannot differ.)
-import { EventQueue, getProfile, RankModel } from '@kvroute/sim';
+import { EventQueue, getProfile, RankModel } from '@kvroute/sim/model';
 import { afterEach, describe, expect, it } from 'vitest';
 import { closeAll, post, worker } from './helpers.ts';
 

@@ -1,15 +1,22 @@
 #!/usr/bin/env node
-// `kvroute-router`: runs the compiled server in dist/ with plain node (no TypeScript loader
-// at runtime). A workspace checkout has no dist/ until `pnpm build`; `pnpm router` runs the
-// source, and `pnpm --filter @kvroute/router bundle` writes a single file for hosts without
-// node_modules.
+// `kvroute-router`: as installed from npm, runs the compiled server.js in dist/ with plain node. In a
+// checkout of the repository (src/ present) it runs the TypeScript source through tsx, with
+// the other workspace packages resolved to their source too (the `@kvroute/source` export
+// condition), so the bin never runs a stale build.
+// Hosts without node_modules run the single-file bundle instead (`pnpm --filter
+// @kvroute/router bundle`).
 import { existsSync } from 'node:fs';
+import { register } from 'node:module';
 
-const entry = new URL('../dist/server.js', import.meta.url);
-if (!existsSync(entry)) {
-  console.error(
-    'kvroute-router: dist/server.js is missing; run `pnpm build` first (or `pnpm router` in the workspace)',
-  );
-  process.exit(1);
+const source = new URL('../src/server.ts', import.meta.url);
+if (existsSync(source)) {
+  const tsx = await import('tsx/esm/api');
+  tsx.register();
+  const hook =
+    'export async function resolve(s, c, next) {' +
+    " return next(s, { ...c, conditions: ['@kvroute/source', ...c.conditions] }); }";
+  register(`data:text/javascript,${encodeURIComponent(hook)}`);
+  await import(source.href);
+} else {
+  await import(new URL('../dist/server.js', import.meta.url).href);
 }
-await import(entry.href);

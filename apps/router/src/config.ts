@@ -58,6 +58,16 @@ export interface RouterConfig {
   serviceDiscoveryPort: number;
   /** Namespace to watch; undefined = the pod's own namespace (service account), else default. */
   serviceDiscoveryNamespace?: string;
+  /** KV events: endpoint template with {host} (tcp://{host}:5557); see src/kv-events/feed.ts. */
+  kvEventsEndpoint?: string;
+  kvEventsReplayEndpoint?: string;
+  /** KV events: one endpoint per worker, in --worker-urls order (wins over the template). */
+  kvEventsEndpoints: string[];
+  kvEventsReplayEndpoints: string[];
+  kvEventsTopic: string;
+  /** A rank silent this long after a request, or this long after a lost batch, is not live. */
+  kvEventsStaleMs: number;
+  kvEventsMaxBlocks: number;
 }
 
 export const DEFAULT_CONFIG: RouterConfig = {
@@ -89,6 +99,11 @@ export const DEFAULT_CONFIG: RouterConfig = {
   serviceDiscovery: false,
   selector: [],
   serviceDiscoveryPort: 30000,
+  kvEventsEndpoints: [],
+  kvEventsReplayEndpoints: [],
+  kvEventsTopic: '',
+  kvEventsStaleMs: 10_000,
+  kvEventsMaxBlocks: 4_194_304,
 };
 
 type Kind = 'string' | 'int' | 'number' | 'bool' | 'duration' | 'list' | 'kv';
@@ -307,6 +322,50 @@ export const OPTIONS: readonly OptionSpec[] = [
     kind: 'int',
     min: 1,
     help: 'Mock workers: internal DP ranks each (use with --dp-aware)',
+  },
+  {
+    flag: 'kv-events-endpoint',
+    key: 'kvEventsEndpoint',
+    kind: 'string',
+    help: "Subscribe to the workers' KV events (vLLM/SGLang ZMQ): endpoint template, {host} = worker host, e.g. tcp://{host}:5557 (DP rank r: port + r)",
+  },
+  {
+    flag: 'kv-events-replay-endpoint',
+    key: 'kvEventsReplayEndpoint',
+    kind: 'string',
+    help: 'KV events replay (ROUTER) endpoint template, e.g. tcp://{host}:5558; fills sequence gaps',
+  },
+  {
+    flag: 'kv-events-endpoints',
+    key: 'kvEventsEndpoints',
+    kind: 'list',
+    help: 'KV event endpoints, one per worker in --worker-urls order (instead of the template)',
+  },
+  {
+    flag: 'kv-events-replay-endpoints',
+    key: 'kvEventsReplayEndpoints',
+    kind: 'list',
+    help: 'KV event replay endpoints, one per worker in --worker-urls order',
+  },
+  {
+    flag: 'kv-events-topic',
+    key: 'kvEventsTopic',
+    kind: 'string',
+    help: "KV events topic (the engines' kv-events-config topic; default empty)",
+  },
+  {
+    flag: 'kv-events-stale',
+    key: 'kvEventsStaleMs',
+    kind: 'duration',
+    min: 1,
+    help: 'A rank whose events stay silent this long after a request, or lost a batch this recently, falls back to the learned index (default 10s)',
+  },
+  {
+    flag: 'kv-events-max-blocks',
+    key: 'kvEventsMaxBlocks',
+    kind: 'int',
+    min: 1,
+    help: 'Events index bound: blocks kept per rank at most (default 4194304)',
   },
   {
     flag: 'log-level',
@@ -627,6 +686,37 @@ export function validateConfig(cfg: RouterConfig): RouterConfig {
   }
   if (!cfg.health.endpoint.startsWith('/'))
     throw new RouterConfigError('--health-check-endpoint must start with /');
+  const zmqEndpoint = /^(tcp|ipc|inproc):\/\/\S+$/;
+  for (const [flag, list] of [
+    ['--kv-events-endpoints', cfg.kvEventsEndpoints],
+    ['--kv-events-replay-endpoints', cfg.kvEventsReplayEndpoints],
+    ['--kv-events-endpoint', cfg.kvEventsEndpoint === undefined ? [] : [cfg.kvEventsEndpoint]],
+    [
+      '--kv-events-replay-endpoint',
+      cfg.kvEventsReplayEndpoint === undefined ? [] : [cfg.kvEventsReplayEndpoint],
+    ],
+  ] as const) {
+    for (const ep of list) {
+      if (!zmqEndpoint.test(ep)) {
+        throw new RouterConfigError(
+          `${flag}: "${ep}" is not a ZMQ endpoint (expected tcp://host:port, ipc://path or inproc://name)`,
+        );
+      }
+    }
+    if (flag.endsWith('endpoints') && list.length > urls.length) {
+      throw new RouterConfigError(
+        `${flag}: ${list.length} endpoints for ${urls.length} --worker-urls (one per worker, in order)`,
+      );
+    }
+  }
+  if (
+    cfg.kvEventsReplayEndpoints.length > 0 &&
+    cfg.kvEventsReplayEndpoints.length !== cfg.kvEventsEndpoints.length
+  ) {
+    throw new RouterConfigError(
+      '--kv-events-replay-endpoints: give one per --kv-events-endpoints entry',
+    );
+  }
   return { ...cfg, workerUrls: urls };
 }
 

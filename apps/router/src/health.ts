@@ -4,10 +4,11 @@
 // once (the process is gone; waiting for three probes would send it more traffic), a 5xx
 // counts as one failed check. With active checks off (interval 0) a worker marked down
 // passively stays down until an admin re-adds it.
+
+import { describeError, getText } from '@kvroute/protocol';
 import type { Agent } from 'undici';
 import type { HealthConfig } from './config.ts';
 import type { RankTable, Worker } from './rank-table.ts';
-import { describeError, getText } from './upstream.ts';
 
 export interface HealthLog {
   warn(obj: object, msg: string): void;

@@ -28,4 +28,3 @@ export {
   dispatcherConfig,
   type RouterState,
 } from './router.ts';
-export { type ReportedUsage, UsageScanner, usageFromObject } from './usage-scanner.ts';

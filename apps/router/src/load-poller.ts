@@ -3,10 +3,11 @@
 // direct clients). The router's own accounting stays exact (dispatch/complete); the excess
 // is added on top when the policy looks at the ranks. Tokens are not corrected: neither
 // /v1/loads nor vLLM's metrics report pending prompt + output tokens.
+
+import { getText } from '@kvroute/protocol';
 import type { Agent } from 'undici';
 import { parseLoadsResponse, parseVllmMetrics, type WorkerLoad } from './load-report.ts';
 import type { RankTable, Worker } from './rank-table.ts';
-import { getText } from './upstream.ts';
 
 export class LoadPoller {
   private timer: NodeJS.Timeout | undefined;

@@ -6,6 +6,7 @@ import { createServer } from 'node:http';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { createDispatcher, type Dispatcher, type DispatcherConfig } from '@kvroute/policy';
 import {
+  createHttpAgent,
   createRoutingTokenizer,
   kindForPath,
   REQUEST_PATHS,
@@ -13,11 +14,12 @@ import {
   routeNotFound,
 } from '@kvroute/protocol';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { Agent } from 'undici';
+import type { Agent } from 'undici';
 import type { RouterConfig } from './config.ts';
 import { discoveryPlugin } from './discovery/plugin.ts';
 import { errorReply } from './error-reply.ts';
 import { HealthMonitor } from './health.ts';
+import { KvEventsFeed, type KvEventsSettings, kvEventsEnabled } from './kv-events/feed.ts';
 import { LoadPoller } from './load-poller.ts';
 import { createRouterMetrics, type RouterMetrics } from './metrics.ts';
 import { adminPlugin } from './plugins/admin.ts';
@@ -49,6 +51,8 @@ export interface RouterState {
   readonly tokenizer: RoutingTokenizer;
   /** The keep-alive pools to the workers, shared by the proxy, checks and polls. */
   readonly agent: Agent;
+  /** The events-fed cache index, when --kv-events-endpoint(s) is set. */
+  readonly kvEvents: KvEventsFeed | undefined;
   /** Adds a worker at runtime (the admin POST /ranks path). */
   addWorker(url: string, dpSize?: number): Promise<Worker>;
   removeWorker(url: string): Worker | undefined;
@@ -105,7 +109,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     opts.tokenizer ??
     createRoutingTokenizer(config.tokenizer ? { tokenizerJsonPath: config.tokenizer } : {});
   const table = new RankTable();
-  const agent = new Agent({ keepAliveTimeout: 30_000, connections: null, pipelining: 1 });
+  const agent = createHttpAgent();
   const log = app.log;
   const health = new HealthMonitor(table, agent, config.health, log);
   const loadPoller = new LoadPoller(
@@ -122,8 +126,29 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     },
   });
 
+  const kvSettings: KvEventsSettings = {
+    endpoint: config.kvEventsEndpoint,
+    replayEndpoint: config.kvEventsReplayEndpoint,
+    endpoints: config.kvEventsEndpoints,
+    replayEndpoints: config.kvEventsReplayEndpoints,
+    topic: config.kvEventsTopic,
+    staleMs: config.kvEventsStaleMs,
+    maxBlocksPerRank: config.kvEventsMaxBlocks,
+  };
+  const kvEvents = kvEventsEnabled(kvSettings)
+    ? new KvEventsFeed(
+        kvSettings,
+        table,
+        config.workerUrls,
+        metrics.registry,
+        log,
+        () => dispatcher.stats().method,
+      )
+    : undefined;
+
   const state: RouterState = {
     config,
+    kvEvents,
     table,
     dispatcher,
     health,
@@ -143,12 +168,14 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
 
   app.addHook('onReady', async () => {
     for (const url of config.workerUrls) await state.addWorker(url);
+    kvEvents?.start();
     health.start();
     loadPoller.start();
   });
   app.addHook('onClose', async () => {
     health.stop();
     loadPoller.stop();
+    await kvEvents?.close();
     await agent.destroy();
   });
 
@@ -176,6 +203,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     health,
     metrics,
     log,
+    kvIndex: kvEvents,
   });
   app.register(proxyPlugin, { handler: serveProxy });
   app.register(workersApiPlugin, { state });

@@ -1,9 +1,10 @@
 // Turns --worker-urls (+ --dp-aware, --dp-size) into rank-table entries. With --dp-aware each
 // URL is one SGLang server running DP attention: its dp_size comes from --dp-size or from the
 // server's own /get_server_info, and each of its DP ranks becomes one router rank.
+
+import { describeError, getJson } from '@kvroute/protocol';
 import type { Agent } from 'undici';
 import type { RankTable, Worker } from './rank-table.ts';
-import { describeError, getJson } from './upstream.ts';
 
 export async function fetchDpSize(agent: Agent, url: string, timeoutMs: number): Promise<number> {
   let info: unknown;

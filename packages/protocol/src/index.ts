@@ -27,6 +27,18 @@ export {
   routingKeyFromHeaders,
 } from './headers.ts';
 export {
+  createHttpAgent,
+  type Dispatcher,
+  describeError,
+  errorCode,
+  type GetResult,
+  getJson,
+  getText,
+  type HttpAgentOptions,
+  type PostOptions,
+  post,
+} from './http-client.ts';
+export {
   type ChatContentPart,
   type ChatMessage,
   DEFAULT_MAX_TOKENS,
@@ -45,8 +57,24 @@ export {
 export { buildRouteRequest, type ProtocolRouteRequest } from './route-request.ts';
 export { approximateTokenIds, canonicalChatText, messageText } from './routing-text.ts';
 export {
+  SSE_DONE,
+  SSE_DONE_DATA,
+  SseReader,
+  type SseReaderOptions,
+  type SseSink,
+  SseWriter,
+  sseEvent,
+} from './sse.ts';
+export {
   approximateTokenizer,
   createRoutingTokenizer,
   type RoutingTokenizer,
   type RoutingTokenizerOptions,
 } from './tokenizer.ts';
+export {
+  type ReportedUsage,
+  type ResponseFacts,
+  responseFacts,
+  UsageScanner,
+  usageFromObject,
+} from './usage.ts';

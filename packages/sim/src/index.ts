@@ -1,60 +1,7 @@
-// @kvroute/sim public API. Other modules (cli, report, validate) may append export lines.
-
-export type { MatchResult, RadixCacheOptions, RadixHandle } from './cache/radix-cache.ts';
-export { RadixCache } from './cache/radix-cache.ts';
+// @kvroute/sim, everything at once: the model plus the report renderers and the CLI. Code that
+// needs less imports a sub-path instead: `@kvroute/sim/model` (engine, entities, cache, cost,
+// workloads, metrics), `@kvroute/sim/report` (renderers), `@kvroute/sim/cli` (runCli and the
+// helpers other CLIs built on it share).
 export * from './cli/index.ts';
-export type {
-  ComparisonOptions,
-  ComparisonResult,
-  ComparisonRun,
-} from './compare.ts';
-export { policyConfig, runComparison, runComparisonDetailed } from './compare.ts';
-export { readCalibration, repoRoot, sharedDir, sharedFile } from './cost/calibration.ts';
-export type {
-  CostModel,
-  CostProfileSpec,
-  DecodeCoefficients,
-  PrefillCoefficients,
-} from './cost/cost-model.ts';
-export { costModelFromSpec, loadProfileFile, parseProfileSpec } from './cost/cost-model.ts';
-export { getProfile, getProfileSpec, profileNames } from './cost/profiles.ts';
-export type { ScheduledEvent, Scheduler } from './engine/event-queue.ts';
-export { EventHeap, EventQueue, HeapEvent } from './engine/event-queue.ts';
-export { DpAttentionGroup } from './entities/dp-attention-group.ts';
-export type {
-  RankLoad,
-  RankModelOptions,
-  RankRequest,
-  RankStats,
-  StepDriver,
-} from './entities/rank.ts';
-export { KvCapacityError, RankModel } from './entities/rank.ts';
-export { latencyStats, percentile, summarize } from './metrics/summary.ts';
-export type {
-  LatencyStats,
-  PolicyRunResult,
-  PolicyRunSummary,
-  RankSummary,
-  RequestRecord,
-  SubsetLatency,
-} from './metrics/types.ts';
+export * from './model.ts';
 export * from './report/index.ts';
-export type { RankOverrides, SimulateOptions } from './simulate.ts';
-export { simulatePlan } from './simulate.ts';
-export * from './validate/index.ts';
-export { WorkloadOptionError } from './workloads/options.ts';
-export { stream, VOCAB, zipfSampler } from './workloads/random.ts';
-export {
-  buildWorkload,
-  getScenario,
-  registerScenario,
-  scenarioList,
-  scenarioNames,
-} from './workloads/registry.ts';
-export { defaultTracePath, resolveTracePath, TraceFormatError } from './workloads/replay.ts';
-export type {
-  ClusterEvent,
-  ScenarioDefinition,
-  WorkloadPlan,
-  WorkloadRequest,
-} from './workloads/types.ts';

@@ -646,9 +646,12 @@ describe('as a process', () => {
     expect((await cli(args)).stdout).toBe(r.stdout);
   });
 
-  // The installed bin (compiled dist/, plain node) gets the same check in test/install.test.ts.
-  it('exits 2 on bad input, with nothing on stdout', () => {
-    const r = run(['run', '--scenario', 'nope']);
+  it('exits 2 on bad input through the bin launcher', () => {
+    const r = spawnSync(process.execPath, ['bin/kvroute-sim.mjs', 'run', '--scenario', 'nope'], {
+      cwd: pkgDir,
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
     expect(r.status).toBe(2);
     expect(r.stderr).toContain("unknown scenario 'nope'");
     expect(r.stdout).toBe('');

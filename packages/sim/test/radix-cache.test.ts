@@ -68,3 +68,27 @@ describe('RadixCache', () => {
     expect(() => c.unlock(h)).toThrow(/not locked/);
   });
 });
+
+describe('RadixCache hooks', () => {
+  it('reports every stored segment, evicted leaf and reset with its full path', () => {
+    const cache = new RadixCache({ capacityTokens: 10 });
+    const log: string[] = [];
+    cache.hooks = {
+      stored: (path, start) => log.push(`+${start}:${Array.from(path).join(',')}`),
+      evicted: (path, start) => log.push(`-${start}:${Array.from(path).join(',')}`),
+      cleared: () => log.push('clear'),
+    };
+    cache.insert([1, 2, 3, 4]);
+    cache.insert([1, 2, 3, 4, 5, 6]);
+    cache.insert([1, 2, 9]);
+    cache.insert([1, 2, 3, 4]); // cached already: no event
+    expect(log).toEqual(['+0:1,2,3,4', '+4:1,2,3,4,5,6', '+2:1,2,9']);
+    log.length = 0;
+    expect(cache.evict(3)).toBe(3);
+    // LRU leaves first: [5,6] under [1,2,3,4] (touched before [9]), then [9].
+    expect(log).toEqual(['-4:1,2,3,4,5,6', '-2:1,2,9']);
+    log.length = 0;
+    cache.reset();
+    expect(log).toEqual(['clear']);
+  });
+});

@@ -1,10 +1,11 @@
 // The GET routes a client reaches that are answered from the fleet rather than proxied:
 // /health (SGLang's meaning: the server can serve) and /v1/models (any healthy worker knows
 // the model list; no load accounting).
+
+import { describeError, getText } from '@kvroute/protocol';
 import type { FastifyInstance } from 'fastify';
 import { noRankLeft } from '../proxy/route.ts';
 import type { RouterState } from '../router.ts';
-import { describeError, getText } from '../upstream.ts';
 
 export interface WorkersApiOptions {
   state: RouterState;

@@ -5,11 +5,15 @@
 // and a client that goes away aborts the upstream request, which closes that connection,
 // which is how SGLang and the mock worker learn to abort the generation.
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
-import { RANK_HEADER, ROUTING_KEY_HEADERS } from '@kvroute/protocol';
+import {
+  describeError,
+  errorCode,
+  RANK_HEADER,
+  type ReportedUsage,
+  ROUTING_KEY_HEADERS,
+  UsageScanner,
+} from '@kvroute/protocol';
 import type { Agent } from 'undici';
-import { describeError, errorCode } from '../upstream.ts';
-import type { ReportedUsage } from '../usage-scanner.ts';
-import { UsageScanner } from '../usage-scanner.ts';
 
 // Hop-by-hop and framing headers are the proxy's own business on each leg.
 const HOP_BY_HOP = new Set([

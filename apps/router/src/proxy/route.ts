@@ -7,12 +7,14 @@ import { performance } from 'node:perf_hooks';
 import {
   type Decision,
   type Dispatcher,
+  type KvIndexView,
   NoHealthyRankError,
   RoutedRankError,
 } from '@kvroute/policy';
 import {
   badRequest,
   buildRouteRequest,
+  describeError,
   type ParsedRequest,
   parseJsonBody,
   parseRequest,
@@ -28,7 +30,6 @@ import { RouterError } from '../errors.ts';
 import type { HealthMonitor } from '../health.ts';
 import type { RouterMetrics } from '../metrics.ts';
 import type { RankTable } from '../rank-table.ts';
-import { describeError } from '../upstream.ts';
 import { CLIENT_GONE, readBody } from './body.ts';
 import {
   type AttemptFailure,
@@ -46,6 +47,8 @@ export interface ProxyContext {
   health: HealthMonitor;
   metrics: RouterMetrics;
   log: FastifyBaseLogger;
+  /** The events-fed cache index (--kv-events-endpoint), passed to every decision. */
+  kvIndex?: (KvIndexView & { noteDispatch(rank: number): void }) | undefined;
 }
 
 /** Serves one proxied POST on the raw request/response; never throws. */
@@ -76,7 +79,7 @@ export function noRankLeft(
 }
 
 export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
-  const { config, table, dispatcher, tokenizer, agent, health, metrics, log } = ctx;
+  const { config, table, dispatcher, tokenizer, agent, health, metrics, log, kvIndex } = ctx;
 
   const countRejected = (route: string, status: number): void => {
     metrics.countRequest(route, 'none', 'none', String(status));
@@ -162,7 +165,11 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         let decision: Decision;
         const t0 = performance.now();
         try {
-          decision = dispatcher.dispatch(routeRequest, view, { nowMs: Date.now() });
+          decision = dispatcher.dispatch(
+            routeRequest,
+            view,
+            kvIndex ? { nowMs: Date.now(), kvIndex } : { nowMs: Date.now() },
+          );
         } catch (err) {
           if (err instanceof NoHealthyRankError || err instanceof RoutedRankError) {
             throw noRankLeft(table, lastFailure, err.message);
@@ -179,6 +186,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         }
         const worker = slot.worker;
         const rank = decision.rank;
+        kvIndex?.noteDispatch(rank);
         const rankLabel = String(rank);
 
         let outBody = raw;

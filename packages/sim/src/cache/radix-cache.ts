@@ -14,9 +14,31 @@ export interface RadixNode {
 /** Opaque to callers: the node where a match or insert ended. */
 export type RadixHandle = RadixNode;
 
+/**
+ * Observers of what enters and leaves the cache (a worker publishing KV events from it).
+ * `path` is the token sequence from the root; it may be a view of a caller's buffer, valid
+ * only during the call.
+ */
+export interface RadixCacheHooks {
+  /** path[start, path.length) was added below the already cached path[0, start). */
+  stored?(path: Uint32Array, start: number): void;
+  /** The leaf holding path[start, path.length) was evicted; path[0, start) stays cached. */
+  evicted?(path: Uint32Array, start: number): void;
+  /** Everything was dropped (reset). */
+  cleared?(): void;
+}
+
 export interface RadixCacheOptions {
   capacityTokens: number;
   pageSize?: number;
+  /**
+   * Eviction order: 'lru' (default; a match refreshes what it walked) or 'fifo' (oldest
+   * inserted first; matches do not refresh). The GPU cache is LRU as in SGLang; a host tier
+   * may be either.
+   */
+  eviction?: 'lru' | 'fifo';
+  /** Called with the full token path of every evicted leaf (e.g. to write it to a host tier). */
+  onEvict?(path: Uint32Array): void;
 }
 
 export interface MatchResult {
@@ -36,9 +58,13 @@ export class RadixCache {
   private tick = 0;
   private size = 0;
   private evictableSize = 0;
+  /** Set to observe stores, evictions and resets; unset costs nothing. */
+  hooks: RadixCacheHooks | undefined;
   /** Tokens and nodes removed by evict() since creation. */
   evictedTokens = 0;
   evictedNodes = 0;
+  private readonly touch: boolean;
+  private readonly onEvict: ((path: Uint32Array) => void) | null;
 
   constructor(opts: RadixCacheOptions) {
     const pageSize = opts.pageSize ?? 1;
@@ -50,6 +76,12 @@ export class RadixCache {
     }
     this.capacity = opts.capacityTokens;
     this.pageSize = pageSize;
+    const eviction = opts.eviction ?? 'lru';
+    if (eviction !== 'lru' && eviction !== 'fifo') {
+      throw new RangeError(`eviction must be 'lru' or 'fifo', got '${String(eviction)}'`);
+    }
+    this.touch = eviction === 'lru';
+    this.onEvict = opts.onEvict ?? null;
     this.root = {
       key: new Uint32Array(0),
       parent: null,
@@ -130,7 +162,7 @@ export class RadixCache {
       while (m < lim && key[m] === ids[pos + m]) m++;
       m = this.floorPage(m);
       if (m === 0) break;
-      child.lastAccess = t;
+      if (this.touch) child.lastAccess = t;
       if (m < key.length) {
         node = this.split(child, m);
         pos += m;
@@ -182,6 +214,7 @@ export class RadixCache {
     this.leaves.add(leaf);
     this.size += leaf.key.length;
     this.evictableSize += leaf.key.length;
+    this.hooks?.stored?.(u.subarray(0, len), pos);
     return leaf;
   }
 
@@ -208,6 +241,11 @@ export class RadixCache {
       const leaf = heapPop(heap);
       if (leaf === undefined) break;
       const parent = leaf.parent!;
+      if (this.onEvict !== null || this.hooks?.evicted) {
+        const path = this.pathOf(leaf);
+        this.onEvict?.(path);
+        this.hooks?.evicted?.(path, path.length - leaf.key.length);
+      }
       parent.children.delete(this.childKey(leaf.key, 0));
       this.leaves.delete(leaf);
       leaf.parent = null;
@@ -224,12 +262,24 @@ export class RadixCache {
     return freed;
   }
 
+  private pathOf(node: RadixNode): Uint32Array {
+    let len = 0;
+    for (let n: RadixNode | null = node; n !== null; n = n.parent) len += n.key.length;
+    const out = new Uint32Array(len);
+    for (let n: RadixNode | null = node; n !== null; n = n.parent) {
+      len -= n.key.length;
+      out.set(n.key, len);
+    }
+    return out;
+  }
+
   /** Drops everything (a rank restart); locked nodes included. */
   reset(): void {
     this.root.children.clear();
     this.leaves.clear();
     this.size = 0;
     this.evictableSize = 0;
+    this.hooks?.cleared?.();
   }
 }
 

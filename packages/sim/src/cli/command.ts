@@ -28,4 +28,6 @@ export interface Subcommand {
   readonly usage: string;
   /** Returns the exit code. Throw UsageError (or a coded input error) for bad input: exit 2. */
   run(argv: readonly string[], io: CliIo): Promise<number>;
+  /** True when `run` answers `--help` itself (a command carried out by another program). */
+  readonly ownsHelp?: boolean;
 }

@@ -1,5 +1,21 @@
-// The CLI's public surface, re-exported from @kvroute/sim's index: run `kvroute-sim` in-process.
-export type { CliIo, Subcommand } from './command.ts';
-export { UsageError } from './errors.ts';
-export { globalUsage, runCli } from './main.ts';
+// `@kvroute/sim/cli`: run `kvroute-sim` in-process, and the pieces another command-line tool
+// built on the simulator (kvroute-validate) shares with it, so both parse flags, report bad
+// input and draw progress the same way.
+export {
+  checkName,
+  type OptionSpec,
+  type Parsed,
+  parseAssignments,
+  parseCommandArgs,
+  parseSeed,
+  positiveInt,
+  positiveNumber,
+  str,
+  strs,
+} from './args.ts';
+export type { CliErr, CliIo, CliOut, Subcommand } from './command.ts';
+export { defaultProfileName } from './common.ts';
+export { isInputError, UsageError } from './errors.ts';
+export { globalUsage, runCli, runSubcommand } from './main.ts';
+export { createProgress, type Progress } from './progress.ts';
 export { commands } from './registry.ts';

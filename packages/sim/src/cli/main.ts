@@ -1,6 +1,6 @@
 // `kvroute-sim <command> [flags]`: finds the subcommand, runs it, and turns errors into
 // exit codes: 0 ok, 2 bad input (message on stderr, no stack), 1 anything else (a bug).
-import type { CliIo } from './command.ts';
+import type { CliIo, Subcommand } from './command.ts';
 import { isInputError, UsageError } from './errors.ts';
 import { commands, findCommand } from './registry.ts';
 
@@ -33,26 +33,41 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     }
     const entry = findCommand(target);
     if (!entry) return unknownCommand(target, io);
-    io.stdout.write((await entry.load()).usage);
+    const cmd = await entry.load();
+    if (cmd.ownsHelp) return runSubcommand(`${PROG} ${target}`, cmd, ['--help'], io);
+    io.stdout.write(cmd.usage);
     return 0;
   }
   const entry = findCommand(name);
   if (!entry) return unknownCommand(name, io);
-  const cmd = await entry.load();
-  if (rest.includes('--help') || rest.includes('-h')) {
+  return runSubcommand(`${PROG} ${name}`, await entry.load(), rest, io);
+}
+
+/**
+ * Runs one subcommand as a whole program named `prog`: `--help` prints its usage, bad input
+ * exits 2 with the message (no stack), anything else exits 1 as a bug. Other bins built on
+ * the simulator (kvroute-validate) run their command through this too.
+ */
+export async function runSubcommand(
+  prog: string,
+  cmd: Subcommand,
+  argv: readonly string[],
+  io: CliIo,
+): Promise<number> {
+  if (!cmd.ownsHelp && (argv.includes('--help') || argv.includes('-h'))) {
     io.stdout.write(cmd.usage);
     return 0;
   }
   try {
-    return await cmd.run(rest, io);
+    return await cmd.run(argv, io);
   } catch (err) {
     if (isInputError(err)) {
-      const hint = err instanceof UsageError ? `\nRun '${PROG} ${name} --help' for usage.` : '';
-      io.stderr.write(`${PROG} ${name}: error: ${err.message}${hint}\n`);
+      const hint = err instanceof UsageError ? `\nRun '${prog} --help' for usage.` : '';
+      io.stderr.write(`${prog}: error: ${err.message}${hint}\n`);
       return 2;
     }
     const detail = err instanceof Error ? (err.stack ?? err.message) : String(err);
-    io.stderr.write(`${PROG} ${name}: internal error (please report): ${detail}\n`);
+    io.stderr.write(`${prog}: internal error (please report): ${detail}\n`);
     return 1;
   }
 }

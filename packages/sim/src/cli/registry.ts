@@ -39,15 +39,21 @@ export const commands: readonly CommandEntry[] = [
     () => import('./commands/scenarios.ts'),
   ),
   lazy('profiles', 'list the cost profiles, one per line', () => import('./commands/profiles.ts')),
-  lazy(
-    'validate',
-    'send a scenario to a live endpoint and compare what it did with the prediction',
-    () => import('../validate/command.ts'),
-  ),
+  {
+    name: 'validate',
+    summary: 'send a scenario to a live endpoint and compare what it did with the prediction',
+    load: async () =>
+      (await import('./external.ts')).externalCommand({
+        name: 'validate',
+        summary: 'send a scenario to a live endpoint and compare what it did with the prediction',
+        bin: 'kvroute-validate',
+        packageName: '@kvroute/validate',
+      }),
+  },
   lazy(
     'compare',
-    'regenerate docs/policy-comparison.{md,html} (issue 5)',
-    () => import('../compare/main.ts'),
+    'regenerate docs/policy-comparison.{md,html}',
+    () => import('./commands/compare.ts'),
   ),
 ];
 

@@ -5,12 +5,11 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { methodNames } from '@kvroute/policy';
-import type { CliIo, Subcommand } from '../cli/command.ts';
 import { repoRoot } from '../cost/calibration.ts';
 import { runPolicyComparison } from './policy-comparison.ts';
 import { renderHtml, renderMarkdown } from './render.ts';
 
-const USAGE = `usage: pnpm compare [--quick] [--out-dir DIR] [--methods a,b] [--seed S] [--trace FILE]
+export const USAGE = `usage: pnpm compare [--quick] [--out-dir DIR] [--methods a,b] [--seed S] [--trace FILE]
        kvroute-sim compare [same flags]
 
 Runs every registered method on hot-prefix, rank-failure, scale-out, agentic, seed-sequential
@@ -24,22 +23,21 @@ docs/policy-comparison.html with the one-big-cache bound and issue 5's targets j
   --trace FILE   Mooncake-format trace (default: the shared conversation trace)
 `;
 
+/** Where `main` writes and resolves paths; the CLI's io has this shape, so it passes its own. */
+export interface CompareIo {
+  stdout: { write(chunk: string): unknown };
+  stderr: { write(chunk: string): unknown };
+  cwd: string;
+}
+
 // pnpm runs scripts in the package directory; INIT_CWD is where the user typed the command.
-const processIo: CliIo = {
+const processIo: CompareIo = {
   stdout: process.stdout,
   stderr: process.stderr,
   cwd: process.env.INIT_CWD ?? process.cwd(),
 };
 
-export const command: Subcommand = {
-  name: 'compare',
-  summary:
-    'regenerate docs/policy-comparison.{md,html}: every method, issue 5 scenarios and targets',
-  usage: USAGE,
-  run: (argv, io) => main([...argv], io),
-};
-
-export async function main(argv: string[], io: CliIo = processIo): Promise<number> {
+export async function main(argv: string[], io: CompareIo = processIo): Promise<number> {
   let values: {
     quick?: boolean;
     'out-dir'?: string;

@@ -16,10 +16,33 @@ export interface CostModel {
    * The simulator then drives its ranks through a DpAttentionGroup. Default false.
    */
   readonly dpAttention?: boolean;
+  /**
+   * Per-request time outside the GPU step loop (HTTP, tokenization, scheduling), paid once
+   * before the request reaches the rank's queue. It adds to TTFT and end-to-end latency but
+   * occupies no step. Default 0.
+   */
+  readonly overheadMs?: number;
   /** One request's prefill chunk of `newTokens` on top of `cachedTokens`, alone on the GPU. */
   prefillMs(newTokens: number, cachedTokens: number): number;
+  /**
+   * One forward pass that prefills several requests' chunks together. The step's fixed cost
+   * (launch floor, additive floor) is paid once; each chunk adds its per-token, attention and
+   * cached-read terms. Never below `prefillMs` of any single chunk in it.
+   */
+  prefillBatchMs(chunks: readonly PrefillChunk[]): number;
+  /**
+   * A lower bound for prefilling `newTokens` on top of `cachedTokens` however the tokens are
+   * split into chunks and batched with others: one fixed step cost plus the linear terms.
+   * The simulator's invariants check every step and every TTFT against it.
+   */
+  prefillFloorMs(newTokens: number, cachedTokens: number): number;
   /** One decode step of `batchSize` sequences holding `totalContextTokens` in all. */
   decodeStepMs(batchSize: number, totalContextTokens: number): number;
+}
+
+export interface PrefillChunk {
+  newTokens: number;
+  cachedTokens: number;
 }
 
 /**
@@ -57,6 +80,8 @@ export interface CostProfileSpec {
   chunkedPrefillSize: number;
   /** Optional, default false: see CostModel.dpAttention. */
   dpAttention?: boolean;
+  /** Optional, default 0: see CostModel.overheadMs. */
+  overheadMs?: number;
 }
 
 export const PROFILE_FORMAT = 'kvroute-cost-profile/v1';
@@ -66,17 +91,30 @@ export function costModelFromSpec(spec: CostProfileSpec): CostModel {
   const d = spec.decode;
   const launch = p.launchFloorMs ?? 0;
   const perCached = p.perKCachedTokenMs ?? 0;
+  // What one chunk adds to a step beyond the step's fixed cost.
+  const variable = (n: number, c: number) =>
+    p.perTokenMs * n + (p.attnMsPerMTokenPairs * n * (c + n)) / 1e6 + (perCached * c) / 1000;
   return {
     name: spec.name,
     description: spec.description,
     kvCapacityTokens: spec.kvCapacityTokens,
     chunkedPrefillSize: spec.chunkedPrefillSize,
     dpAttention: spec.dpAttention === true,
+    overheadMs: spec.overheadMs ?? 0,
     prefillMs(newTokens: number, cachedTokens: number): number {
+      return Math.max(p.floorMs + variable(newTokens, cachedTokens), launch);
+    },
+    prefillBatchMs(chunks: readonly PrefillChunk[]): number {
+      let t = p.floorMs;
+      for (const c of chunks) t += variable(c.newTokens, c.cachedTokens);
+      return Math.max(t, launch);
+    },
+    prefillFloorMs(newTokens: number, cachedTokens: number): number {
+      // Attention over at least new x cached pairs; the new x new triangle depends on the split.
       const t =
         p.floorMs +
         p.perTokenMs * newTokens +
-        (p.attnMsPerMTokenPairs * newTokens * (cachedTokens + newTokens)) / 1e6 +
+        (p.attnMsPerMTokenPairs * newTokens * cachedTokens) / 1e6 +
         (perCached * cachedTokens) / 1000;
       return Math.max(t, launch);
     },
@@ -140,6 +178,11 @@ export function parseProfileSpec(raw: unknown, where: string): CostProfileSpec {
   if (o.dpAttention !== undefined) {
     if (typeof o.dpAttention !== 'boolean') fail(where, 'dpAttention must be true or false');
     spec.dpAttention = o.dpAttention;
+  }
+  const overhead = num(where, o, 'overheadMs', true);
+  if (overhead !== undefined) {
+    if (overhead < 0) fail(where, 'overheadMs must be >= 0');
+    spec.overheadMs = overhead;
   }
   const launch = num(`${where} prefill`, prefill, 'launchFloorMs', true);
   const perCached = num(`${where} prefill`, prefill, 'perKCachedTokenMs', true);

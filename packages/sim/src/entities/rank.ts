@@ -25,10 +25,71 @@ export interface RankModelOptions {
   /** Run identical decode steps as one event (default true). False: one event per step. */
   coalesceDecode?: boolean;
   /**
+   * Requests admitted at once (SGLang --max-running-requests, vLLM --max-num-seqs); a
+   * request waits while this many are prefilling or decoding. Default unbounded.
+   */
+  maxRunningRequests?: number;
+  /**
+   * How a request gets KV room (default 'optimistic', as SGLang):
+   * - 'reserve': input + max new tokens are reserved at admission, so a running request never
+   *   runs out of KV (the simulator's historical model; the most conservative admission).
+   * - 'optimistic': SGLang. Admission reserves the input and an estimate of the output (max
+   *   new tokens x a new-token ratio that starts at 0.7 and decays per decode step to 0.098);
+   *   when decoding runs out of KV, requests are retracted (fewest generated tokens first,
+   *   then longest input), their KV freed (the prefix stays cached) and re-queued at the end,
+   *   to be re-prefilled (input + what they generated) later; the ratio resets to 0.7.
+   * - 'preempt': vLLM. Admission needs room for the input only (plus a 1% watermark); when
+   *   decoding runs out of blocks the most recently admitted running request is preempted,
+   *   freed and put back at the front of the queue, to be recomputed.
+   */
+  admission?: AdmissionMode;
+  /** A host-memory tier behind the GPU radix cache (SGLang HiCache, vLLM CPU offload). */
+  hostKv?: HostKvOptions;
+  /**
    * Drive this rank's steps from a shared group instead of its own loop (DP attention runs
    * every rank's forward pass in lockstep). Set by DpAttentionGroup.add, not by hand.
    */
   driver?: StepDriver;
+  /** Called at the end of every step (a coalesced decode run reports once): metrics hooks. */
+  onStep?(step: StepRecord): void;
+}
+
+export type AdmissionMode = 'reserve' | 'optimistic' | 'preempt';
+export const ADMISSION_MODES: readonly AdmissionMode[] = ['reserve', 'optimistic', 'preempt'];
+
+/**
+ * Evicted GPU cache entries are written to host memory (write-back); a later request whose
+ * prefix is found there loads it back at `loadTokensPerMs` instead of recomputing it. The
+ * load is charged to the step that prefills the request's first chunk (not overlapped with
+ * compute: an upper bound on its cost).
+ */
+export interface HostKvOptions {
+  capacityTokens: number;
+  /** Load-back rate, tokens per ms (host-to-device bandwidth / KV bytes per token). */
+  loadTokensPerMs: number;
+  /** The host tier's own eviction order (default 'lru'). */
+  eviction?: 'lru' | 'fifo';
+}
+
+/** SGLang's new-token ratio schedule (SGLANG_INIT_NEW_TOKEN_RATIO and its decay). */
+const INIT_NEW_TOKEN_RATIO = 0.7;
+const MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14;
+const NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600;
+/** vLLM keeps this fraction of blocks free when admitting (watermark). */
+const PREEMPT_WATERMARK = 0.01;
+
+/** One finished step (or run of `decodeSteps` identical decode steps) of one rank. */
+export interface StepRecord {
+  rank: number;
+  startMs: number;
+  endMs: number;
+  /** Input tokens prefilled in this step, over all chunks. */
+  prefillTokens: number;
+  prefillChunks: number;
+  /** The prefill part of the step's cost (0 for decode-only steps). */
+  prefillMs: number;
+  decodeBatch: number;
+  decodeSteps: number;
 }
 
 export interface RankLoad {
@@ -52,6 +113,10 @@ export interface RankStats {
   admitted: number;
   finished: number;
   aborted: number;
+  /** Running requests retracted (SGLang) or preempted (vLLM) for lack of KV room. */
+  preempted: number;
+  /** Tokens a host tier loaded back into the GPU cache. */
+  hostLoadedTokens: number;
 }
 
 /** SGLang falls back from lpm to fcfs past this queue length (the sort is O(n) matches). */
@@ -59,6 +124,7 @@ const LPM_MAX_QUEUE = 128;
 
 /** @internal */
 export interface PrefillPlan {
+  startMs: number;
   items: { r: ActiveRequest; n: number }[];
   decoders: ActiveRequest[];
   prefillMs: number;
@@ -132,13 +198,25 @@ export class RankModel {
   private readonly scheduler: Scheduler;
   private readonly lpm: boolean;
   private readonly coalesce: boolean;
-  private readonly prefillBaseMs: number;
+  private readonly maxRunning: number;
+  private readonly admission: AdmissionMode;
+  /** KV grows with decoding outside any reservation (every mode but 'reserve'). */
+  private readonly growsKv: boolean;
+  private newTokenRatio = INIT_NEW_TOKEN_RATIO;
+  readonly host: RadixCache | null;
+  private readonly hostLoadTokensPerMs: number;
+  private readonly overheadMs: number;
+  private readonly onStep: ((step: StepRecord) => void) | null;
 
   private waiting: ActiveRequest[] = [];
+  /** Submitted, still in the per-request overhead (HTTP, tokenization) before the queue. */
+  private entering = 0;
   private chunked: ActiveRequest | null = null;
   private decoding: ActiveRequest[] = [];
   private readonly byId = new Map<number | string, ActiveRequest>();
   private reservedTotal = 0;
+  /** Generated (or recomputed output) tokens' KV outside the tree, growing modes only. */
+  private heldTotal = 0;
   private busy = false;
   private kick: ScheduledEvent | null = null;
   private run: DecodeRun | null = null;
@@ -154,6 +232,8 @@ export class RankModel {
     admitted: 0,
     finished: 0,
     aborted: 0,
+    preempted: 0,
+    hostLoadedTokens: 0,
   };
 
   constructor(opts: RankModelOptions) {
@@ -173,11 +253,46 @@ export class RankModel {
     }
     this.lpm = policy === 'lpm';
     this.coalesce = opts.coalesceDecode ?? true;
+    const admission = opts.admission ?? 'optimistic';
+    if (!ADMISSION_MODES.includes(admission)) {
+      throw new RangeError(
+        `admission must be one of ${ADMISSION_MODES.join(', ')}, got '${String(admission)}'`,
+      );
+    }
+    this.admission = admission;
+    this.growsKv = admission !== 'reserve';
+    const hostKv = opts.hostKv;
+    let host: RadixCache | null = null;
+    this.hostLoadTokensPerMs = 0;
+    if (hostKv !== undefined) {
+      if (!(hostKv.loadTokensPerMs > 0) || !Number.isFinite(hostKv.loadTokensPerMs)) {
+        throw new RangeError(
+          `hostKv.loadTokensPerMs must be a finite number > 0, got ${hostKv.loadTokensPerMs}`,
+        );
+      }
+      host = new RadixCache({
+        capacityTokens: hostKv.capacityTokens,
+        pageSize: opts.pageSize ?? 1,
+        eviction: hostKv.eviction ?? 'lru',
+      });
+      this.hostLoadTokensPerMs = hostKv.loadTokensPerMs;
+    }
+    this.host = host;
     this.cache = new RadixCache({
       capacityTokens: this.capacityTokens,
       pageSize: opts.pageSize ?? 1,
+      ...(host !== null ? { onEvict: (path: Uint32Array) => writeBack(host, path) } : {}),
     });
-    this.prefillBaseMs = this.profile.prefillMs(0, 0);
+    const maxRunning = opts.maxRunningRequests ?? Number.POSITIVE_INFINITY;
+    if (!(maxRunning >= 1) || (Number.isFinite(maxRunning) && !Number.isInteger(maxRunning))) {
+      throw new RangeError(`maxRunningRequests must be an integer >= 1, got ${maxRunning}`);
+    }
+    this.maxRunning = maxRunning;
+    this.overheadMs = this.profile.overheadMs ?? 0;
+    if (!(this.overheadMs >= 0) || !Number.isFinite(this.overheadMs)) {
+      throw new RangeError(`the profile's overheadMs must be a finite number >= 0`);
+    }
+    this.onStep = opts.onStep ?? null;
     this.group = opts.driver ?? null;
   }
 
@@ -198,6 +313,16 @@ export class RankModel {
       );
     }
     this.byId.set(req.id, r);
+    if (this.overheadMs > 0) {
+      this.entering++;
+      r.entry = this.scheduler.at(this.scheduler.now() + this.overheadMs, () => {
+        r.entry = null;
+        this.entering--;
+        this.waiting.push(r);
+        this.wake();
+      });
+      return;
+    }
     this.waiting.push(r);
     this.wake();
   }
@@ -208,7 +333,11 @@ export class RankModel {
     if (r === undefined) return false;
     this.byId.delete(id);
     this.statsData.aborted++;
-    if (r.phase === 'waiting') {
+    if (r.entry !== null) {
+      r.entry.cancel();
+      r.entry = null;
+      this.entering--;
+    } else if (r.phase === 'waiting') {
       this.waiting.splice(this.waiting.indexOf(r), 1);
     } else {
       this.cutRun();
@@ -224,9 +353,9 @@ export class RankModel {
 
   load(): RankLoad {
     return {
-      runningRequests: this.byId.size - this.waiting.length,
-      waitingRequests: this.waiting.length,
-      usedTokens: this.cache.protectedSize + this.reservedTotal,
+      runningRequests: this.byId.size - this.waiting.length - this.entering,
+      waitingRequests: this.waiting.length + this.entering,
+      usedTokens: this.cache.protectedSize + this.reservedTotal + this.heldTotal,
       capacityTokens: this.capacityTokens,
     };
   }
@@ -267,35 +396,107 @@ export class RankModel {
   }
 
   private free(): number {
-    return this.capacityTokens - this.cache.used - this.reservedTotal;
+    return this.capacityTokens - this.cache.used - this.reservedTotal - this.heldTotal;
   }
 
-  /** Matches, locks and reserves for `r`; false (and nothing held) when the pool has no room. */
-  private admit(r: ActiveRequest): boolean {
-    // SGLang matches at most input-1 tokens: the last token must run to produce logits.
-    const { matchedTokens, handle } = this.cache.match(r.ids.subarray(0, r.inputLen - 1));
-    this.cache.lock(handle);
-    const need = r.inputLen - matchedTokens + r.spec.maxNewTokens;
-    let free = this.free();
-    if (need > free) {
-      this.cache.evict(need - free);
-      free = this.free();
+  /** Frees `need` tokens of room by evicting unlocked cache; true when there is room. */
+  private room(need: number): boolean {
+    const free = this.free();
+    if (need > free) this.cache.evict(need - free);
+    return need <= this.free();
+  }
+
+  /**
+   * KV the running requests are expected to still need, which optimistic admission keeps
+   * free (SGLang's PrefillAdder subtracts it from the room it admits into).
+   */
+  private expectedGrowth(): number {
+    if (this.admission !== 'optimistic') return 0;
+    let left = 0;
+    for (const r of this.byId.values()) {
+      if (r.phase === 'prefill' || r.phase === 'decode') left += r.spec.maxNewTokens - r.generated;
     }
-    if (need > free) {
+    return left * this.newTokenRatio;
+  }
+
+  /**
+   * Matches, locks and reserves for `r`; false (and nothing held) when the pool has no room.
+   * `keep` is room to leave free beyond the request's own need.
+   */
+  private admit(r: ActiveRequest, keep: number): boolean {
+    // SGLang matches at most input-1 tokens: the last token must run to produce logits.
+    const prompt = r.ids.subarray(0, r.inputLen - 1);
+    let { matchedTokens, handle } = this.cache.match(prompt);
+    this.cache.lock(handle);
+    const hostMatched = this.host !== null ? this.host.match(prompt).matchedTokens : 0;
+    const load = Math.max(0, hostMatched - matchedTokens);
+    const target = r.inputLen + r.recompute;
+    // Host-tier tokens come back into the GPU pool, so they need room like prefilled ones.
+    const own = target - matchedTokens + (this.growsKv ? 0 : r.spec.maxNewTokens);
+    const estimate = this.admission === 'optimistic' ? r.spec.maxNewTokens * this.newTokenRatio : 0;
+    if (!this.room(own + estimate + keep)) {
       this.cache.unlock(handle);
       return false;
     }
+    if (load > 0) {
+      const loaded = this.cache.insertFrom(handle, matchedTokens, r.ids, hostMatched);
+      this.cache.lock(loaded);
+      this.cache.unlock(handle);
+      handle = loaded;
+      matchedTokens = hostMatched;
+      r.loadMs += load / this.hostLoadTokensPerMs;
+      this.statsData.hostLoadedTokens += load;
+    }
+    const need = own - load;
     r.handle = handle;
-    r.cachedTokens = matchedTokens;
     r.prefilled = matchedTokens;
     r.inTree = matchedTokens;
     r.reserved = need;
     this.reservedTotal += need;
     r.phase = 'prefill';
-    this.statsData.admitted++;
-    this.statsData.cachedTokens += matchedTokens;
-    r.spec.onAdmit?.(this.scheduler.now(), matchedTokens);
+    if (r.admissions++ === 0) {
+      r.cachedTokens = matchedTokens;
+      this.statsData.admitted++;
+      this.statsData.cachedTokens += matchedTokens;
+      r.spec.onAdmit?.(this.scheduler.now(), matchedTokens);
+    }
     return true;
+  }
+
+  /**
+   * Makes room for one more token per running decode (the next step's KV), retracting or
+   * preempting running requests when evicting the cache is not enough.
+   */
+  private makeDecodeRoom(): void {
+    if (!this.growsKv) return;
+    while (this.decoding.length > 0 && !this.room(this.decoding.length)) {
+      this.preemptOne();
+    }
+  }
+
+  private preemptOne(): void {
+    let i = this.decoding.length - 1; // vLLM: the most recently scheduled
+    if (this.admission === 'optimistic') {
+      // SGLang's retract_decode: fewest output tokens first, then the longest input.
+      i = 0;
+      for (let j = 1; j < this.decoding.length; j++) {
+        const a = this.decoding[j]!;
+        const b = this.decoding[i]!;
+        if (a.generated < b.generated || (a.generated === b.generated && a.inputLen > b.inputLen)) {
+          i = j;
+        }
+      }
+      this.newTokenRatio = INIT_NEW_TOKEN_RATIO;
+    }
+    const r = this.decoding.splice(i, 1)[0]!;
+    this.release(r);
+    r.phase = 'waiting';
+    r.recompute = r.generated;
+    r.prefilled = 0;
+    r.inTree = 0;
+    this.statsData.preempted++;
+    if (this.admission === 'optimistic') this.waiting.push(r);
+    else this.waiting.unshift(r);
   }
 
   private orderWaiting(): void {
@@ -316,31 +517,46 @@ export class RankModel {
    * @internal used by the standalone driver and DpAttentionGroup
    */
   planPrefill(): PrefillPlan | null {
+    this.makeDecodeRoom();
     const items: { r: ActiveRequest; n: number }[] = [];
     let budget = this.chunkedPrefillSize;
     if (this.chunked !== null) {
       const r = this.chunked;
-      const n = Math.min(r.inputLen - r.prefilled, budget);
+      const n = Math.min(r.inputLen + r.recompute - r.prefilled, budget);
       items.push({ r, n });
       budget -= n;
     }
     if (budget > 0 && this.waiting.length > 0) {
       this.orderWaiting();
       let taken = 0;
-      while (budget > 0 && taken < this.waiting.length) {
+      let running = this.byId.size - this.waiting.length - this.entering;
+      // Room the next step's decodes need, and what optimistic admission keeps for growth.
+      let keep = this.growsKv ? this.decoding.length : 0;
+      if (this.admission === 'optimistic') keep += this.expectedGrowth();
+      if (this.admission === 'preempt') keep += this.capacityTokens * PREEMPT_WATERMARK;
+      while (budget > 0 && taken < this.waiting.length && running < this.maxRunning) {
         const r = this.waiting[taken]!;
-        if (!this.admit(r)) break;
+        if (!this.admit(r, keep)) break;
         taken++;
-        const n = Math.min(r.inputLen - r.prefilled, budget);
+        running++;
+        if (this.admission === 'optimistic') {
+          keep += (r.spec.maxNewTokens - r.generated) * this.newTokenRatio;
+        }
+        const n = Math.min(r.inputLen + r.recompute - r.prefilled, budget);
         items.push({ r, n });
         budget -= n;
       }
       if (taken > 0) this.waiting.splice(0, taken);
     }
     if (items.length === 0) return null;
-    let prefillMs = 0;
-    for (const it of items) prefillMs += this.profile.prefillMs(it.n, it.r.prefilled);
-    prefillMs -= (items.length - 1) * this.prefillBaseMs; // the fixed step cost is paid once
+    // One forward pass: its fixed cost is paid once, each chunk adds its own terms.
+    let prefillMs = this.profile.prefillBatchMs(
+      items.map((it) => ({ newTokens: it.n, cachedTokens: it.r.prefilled })),
+    );
+    for (const it of items) {
+      prefillMs += it.r.loadMs;
+      it.r.loadMs = 0;
+    }
     const batch = this.decoding.length;
     let decodeMs = 0;
     if (batch > 0) {
@@ -349,8 +565,14 @@ export class RankModel {
       decodeMs = this.profile.decodeStepMs(batch, ctx);
     }
     const last = items[items.length - 1]!;
-    this.chunked = last.r.prefilled + last.n < last.r.inputLen ? last.r : null;
-    return { items, decoders: this.decoding.slice(), prefillMs, decodeMs };
+    this.chunked = last.r.prefilled + last.n < last.r.inputLen + last.r.recompute ? last.r : null;
+    return {
+      startMs: this.scheduler.now(),
+      items,
+      decoders: this.decoding.slice(),
+      prefillMs,
+      decodeMs,
+    };
   }
 
   /**
@@ -367,7 +589,8 @@ export class RankModel {
       if (left < steps) steps = left;
       ctx0 += r.inputLen + r.generated;
     }
-    return { batch, ctx0, steps: this.coalesce ? steps : 1 };
+    if (this.growsKv) steps = Math.min(steps, Math.floor(this.free() / batch));
+    return { batch, ctx0, steps: this.coalesce ? Math.max(1, steps) : 1 };
   }
 
   /** @internal */
@@ -406,15 +629,39 @@ export class RankModel {
     this.statsData.steps++;
     this.statsData.prefillBusyMs += plan.prefillMs;
     this.statsData.decodeBusyMs += plan.decodeMs;
+    if (this.onStep !== null) {
+      let tokens = 0;
+      for (const it of plan.items) tokens += it.n;
+      this.onStep({
+        rank: this.rank,
+        startMs: plan.startMs,
+        endMs: now,
+        prefillTokens: tokens,
+        prefillChunks: plan.items.length,
+        prefillMs: plan.prefillMs,
+        decodeBatch: plan.decoders.length,
+        decodeSteps: plan.decoders.length > 0 ? 1 : 0,
+      });
+    }
     for (const { r, n } of plan.items) {
       if (r.phase !== 'prefill') continue;
+      const before = r.prefilled;
       r.prefilled += n;
       this.statsData.prefillTokens += n;
-      this.moveIntoTree(r, r.ids, r.prefilled);
-      if (r.prefilled >= r.inputLen) {
-        r.generated = 1;
-        r.spec.onFirstToken?.(now, r.cachedTokens);
-        r.spec.onToken?.(0, now);
+      this.moveIntoTree(r, r.ids, Math.min(r.prefilled, r.inputLen));
+      // Recomputed output tokens (after a preemption) have no ids to cache: held outside.
+      const beyond = r.prefilled - Math.max(r.inputLen, before);
+      if (beyond > 0) {
+        const k = Math.min(beyond, r.reserved);
+        r.reserved -= k;
+        this.reservedTotal -= k;
+        this.hold(r, beyond);
+      }
+      if (r.prefilled >= r.inputLen + r.recompute) {
+        const first = r.generated === 0;
+        if (first) r.spec.onFirstToken?.(now, r.cachedTokens);
+        r.spec.onToken?.(r.generated, now);
+        this.generate(r, 1);
         if (r.generated >= r.spec.maxNewTokens) this.finish(r, now);
         else {
           r.phase = 'decode';
@@ -422,13 +669,34 @@ export class RankModel {
         }
       }
     }
+    if (plan.decoders.length > 0) this.decayRatio(1);
     for (const r of plan.decoders) {
       if (r.phase !== 'decode') continue;
       r.spec.onToken?.(r.generated, now);
-      r.generated++;
+      this.generate(r, 1);
       if (r.generated >= r.spec.maxNewTokens) this.finish(r, now);
     }
     this.compactDecoding();
+  }
+
+  /** `r` generated `k` tokens: their KV is held outside the tree where KV grows. */
+  private generate(r: ActiveRequest, k: number): void {
+    r.generated += k;
+    if (this.growsKv) this.hold(r, k);
+  }
+
+  /** SGLang lowers its output estimate a little with every decode step. */
+  private decayRatio(steps: number): void {
+    if (this.admission !== 'optimistic' || steps === 0) return;
+    this.newTokenRatio = Math.max(
+      MIN_NEW_TOKEN_RATIO,
+      this.newTokenRatio - NEW_TOKEN_RATIO_DECAY * steps,
+    );
+  }
+
+  private hold(r: ActiveRequest, k: number): void {
+    r.held += k;
+    this.heldTotal += k;
   }
 
   private compactDecoding(): void {
@@ -464,7 +732,18 @@ export class RankModel {
     const now = this.scheduler.now();
     this.statsData.events++;
     this.statsData.steps += steps;
+    this.decayRatio(steps);
     this.statsData.decodeBusyMs += now - t0;
+    this.onStep?.({
+      rank: this.rank,
+      startMs: t0,
+      endMs: now,
+      prefillTokens: 0,
+      prefillChunks: 0,
+      prefillMs: 0,
+      decodeBatch: this.decoding.length,
+      decodeSteps: steps,
+    });
     let times: number[] | null = null;
     if (this.decoding.some((r) => r.spec.onToken !== undefined)) {
       times = [];
@@ -479,7 +758,7 @@ export class RankModel {
       if (times !== null && r.spec.onToken) {
         for (let j = 0; j < steps; j++) r.spec.onToken(r.generated + j, times[j]!);
       }
-      r.generated += steps;
+      this.generate(r, steps);
       if (r.generated >= r.spec.maxNewTokens) this.finish(r, now);
     }
     this.compactDecoding();
@@ -526,5 +805,21 @@ export class RankModel {
     }
     this.reservedTotal -= r.reserved;
     r.reserved = 0;
+    this.heldTotal -= r.held;
+    r.held = 0;
   }
+}
+
+/** Write-back of an evicted GPU cache path to the host tier, making room there first. */
+function writeBack(host: RadixCache, path: Uint32Array): void {
+  if (path.length > host.capacity) return;
+  // Only the part the host lacks is new; the part it has is kept while making room.
+  const { matchedTokens, handle } = host.match(path);
+  const over = host.used + path.length - matchedTokens - host.capacity;
+  if (over > 0) {
+    host.lock(handle);
+    host.evict(over);
+    host.unlock(handle);
+  }
+  if (matchedTokens < path.length) host.insertFrom(handle, matchedTokens, path);
 }

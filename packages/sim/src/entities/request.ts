@@ -1,6 +1,7 @@
 // A request inside one rank: what SGLang's scheduler tracks per request (Req), reduced to
 // what timing and cache accounting need.
 import type { RadixHandle } from '../cache/radix-cache.ts';
+import type { ScheduledEvent } from '../engine/event-queue.ts';
 
 export interface RankRequest {
   id: number | string;
@@ -33,6 +34,16 @@ export class ActiveRequest {
   /** KV tokens reserved outside the tree: uncached input not yet inserted + max new tokens. */
   reserved = 0;
   generated = 0;
+  /** Output tokens to recompute after a preemption (prefilled after the input). */
+  recompute = 0;
+  /** KV of generated or recomputed tokens held outside the tree (growing admission modes). */
+  held = 0;
+  /** Host-tier load-back time still to charge to this request's next prefill step. */
+  loadMs = 0;
+  /** Times admitted (> 1 after a preemption). */
+  admissions = 0;
+  /** The pending end of the per-request overhead, while the request is not yet queued. */
+  entry: ScheduledEvent | null = null;
   readonly inputLen: number;
   readonly ids: Uint32Array;
 

@@ -98,4 +98,9 @@ export interface PolicyRunResult {
   summary: PolicyRunSummary;
   /** Completed requests in completion order. */
   records: RequestRecord[];
+  /**
+   * Time-average number of requests in the system (sent, not completed) from the first
+   * arrival to the last completion, measured by the host as it runs: the L of Little's law.
+   */
+  meanInSystem?: number;
 }

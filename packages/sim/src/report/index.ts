@@ -1,4 +1,5 @@
-// The report renderers' public surface, re-exported from @kvroute/sim's index.
+// The report renderers (`@kvroute/sim/report`): they read the model's result types and know
+// nothing of the engine or the CLI.
 export {
   ecdfPoints,
   hitRateSpec,
@@ -8,7 +9,8 @@ export {
   ttftTimelineSpec,
 } from './charts.ts';
 export { runToCsv, sweepToCsv } from './csv.ts';
-export { escapeHtml, renderRunHtml, renderSvg, renderSweepHtml } from './html.ts';
+export { fmtInt, fmtMs, fmtNum, fmtPct, renderTable } from './format.ts';
+export { escapeHtml, htmlPage, renderRunHtml, renderSvg, renderSweepHtml } from './html.ts';
 export { toJson } from './json.ts';
 export { chooseBest } from './sweep-choice.ts';
 export { policyLabel, renderRunTable, renderSweepTable } from './table.ts';

@@ -1,15 +1,15 @@
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { CliIo } from '@kvroute/sim/cli';
+import { UsageError } from '@kvroute/sim/cli';
+import type { CostModel } from '@kvroute/sim/model';
+import { WorkloadOptionError } from '@kvroute/sim/model';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { CliIo } from '../src/cli/command.ts';
-import { UsageError } from '../src/cli/errors.ts';
-import type { CostModel } from '../src/cost/cost-model.ts';
-import { runValidate } from '../src/validate/command.ts';
-import type { ValidateReport } from '../src/validate/report.ts';
-import type { SimBackend, SimPlan, SimulateOptions } from '../src/validate/sim-backend.ts';
-import type { OutcomeRecord, PlanRequest } from '../src/validate/types.ts';
-import { WorkloadOptionError } from '../src/workloads/options.ts';
+import { runValidate } from '../src/command.ts';
+import type { ValidateReport } from '../src/report.ts';
+import type { SimBackend, SimPlan, SimulateOptions } from '../src/sim-backend.ts';
+import type { OutcomeRecord, PlanRequest } from '../src/types.ts';
 import { type FakeTarget, startFakeTarget } from './validate-fake-target.ts';
 
 const PROFILE: CostModel = {
@@ -18,6 +18,8 @@ const PROFILE: CostModel = {
   kvCapacityTokens: 1234,
   chunkedPrefillSize: 512,
   prefillMs: () => 1,
+  prefillBatchMs: () => 1,
+  prefillFloorMs: () => 1,
   decodeStepMs: () => 1,
 };
 

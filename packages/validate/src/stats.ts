@@ -1,7 +1,7 @@
 // Summaries of the observed and the predicted run, computed by one function from the same
 // per-request form, so a difference between the columns is a difference in behaviour and
 // never a difference in how two reports define a percentile or a time window.
-import { percentile as sortedPercentile } from '../metrics/summary.ts';
+import { percentile as sortedPercentile } from '@kvroute/sim/model';
 import type { OutcomeRecord } from './types.ts';
 
 export interface Distribution {

@@ -5,9 +5,8 @@ import {
   createHttpDriver,
   endpointUrl,
   idsToChatText,
-  parseChunk,
-} from '../src/validate/http-driver.ts';
-import type { PlanRequest } from '../src/validate/types.ts';
+} from '../src/http-driver.ts';
+import type { PlanRequest } from '../src/types.ts';
 import { type FakeTarget, startFakeTarget } from './validate-fake-target.ts';
 
 const req = (id: number, ids: number[], extra: Partial<PlanRequest> = {}): PlanRequest => ({
@@ -81,42 +80,6 @@ describe('request bodies', () => {
     expect(new Set(groups).size).toBe(3);
     // Same ids give the same text; a shared id prefix gives a shared text prefix.
     expect(idsToChatText([1, 29999, 5]).startsWith(text.slice(0, 3 + 8))).toBe(true);
-  });
-});
-
-describe('parseChunk', () => {
-  it('reads SGLang meta_info', () => {
-    expect(
-      parseChunk({
-        text: 'a',
-        meta_info: { prompt_tokens: 10, cached_tokens: 4, completion_tokens: 1 },
-      }),
-    ).toEqual({
-      content: true,
-      promptTokens: 10,
-      cachedTokens: 4,
-      outputTokens: 1,
-      rank: undefined,
-    });
-  });
-  it('reads OpenAI usage with prompt_tokens_details', () => {
-    const f = parseChunk({
-      choices: [],
-      usage: {
-        prompt_tokens: 9,
-        completion_tokens: 2,
-        prompt_tokens_details: { cached_tokens: 8 },
-      },
-    });
-    expect(f).toMatchObject({ content: false, promptTokens: 9, cachedTokens: 8, outputTokens: 2 });
-  });
-  it('does not count a role-only or empty chunk as content', () => {
-    expect(parseChunk({ choices: [{ delta: { role: 'assistant' } }] }).content).toBe(false);
-    expect(parseChunk({ choices: [{ text: '' }] }).content).toBe(false);
-    expect(parseChunk({ choices: [{ delta: { content: 'x' } }] }).content).toBe(true);
-  });
-  it('surfaces an error object', () => {
-    expect(parseChunk({ error: { message: 'boom' } }).error).toBe('boom');
   });
 });
 

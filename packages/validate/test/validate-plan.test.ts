@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { parseValidateArgs } from '../src/validate/options.ts';
-import { restrictPlan, scalePlan } from '../src/validate/plan.ts';
-import { planSize } from '../src/validate/runner.ts';
-import type { PlanRequest, ValidatePlan } from '../src/validate/types.ts';
+import { parseValidateArgs } from '../src/options.ts';
+import { restrictPlan, scalePlan } from '../src/plan.ts';
+import { planSize } from '../src/runner.ts';
+import type { PlanRequest, ValidatePlan } from '../src/types.ts';
 
 const r = (id: number, clientId: number, arrivalMs?: number): PlanRequest => ({
   id,

@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { describe, expect, it } from 'vitest';
-import { SseWriter } from '../src/sse-writer.ts';
+import { SseWriter } from '../src/sse.ts';
 
 /** A socket stand-in whose write() reports "full" while `full` is set, as a slow client's would. */
 class FakeSink extends EventEmitter {

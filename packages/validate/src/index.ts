@@ -1,4 +1,5 @@
-// The validate harness's public surface, re-exported from @kvroute/sim's index.
+// The validate harness's public surface (`@kvroute/validate`): drive a plan against a live
+// endpoint, record it, and compare what happened with the simulator's prediction.
 export { command as validateCommand, runValidate, type ValidateIo } from './command.ts';
 export {
   chatRoutingIds,

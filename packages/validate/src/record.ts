@@ -2,7 +2,7 @@
 // as it completes (so an interrupted run still leaves everything it sent). `--replay` turns
 // the file back into a plan with the same token content, order and timing model.
 import { closeSync, openSync, readFileSync, writeSync } from 'node:fs';
-import { UsageError } from '../cli/errors.ts';
+import { UsageError } from '@kvroute/sim/cli';
 import { copyPlanRequest } from './plan.ts';
 import type { Observation, PlanRequest, ValidatePlan } from './types.ts';
 

@@ -9,8 +9,8 @@ import {
   positiveNumber,
   str,
   strs,
-} from '../cli/args.ts';
-import { UsageError } from '../cli/errors.ts';
+  UsageError,
+} from '@kvroute/sim/cli';
 import type { ApiKind } from './types.ts';
 
 export const VALIDATE_USAGE = `kvroute-sim validate --target URL (--scenario NAME | --replay FILE) [options]

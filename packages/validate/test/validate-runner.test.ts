@@ -3,10 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { describe, expect, it } from 'vitest';
-import type { SendResult } from '../src/validate/http-driver.ts';
-import { loadRecord, openRecord, RECORD_FORMAT } from '../src/validate/record.ts';
-import { drivePlan, type Sender } from '../src/validate/runner.ts';
-import type { Observation, PlanRequest, ValidatePlan } from '../src/validate/types.ts';
+import type { SendResult } from '../src/http-driver.ts';
+import { loadRecord, openRecord, RECORD_FORMAT } from '../src/record.ts';
+import { drivePlan, type Sender } from '../src/runner.ts';
+import type { Observation, PlanRequest, ValidatePlan } from '../src/types.ts';
 
 const r = (id: number, clientId: number, extra: Partial<PlanRequest> = {}): PlanRequest => ({
   id,

@@ -1,8 +1,8 @@
 // The validate report as one self-contained HTML page: the side-by-side table and two
 // charts (TTFT distributions, per-request TTFT), rendered to inline SVG like the run report.
+
+import { ecdfPoints, escapeHtml, htmlPage, renderSvg } from '@kvroute/sim/report';
 import type { TopLevelSpec } from 'vega-lite';
-import { ecdfPoints } from '../report/charts.ts';
-import { escapeHtml, htmlPage, renderSvg } from '../report/html.ts';
 import { formatError, formatValue } from './render.ts';
 import type { ValidateReport } from './report.ts';
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { UsageScanner, usageFromObject } from '../src/usage-scanner.ts';
+import { responseFacts, UsageScanner, usageFromObject } from '../src/usage.ts';
 
 function feed(sse: boolean, text: string, cut: number[]): ReturnType<UsageScanner['result']> {
   const scanner = new UsageScanner(sse);
@@ -61,5 +61,41 @@ describe('UsageScanner', () => {
       cachedTokens: 0,
     });
     expect(usageFromObject({ usage: null })).toBeUndefined();
+  });
+});
+
+describe('responseFacts', () => {
+  it('reads SGLang meta_info', () => {
+    expect(
+      responseFacts({
+        text: 'a',
+        meta_info: { prompt_tokens: 10, cached_tokens: 4, completion_tokens: 1 },
+      }),
+    ).toEqual({
+      content: true,
+      promptTokens: 10,
+      cachedTokens: 4,
+      outputTokens: 1,
+      rank: undefined,
+    });
+  });
+  it('reads OpenAI usage with prompt_tokens_details', () => {
+    const f = responseFacts({
+      choices: [],
+      usage: {
+        prompt_tokens: 9,
+        completion_tokens: 2,
+        prompt_tokens_details: { cached_tokens: 8 },
+      },
+    });
+    expect(f).toMatchObject({ content: false, promptTokens: 9, cachedTokens: 8, outputTokens: 2 });
+  });
+  it('does not count a role-only or empty chunk as content', () => {
+    expect(responseFacts({ choices: [{ delta: { role: 'assistant' } }] }).content).toBe(false);
+    expect(responseFacts({ choices: [{ text: '' }] }).content).toBe(false);
+    expect(responseFacts({ choices: [{ delta: { content: 'x' } }] }).content).toBe(true);
+  });
+  it('surfaces an error object', () => {
+    expect(responseFacts({ error: { message: 'boom' } }).error).toBe('boom');
   });
 });

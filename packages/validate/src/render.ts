@@ -1,7 +1,7 @@
 // Text rendering of predicted vs observed. The error column is relative,
 // (predicted - observed) / observed, except for the hit rate, where percentage points are
 // what the acceptance bound speaks in, so both are shown.
-import { renderTable } from '../report/format.ts';
+import { renderTable } from '@kvroute/sim/report';
 import type { ComparisonRow } from './stats.ts';
 
 export function formatValue(v: number, unit: ComparisonRow['unit']): string {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatError, formatValue, renderComparison } from '../src/validate/render.ts';
+import { formatError, formatValue, renderComparison } from '../src/render.ts';
 import {
   compareSummaries,
   distribution,
@@ -7,8 +7,8 @@ import {
   rankAgreement,
   relativeError,
   summarize,
-} from '../src/validate/stats.ts';
-import type { OutcomeRecord } from '../src/validate/types.ts';
+} from '../src/stats.ts';
+import type { OutcomeRecord } from '../src/types.ts';
 
 const rec = (id: number, o: Partial<OutcomeRecord>): OutcomeRecord => ({
   id,

@@ -3,13 +3,17 @@
 // command's wiring to sim-core sits in one place. All imports are static: the GPU
 // worker's device script runs this command from an esbuild bundle.
 import { createDispatcher, type DispatcherConfig, methodNames } from '@kvroute/policy';
-import { checkName } from '../cli/args.ts';
-import type { CostModel } from '../cost/cost-model.ts';
-import { loadProfileFile } from '../cost/cost-model.ts';
-import { getProfile, profileNames } from '../cost/profiles.ts';
-import { simulatePlan } from '../simulate.ts';
-import { buildWorkload } from '../workloads/registry.ts';
-import type { WorkloadPlan, WorkloadRequest } from '../workloads/types.ts';
+import { checkName } from '@kvroute/sim/cli';
+import {
+  buildWorkload,
+  type CostModel,
+  getProfile,
+  loadProfileFile,
+  profileNames,
+  simulatePlan,
+  type WorkloadPlan,
+  type WorkloadRequest,
+} from '@kvroute/sim/model';
 import { materializePlan } from './plan.ts';
 import type { OutcomeRecord, PlanRequest, ValidatePlan } from './types.ts';
 

@@ -4,10 +4,13 @@
 // still writes every output for what completed and exits 130.
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import type { CliIo, Subcommand } from '../cli/command.ts';
-import { defaultProfileName } from '../cli/common.ts';
-import { UsageError } from '../cli/errors.ts';
-import { createProgress } from '../cli/progress.ts';
+import {
+  type CliIo,
+  createProgress,
+  defaultProfileName,
+  type Subcommand,
+  UsageError,
+} from '@kvroute/sim/cli';
 import { chatRoutingIds, createHttpDriver, endpointUrl, getJson } from './http-driver.ts';
 import { describePolicy, parseValidateArgs, VALIDATE_USAGE } from './options.ts';
 import { mapInputIds, restrictPlan, scalePlan } from './plan.ts';

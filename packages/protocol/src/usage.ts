@@ -1,0 +1,148 @@
+// What a worker's response says about the request, in the three shapes kvroute meets:
+// SGLang's native /generate (`meta_info` on every chunk, cumulative), OpenAI's and vLLM's
+// (`usage` on the final chunk or the whole body, cached tokens under
+// `usage.prompt_tokens_details.cached_tokens`), and SGLang's OpenAI endpoints (the OpenAI
+// shape). One reader for the router's accounting, validate's measurements and the tests.
+// Where a body carries both, `usage` wins: it is the final, authoritative count.
+import { SSE_DONE_DATA, SseReader } from './sse.ts';
+
+/** Facts read from one response object (a stream chunk or a whole body). */
+export interface ResponseFacts {
+  /** The object carries generated output (text, ids, a content or reasoning delta). */
+  content: boolean;
+  /** The `error` member's message, if any. */
+  error?: string;
+  promptTokens?: number;
+  cachedTokens?: number;
+  outputTokens?: number;
+  /** SGLang's `meta_info.dp_rank`. */
+  rank?: number;
+}
+
+/** Prompt and cached tokens as the worker counted them. */
+export interface ReportedUsage {
+  promptTokens: number;
+  cachedTokens: number;
+}
+
+function num(v: unknown): number | undefined {
+  return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
+}
+
+function obj(v: unknown): Record<string, unknown> | undefined {
+  return typeof v === 'object' && v !== null ? (v as Record<string, unknown>) : undefined;
+}
+
+function errorMessage(v: unknown): string | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v === 'string') return v;
+  if (typeof v === 'object' && typeof (v as { message?: unknown }).message === 'string') {
+    return (v as { message: string }).message;
+  }
+  return JSON.stringify(v);
+}
+
+const nonEmpty = (v: unknown): boolean => typeof v === 'string' && v.length > 0;
+
+/** Reads what a streamed chunk or a whole JSON response body says, in any of the shapes. */
+export function responseFacts(value: unknown): ResponseFacts {
+  const facts: ResponseFacts = { content: false };
+  const o = obj(value);
+  if (!o) return facts;
+  const err = errorMessage(o.error);
+  if (err !== undefined) facts.error = err;
+  const meta = obj(o.meta_info);
+  if (meta) {
+    facts.promptTokens = num(meta.prompt_tokens);
+    facts.cachedTokens = num(meta.cached_tokens);
+    facts.outputTokens = num(meta.completion_tokens);
+    facts.rank = num(meta.dp_rank);
+    if ((facts.outputTokens ?? 0) > 0) facts.content = true;
+  }
+  if (nonEmpty(o.text)) facts.content = true;
+  if (Array.isArray(o.output_ids) && o.output_ids.length > 0) facts.content = true;
+  // OpenAI: choices[].text (completions) or choices[].delta.content / message.content (chat).
+  if (Array.isArray(o.choices)) {
+    for (const item of o.choices) {
+      const c = obj(item);
+      if (!c) continue;
+      if (nonEmpty(c.text)) facts.content = true;
+      const d = obj(c.delta ?? c.message);
+      if (d && (nonEmpty(d.content) || nonEmpty(d.reasoning_content))) facts.content = true;
+    }
+  }
+  const usage = obj(o.usage);
+  if (usage) {
+    facts.promptTokens = num(usage.prompt_tokens) ?? facts.promptTokens;
+    facts.outputTokens = num(usage.completion_tokens) ?? facts.outputTokens;
+    const details = obj(usage.prompt_tokens_details);
+    if (details) facts.cachedTokens = num(details.cached_tokens) ?? facts.cachedTokens;
+  }
+  return facts;
+}
+
+/** Prompt and cached tokens of a response object; undefined when it reports no prompt count. */
+export function usageFromObject(value: unknown): ReportedUsage | undefined {
+  const f = responseFacts(value);
+  if (f.promptTokens === undefined) return undefined;
+  return { promptTokens: f.promptTokens, cachedTokens: f.cachedTokens ?? 0 };
+}
+
+const JSON_COPY_CAP = 4 * 1024 * 1024;
+
+/**
+ * Reads the worker-reported usage out of a response while it is being piped on, without
+ * holding the stream back. SSE: only the last event that mentions prompt tokens is kept
+ * (the final chunk carries usage; /generate repeats meta_info in every chunk) and parsed
+ * once at the end. Plain JSON: the chunks are kept up to a cap and parsed at the end.
+ */
+export class UsageScanner {
+  private readonly reader: SseReader | undefined;
+  private lastUsageData: string | undefined;
+  // Plain JSON: the chunks themselves (the response holds on to them while they are written
+  // anyway), decoded once at the end.
+  private copy: Buffer[] | undefined;
+  private copyBytes = 0;
+
+  constructor(readonly sse: boolean) {
+    if (sse) {
+      this.reader = new SseReader(
+        (data) => {
+          if (data !== SSE_DONE_DATA && data.includes('"prompt_tokens"')) this.lastUsageData = data;
+        },
+        // A usage event is small; a runaway event stops the scan, not the response.
+        { maxEventChars: JSON_COPY_CAP, onOverflow: () => {} },
+      );
+    } else this.copy = [];
+  }
+
+  push(chunk: Buffer): void {
+    if (this.reader) {
+      this.reader.push(chunk);
+      return;
+    }
+    if (this.copy && this.copyBytes + chunk.length <= JSON_COPY_CAP) {
+      this.copy.push(chunk);
+      this.copyBytes += chunk.length;
+    } else {
+      this.copy = undefined;
+    }
+  }
+
+  result(): ReportedUsage | undefined {
+    try {
+      if (this.reader) {
+        this.reader.end();
+        return this.lastUsageData === undefined
+          ? undefined
+          : usageFromObject(JSON.parse(this.lastUsageData));
+      }
+      if (!this.copy) return undefined;
+      const bytes =
+        this.copy.length === 1 ? this.copy[0]! : Buffer.concat(this.copy, this.copyBytes);
+      return usageFromObject(JSON.parse(bytes.toString('utf8')));
+    } catch {
+      return undefined;
+    }
+  }
+}
