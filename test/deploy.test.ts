@@ -372,6 +372,13 @@ describe('alert rules and dashboard', () => {
       ),
     );
     const exported = await liveMetrics();
+    // prom-client's default process and runtime metrics are there too.
+    expect(exported).toMatch(/^# TYPE process_cpu_seconds_total counter$/m);
+    expect(exported).toMatch(/^# TYPE process_resident_memory_bytes gauge$/m);
+    expect(exported).toMatch(
+      /^kvroute_router_request_duration_seconds_count\{route="\/v1\/chat\/completions",status="200"\} 2$/m,
+    );
+    expect(exported).toMatch(/^kvroute_router_upstream_ttft_seconds_bucket\{le="3600",/m);
     for (const name of used) {
       const base = name.replace(/_(bucket|sum|count)$/, '');
       expect(exported, name).toMatch(new RegExp(`^# TYPE ${base} `, 'm'));

@@ -94,7 +94,7 @@ beforeAll(() => {
 
 afterAll(() => {
   if (work) rmSync(work, { recursive: true, force: true });
-});
+}, 120_000);
 
 describe('packed packages', () => {
   it('are publishable 0.x packages with license, repository, engines and exports', () => {
