@@ -267,6 +267,9 @@ describe('alert rules and dashboard', () => {
                 series: 'kvroute_router_rank_healthy{instance="r1",rank="1",url="http://w1:30000"}',
                 values: '1x15',
               },
+              { series: 'kvroute_router_rank_ejected{instance="r1",rank="0"}', values: '0x20' },
+              { series: 'kvroute_router_rank_ejected{instance="r1",rank="1"}', values: '0x5 1x15' },
+              { series: 'kvroute_router_queued_requests{instance="r1"}', values: '0x5 3x20' },
               // 90% hit rate for 2 hours, then 30%.
               {
                 series: 'kvroute_router_prompt_tokens_total{instance="r1",rank="0"}',
@@ -298,6 +301,35 @@ describe('alert rules and dashboard', () => {
                 ],
               },
               { eval_time: '10m', alertname: 'KvrouteNoHealthyWorkers', exp_alerts: [] },
+              {
+                eval_time: '10m',
+                alertname: 'KvrouteWorkerEjected',
+                exp_alerts: [
+                  {
+                    exp_labels: { severity: 'warning', instance: 'r1', rank: '1' },
+                    exp_annotations: {
+                      summary: 'kvroute rank 1 is ejected',
+                      description:
+                        'Outlier detection took rank 1 out of routing after repeated request failures; it comes back after its ejection time if it recovers.',
+                    },
+                  },
+                ],
+              },
+              {
+                eval_time: '20m',
+                alertname: 'KvrouteAdmissionQueue',
+                exp_alerts: [
+                  {
+                    exp_labels: { severity: 'warning', instance: 'r1' },
+                    exp_annotations: {
+                      summary:
+                        'kvroute router r1 has kept requests waiting for admission for 10 minutes',
+                      description:
+                        "The router's admission limit is reached all the time (3 waiting at least): add workers or raise the limit; requests beyond the queue are rejected (kvroute_router_rejected_total).",
+                    },
+                  },
+                ],
+              },
               { eval_time: '100m', alertname: 'KvrouteHitRateBelowPrediction', exp_alerts: [] },
               {
                 eval_time: '180m',

@@ -61,7 +61,8 @@ describe('a worker dies mid-run', () => {
 
   it('a cut stream gets a clear end, and the rank is freed', async () => {
     // The remaining workers keep serving; a streaming request to a worker killed mid-stream
-    // cannot be retried (bytes already reached the client), so the client sees the cut.
+    // cannot be retried (bytes already reached the client), so the stream ends with an explicit
+    // error event in OpenAI's shape instead of a silent cut.
     const res = await fetch(`${cluster.url}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -75,11 +76,19 @@ describe('a worker dies mid-run', () => {
       (w) => w.url === cluster.router.kvroute.table.slot(rank)!.worker.url,
     )!;
     await worker.close();
-    await expect(
-      (async () => {
-        for (let r = await reader.read(); !r.done; r = await reader.read()) {}
-      })(),
-    ).rejects.toThrow();
+    const decoder = new TextDecoder();
+    let text = '';
+    for (let r = await reader.read(); !r.done; r = await reader.read()) {
+      text += decoder.decode(r.value, { stream: true });
+    }
+    const events = text.split('\n\n').filter((e) => e.startsWith('data: '));
+    const errorEvent = events.find((e) => e.includes('"error"'));
+    expect(errorEvent).toBeDefined();
+    expect(JSON.parse(errorEvent!.slice(6)).error).toMatchObject({
+      type: 'server_error',
+      code: 'upstream_error',
+    });
+    expect(events.at(-1)).toBe('data: [DONE]');
     const info = cluster.router.kvroute.table.info();
     expect(info.every((r) => r.inFlightRequests === 0)).toBe(true);
     const metrics = (await getText(`${cluster.url}/metrics`)).text;

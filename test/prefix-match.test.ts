@@ -83,9 +83,10 @@ function predict(turns: Turn[]): { ranks: number[]; cached: number; prompt: numb
   let cached = 0;
   let prompt = 0;
   turns.forEach((turn, id) => {
-    const decision = dispatcher.dispatch({ inputIds: turn.inputIds }, tracker.ranks);
-    const tokens = turn.inputIds.length + turn.maxNewTokens;
-    tracker.onDispatch(decision.rank, tokens);
+    const decision = dispatcher.begin(
+      { inputIds: turn.inputIds, maxNewTokens: turn.maxNewTokens },
+      tracker,
+    );
     models[decision.rank]!.submit({
       id,
       inputIds: Uint32Array.from(turn.inputIds),
@@ -93,7 +94,7 @@ function predict(turns: Turn[]): { ranks: number[]; cached: number; prompt: numb
       onFinish: (_t, info) => {
         cached += info.cachedTokens;
         prompt += turn.inputIds.length;
-        tracker.onComplete(decision.rank, tokens);
+        decision.done();
       },
     });
     // One client, closed loop: the next turn starts after this one finished.

@@ -87,22 +87,12 @@ export class MockEngine {
 
   start(req: EngineRequest, cb: EngineCallbacks): EngineHandle {
     // An EngineRequest is a policy RouteRequest (absent hints are undefined) plus maxNewTokens.
-    const decision = this.dispatcher.dispatch(req, this.tracker.ranks, {
-      nowMs: this.scheduler.now(),
-    });
-    const rank = decision.rank;
+    // The ticket holds the request's load on its rank until finish or abort.
+    const ticket = this.dispatcher.begin(req, this.tracker, { nowMs: this.scheduler.now() });
+    const rank = ticket.rank;
     const model = this.ranks[rank] as RankModel;
-    // S-1 accounting rule: input tokens + max new tokens, removed on finish or abort.
-    const tokens = req.inputIds.length + req.maxNewTokens;
     const id = `mock-${this.nextId++}`;
-    let done = false;
-    const complete = () => {
-      if (done) return false;
-      done = true;
-      this.tracker.onComplete(rank, tokens);
-      return true;
-    };
-    this.tracker.onDispatch(rank, tokens);
+    const complete = (outcome?: 'aborted' | 'failed') => ticket.done(outcome);
     try {
       model.submit({
         id,
@@ -116,17 +106,17 @@ export class MockEngine {
         },
       });
     } catch (err) {
-      complete();
+      complete('failed');
       throw err;
     }
     return {
       id,
       rank,
-      reason: decision.reason,
+      reason: ticket.reason,
       abort: () => {
-        if (done) return false;
+        if (!ticket.open) return false;
         model.abort(id);
-        return complete();
+        return complete('aborted');
       },
     };
   }

@@ -61,7 +61,16 @@ export async function startRouter(
   const app = buildRouter(config, { logger: loggerOptions(config.logLevel, config.logFormat) });
   try {
     await app.listen({ host: config.host, port: config.port });
+    const ops = app.kvroute.adminApp;
+    if (ops && config.adminPort !== undefined) {
+      await ops.listen({ host: config.adminHost, port: config.adminPort });
+      const a = ops.server.address();
+      app.log.info(
+        `kvroute-router metrics and admin on port ${a && typeof a === 'object' ? a.port : config.adminPort}`,
+      );
+    }
   } catch (err) {
+    await app.close();
     await mocks?.close();
     throw err;
   }

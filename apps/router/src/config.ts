@@ -5,6 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { RouterConfigError } from './errors.ts';
+import type { OutlierConfig } from './outlier.ts';
 
 export interface HealthConfig {
   /** Active check period; 0 turns active checks off (passive marking still applies). */
@@ -15,6 +16,9 @@ export interface HealthConfig {
   /** Consecutive good checks before a down worker is marked up again. */
   successThreshold: number;
   endpoint: string;
+  /** Generation check (SGLang /health_generate or a 1-token completion) period; 0 = off. */
+  generationIntervalMs?: number;
+  generationTimeoutMs?: number;
 }
 
 export interface RouterConfig {
@@ -39,8 +43,57 @@ export interface RouterConfig {
   loadPollIntervalMs: number;
   health: HealthConfig;
   requestTimeoutMs: number;
+  /** Floor of the first-byte timeout; the request's expected prefill (and decode) time is added. */
+  firstByteTimeoutMs: number;
+  /** Longest pause between response chunks once the first arrived (0 = off). */
+  idleTimeoutMs: number;
+  /** Prefill speed assumed when bounding the first byte: slower than any real engine on purpose. */
+  prefillTokensPerSec: number;
+  /** Per output token, added to a non-streaming request's first-byte bound (it arrives at the end). */
+  decodeMsPerToken: number;
+  /** A non-streaming 2xx body larger than this is passed through unchecked instead of held. */
+  maxHeldResponseBytes: number;
+  outlier: OutlierConfig;
   maxRetries: number;
+  /** Backoff before a retry: uniform in [0, min(max, base * 2^(retry-1))] ms (full jitter). */
+  retryBackoffBaseMs: number;
+  retryBackoffMaxMs: number;
+  /** Retries in flight at most this percent of requests in flight (but always retryMinConcurrency). */
+  retryBudgetPercent: number;
+  retryMinConcurrency: number;
   maxBodyBytes: number;
+  /** The model's context length; undefined = the smallest one the workers report. */
+  maxModelLen?: number;
+  maxJsonDepth: number;
+  /** Requests being served at once (0 = no limit); beyond it they wait in the queue. */
+  maxConcurrentRequests: number;
+  /** Requests in flight on one rank at once (0 = no limit). */
+  maxConcurrentPerRank: number;
+  /** Requests waiting for a slot; beyond it 503 with Retry-After. */
+  maxQueuedRequests: number;
+  queueTimeoutMs: number;
+  /** Token bucket per API key (or client address without keys): requests/s, 0 = off. */
+  rateLimitRps: number;
+  rateLimitBurst: number;
+  /** Time to receive a request body once its headers arrived (408 beyond). */
+  bodyTimeoutMs: number;
+  /** Time to receive a request's headers. */
+  headersTimeoutMs: number;
+  /** Client connections open at once (0 = no limit); more are closed on accept. */
+  maxConnections: number;
+  /** Request bodies held in memory at once, in bytes; beyond it 503 with Retry-After. */
+  bodyMemoryBytes: number;
+  /** Inference API keys (Authorization: Bearer); empty = inference needs no key. */
+  apiKeys: string[];
+  /** A file with one inference API key per line. */
+  apiKeyFile?: string;
+  /** Pass the client's Authorization and Cookie headers to workers. */
+  forwardClientAuth: boolean;
+  /** Sent to workers as `Authorization: Bearer` (workers started with --api-key). */
+  workerApiKey?: string;
+  /** Serve /metrics and the admin routes on this port instead of the main one. */
+  adminPort?: number;
+  adminHost: string;
   /** Path of a Hugging Face tokenizer.json; undefined = the approximate byte tokenizer. */
   tokenizer?: string;
   mockWorkers: number;
@@ -87,9 +140,40 @@ export const DEFAULT_CONFIG: RouterConfig = {
     failureThreshold: 3,
     successThreshold: 2,
     endpoint: '/health',
+    generationIntervalMs: 30_000,
+    generationTimeoutMs: 10_000,
   },
   requestTimeoutMs: 1_800_000,
+  firstByteTimeoutMs: 10_000,
+  idleTimeoutMs: 10_000,
+  prefillTokensPerSec: 2_000,
+  decodeMsPerToken: 50,
+  maxHeldResponseBytes: 64 * 1024 * 1024,
+  outlier: {
+    consecutiveFailures: 3,
+    baseEjectionMs: 30_000,
+    maxEjectionMs: 300_000,
+    maxEjectedPercent: 50,
+  },
   maxRetries: 2,
+  retryBackoffBaseMs: 25,
+  retryBackoffMaxMs: 250,
+  retryBudgetPercent: 20,
+  retryMinConcurrency: 3,
+  maxJsonDepth: 64,
+  maxConcurrentRequests: 4096,
+  maxConcurrentPerRank: 0,
+  maxQueuedRequests: 4096,
+  queueTimeoutMs: 30_000,
+  rateLimitRps: 0,
+  rateLimitBurst: 0,
+  bodyTimeoutMs: 30_000,
+  headersTimeoutMs: 10_000,
+  maxConnections: 16_384,
+  bodyMemoryBytes: 128 * 1024 * 1024,
+  apiKeys: [],
+  forwardClientAuth: false,
+  adminHost: '127.0.0.1',
   maxBodyBytes: 32 * 1024 * 1024,
   mockWorkers: 0,
   mockTimeScale: 1,
@@ -262,6 +346,20 @@ export const OPTIONS: readonly OptionSpec[] = [
     help: 'Path probed by active checks',
   },
   {
+    flag: 'generation-check-interval-ms',
+    key: 'health.generationIntervalMs',
+    kind: 'duration',
+    min: 0,
+    help: 'Generation check period (SGLang /health_generate, else a 1-token completion); 0 = off',
+  },
+  {
+    flag: 'generation-check-timeout-ms',
+    key: 'health.generationTimeoutMs',
+    kind: 'duration',
+    min: 1,
+    help: 'Generation check timeout',
+  },
+  {
     flag: 'request-timeout-ms',
     key: 'requestTimeoutMs',
     kind: 'duration',
@@ -289,6 +387,219 @@ export const OPTIONS: readonly OptionSpec[] = [
     kind: 'int',
     min: 1,
     help: 'Request body limit (413 beyond)',
+  },
+  {
+    flag: 'first-byte-timeout-ms',
+    key: 'firstByteTimeoutMs',
+    kind: 'duration',
+    min: 0,
+    help: 'Floor of the wait for a response byte; the prompt at --prefill-tokens-per-sec (and, non-streaming, max tokens at --decode-ms-per-token) is added; then retried elsewhere',
+  },
+  {
+    flag: 'idle-timeout-ms',
+    key: 'idleTimeoutMs',
+    kind: 'duration',
+    min: 0,
+    help: 'Longest pause between response chunks (a stream then ends with an error event); 0 = off',
+  },
+  {
+    flag: 'prefill-tokens-per-sec',
+    key: 'prefillTokensPerSec',
+    kind: 'number',
+    min: 1,
+    help: 'Prefill speed assumed by the first-byte timeout (keep it below the real one)',
+  },
+  {
+    flag: 'decode-ms-per-token',
+    key: 'decodeMsPerToken',
+    kind: 'number',
+    min: 0,
+    help: 'Per output token added to a non-streaming request first-byte timeout',
+  },
+  {
+    flag: 'max-held-response-bytes',
+    key: 'maxHeldResponseBytes',
+    kind: 'int',
+    min: 1,
+    help: 'Non-streaming bodies up to this size are checked before the client sees them',
+  },
+  {
+    flag: 'outlier-consecutive-failures',
+    key: 'outlier.consecutiveFailures',
+    kind: 'int',
+    min: 0,
+    help: 'Consecutive gateway failures (5xx, reset, timeout, bad body) that eject a worker; 0 = off',
+  },
+  {
+    flag: 'outlier-base-ejection-ms',
+    key: 'outlier.baseEjectionMs',
+    kind: 'duration',
+    min: 1,
+    help: 'Ejection time, times the number of ejections so far',
+  },
+  {
+    flag: 'outlier-max-ejection-ms',
+    key: 'outlier.maxEjectionMs',
+    kind: 'duration',
+    min: 1,
+    help: 'Longest ejection',
+  },
+  {
+    flag: 'outlier-max-ejected-percent',
+    key: 'outlier.maxEjectedPercent',
+    kind: 'number',
+    min: 0,
+    help: 'Most workers ejected at once, percent (at least one may be; never the last routable)',
+  },
+  {
+    flag: 'retry-backoff-base-ms',
+    key: 'retryBackoffBaseMs',
+    kind: 'duration',
+    min: 0,
+    help: 'Retry backoff base: a retry waits uniform [0, min(max, base*2^(n-1))]',
+  },
+  {
+    flag: 'retry-backoff-max-ms',
+    key: 'retryBackoffMaxMs',
+    kind: 'duration',
+    min: 0,
+    help: 'Retry backoff cap',
+  },
+  {
+    flag: 'retry-budget-percent',
+    key: 'retryBudgetPercent',
+    kind: 'number',
+    min: 0,
+    help: 'Retries in flight at most this percent of requests in flight',
+  },
+  {
+    flag: 'retry-min-concurrency',
+    key: 'retryMinConcurrency',
+    kind: 'int',
+    min: 0,
+    help: 'Retries always allowed in flight, whatever the budget',
+  },
+  {
+    flag: 'max-model-len',
+    key: 'maxModelLen',
+    kind: 'int',
+    min: 1,
+    help: 'Model context length bounding max_tokens (default: from the workers /v1/models or /get_model_info)',
+  },
+  {
+    flag: 'max-json-depth',
+    key: 'maxJsonDepth',
+    kind: 'int',
+    min: 2,
+    help: 'Deepest JSON nesting in a request body (400 beyond)',
+  },
+  {
+    flag: 'max-concurrent-requests',
+    key: 'maxConcurrentRequests',
+    kind: 'int',
+    min: 0,
+    help: 'Requests served at once; more wait in the queue (0 = no limit)',
+  },
+  {
+    flag: 'max-concurrent-per-rank',
+    key: 'maxConcurrentPerRank',
+    kind: 'int',
+    min: 0,
+    help: 'Requests in flight on one rank; a full rank is skipped, all full = wait (0 = no limit)',
+  },
+  {
+    flag: 'max-queued-requests',
+    key: 'maxQueuedRequests',
+    kind: 'int',
+    min: 0,
+    help: 'Requests waiting for a slot; beyond it 503 with Retry-After',
+  },
+  {
+    flag: 'queue-timeout-ms',
+    key: 'queueTimeoutMs',
+    kind: 'duration',
+    min: 1,
+    help: 'Longest wait in the queue (503 with Retry-After beyond)',
+  },
+  {
+    flag: 'rate-limit-rps',
+    key: 'rateLimitRps',
+    kind: 'number',
+    min: 0,
+    help: 'Token bucket per API key (per client address without keys), requests/s; 429 beyond; 0 = off',
+  },
+  {
+    flag: 'rate-limit-burst',
+    key: 'rateLimitBurst',
+    kind: 'int',
+    min: 0,
+    help: 'Token bucket size (default: 2 x --rate-limit-rps)',
+  },
+  {
+    flag: 'body-timeout-ms',
+    key: 'bodyTimeoutMs',
+    kind: 'duration',
+    min: 1,
+    help: 'Time to receive a request body (408 and close beyond)',
+  },
+  {
+    flag: 'headers-timeout-ms',
+    key: 'headersTimeoutMs',
+    kind: 'duration',
+    min: 1,
+    help: 'Time to receive request headers',
+  },
+  {
+    flag: 'max-connections',
+    key: 'maxConnections',
+    kind: 'int',
+    min: 0,
+    help: 'Client connections open at once (0 = no limit)',
+  },
+  {
+    flag: 'body-memory-bytes',
+    key: 'bodyMemoryBytes',
+    kind: 'int',
+    min: 1,
+    help: 'Request bodies held at once, bytes; beyond it 503 with Retry-After before the body is read',
+  },
+  {
+    flag: 'api-key',
+    key: 'apiKeys',
+    kind: 'list',
+    aliases: ['api-keys'],
+    help: 'Inference API keys clients send as Authorization: Bearer (repeatable; none = open)',
+  },
+  {
+    flag: 'api-key-file',
+    key: 'apiKeyFile',
+    kind: 'string',
+    help: 'File with one inference API key per line',
+  },
+  {
+    flag: 'forward-client-auth',
+    key: 'forwardClientAuth',
+    kind: 'bool',
+    help: "Pass the client's Authorization and Cookie headers on to workers",
+  },
+  {
+    flag: 'worker-api-key',
+    key: 'workerApiKey',
+    kind: 'string',
+    help: 'Bearer key sent to workers (those started with --api-key)',
+  },
+  {
+    flag: 'admin-port',
+    key: 'adminPort',
+    kind: 'int',
+    min: 0,
+    help: 'Serve /metrics and the admin routes on this port only (not on the main one)',
+  },
+  {
+    flag: 'admin-host',
+    key: 'adminHost',
+    kind: 'string',
+    help: 'Address of the --admin-port listener',
   },
   {
     flag: 'tokenizer',
@@ -686,6 +997,12 @@ export function validateConfig(cfg: RouterConfig): RouterConfig {
   }
   if (!cfg.health.endpoint.startsWith('/'))
     throw new RouterConfigError('--health-check-endpoint must start with /');
+  if (cfg.adminPort !== undefined && cfg.adminPort === cfg.port && cfg.port !== 0) {
+    throw new RouterConfigError('--admin-port must differ from --port');
+  }
+  if (cfg.apiKeys.some((k) => k.length < 8)) {
+    throw new RouterConfigError('--api-key: keys must be at least 8 characters');
+  }
   const zmqEndpoint = /^(tcp|ipc|inproc):\/\/\S+$/;
   for (const [flag, list] of [
     ['--kv-events-endpoints', cfg.kvEventsEndpoints],
@@ -720,9 +1037,38 @@ export function validateConfig(cfg: RouterConfig): RouterConfig {
   return { ...cfg, workerUrls: urls };
 }
 
-/** The effective config as logged at start: the admin token is never printed. */
+/** Inference API keys from --api-key and --api-key-file (one per line, # comments). */
+export function loadApiKeys(
+  cfg: RouterConfig,
+  readFile: (path: string) => string = (p) => readFileSync(p, 'utf8'),
+): string[] {
+  const keys = [...cfg.apiKeys];
+  if (cfg.apiKeyFile) {
+    let text: string;
+    try {
+      text = readFile(cfg.apiKeyFile);
+    } catch (err) {
+      throw new RouterConfigError(`--api-key-file ${cfg.apiKeyFile}: ${(err as Error).message}`);
+    }
+    for (const line of text.split(/\r?\n/)) {
+      const k = line.trim();
+      if (k && !k.startsWith('#')) keys.push(k);
+    }
+    if (keys.length === cfg.apiKeys.length) {
+      throw new RouterConfigError(`--api-key-file ${cfg.apiKeyFile}: no keys in the file`);
+    }
+  }
+  return keys;
+}
+
+/** The effective config as logged at start: tokens and keys are never printed. */
 export function redactConfig(cfg: RouterConfig): Record<string, unknown> {
-  return { ...cfg, adminToken: cfg.adminToken ? '<set>' : undefined };
+  return {
+    ...cfg,
+    adminToken: cfg.adminToken ? '<set>' : undefined,
+    apiKeys: cfg.apiKeys.map(() => '<set>'),
+    workerApiKey: cfg.workerApiKey ? '<set>' : undefined,
+  };
 }
 
 export function helpText(): string {

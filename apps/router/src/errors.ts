@@ -21,8 +21,20 @@ const STATUS = {
   no_healthy_rank: 503,
   /** The chosen worker could not be reached and no other rank was left to retry on. */
   upstream_unavailable: 502,
-  /** The per-request timeout (--request-timeout-ms) passed before the worker answered. */
+  /** The per-request timeout (--request-timeout-ms), or first-byte/idle timeouts on every rank tried. */
   upstream_timeout: 504,
+  /** The worker answered garbage, or failed mid-way, and no retry was left. */
+  upstream_error: 502,
+  /** Inference without an API key when --api-key is set. */
+  missing_api_key: 401,
+  /** Inference with a key that is not one of --api-key. */
+  invalid_api_key: 401,
+  /** The client's token bucket is empty (--rate-limit-rps). */
+  rate_limited: 429,
+  /** Queue full, queue wait too long, or the body memory budget spent. */
+  overloaded: 503,
+  /** The request body did not arrive within --body-timeout-ms. */
+  request_timeout: 408,
   internal_error: 500,
 } as const;
 
@@ -30,10 +42,17 @@ export type RouterErrorCode = keyof typeof STATUS;
 
 export class RouterError extends ProtocolError {
   override readonly code: RouterErrorCode;
+  /** Seconds for a Retry-After header (429, 503). */
+  retryAfterSec: number | undefined;
   constructor(code: RouterErrorCode, message: string, param: string | null = null) {
     super(STATUS[code], message, { code, param });
     this.name = 'RouterError';
     this.code = code;
+  }
+
+  withRetryAfter(seconds: number): this {
+    this.retryAfterSec = seconds;
+    return this;
   }
 }
 

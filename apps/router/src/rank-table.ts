@@ -21,6 +21,10 @@ export interface Worker {
   /** Global rank indexes of this worker's ranks, in DP rank order. */
   readonly ranks: number[];
   healthy: boolean;
+  /** Ejected by outlier detection (outlier.ts): healthy or not, the policy does not see it. */
+  ejected: boolean;
+  /** Whether any check of this worker has passed since it was added (readiness). */
+  everPassed: boolean;
   removed: boolean;
   consecutiveFailures: number;
   consecutiveSuccesses: number;
@@ -42,7 +46,9 @@ export interface RankInfo {
   rank: number;
   url: string;
   dpRank: number | null;
+  /** Routable: healthy and not ejected. */
   healthy: boolean;
+  ejected: boolean;
   removed: boolean;
   inFlightRequests: number;
   inFlightTokens: number;
@@ -85,6 +91,8 @@ export class RankTable {
       dpAware,
       ranks: [],
       healthy: true,
+      ejected: false,
+      everPassed: false,
       removed: false,
       consecutiveFailures: 0,
       consecutiveSuccesses: 0,
@@ -120,8 +128,14 @@ export class RankTable {
 
   setHealthy(worker: Worker, healthy: boolean): void {
     worker.healthy = healthy;
+    this.refresh(worker);
+  }
+
+  /** Re-derives whether the policy may choose the worker's ranks: healthy and not ejected. */
+  refresh(worker: Worker): void {
     if (worker.removed) return;
-    for (const r of worker.ranks) this.tracker.setHealthy(r, healthy);
+    const routable = worker.healthy && !worker.ejected;
+    for (const r of worker.ranks) this.tracker.setHealthy(r, routable);
   }
 
   setExternal(rank: number, requests: number): void {
@@ -162,7 +176,8 @@ export class RankTable {
         rank: s.rank,
         url: s.worker.url,
         dpRank: s.dpRank ?? null,
-        healthy: !s.worker.removed && s.worker.healthy,
+        healthy: !s.worker.removed && s.worker.healthy && !s.worker.ejected,
+        ejected: s.worker.ejected,
         removed: s.worker.removed,
         inFlightRequests: state?.inFlightRequests ?? 0,
         inFlightTokens: state?.inFlightTokens ?? 0,

@@ -2,7 +2,7 @@
 // URL is one SGLang server running DP attention: its dp_size comes from --dp-size or from the
 // server's own /get_server_info, and each of its DP ranks becomes one router rank.
 
-import { describeError, getJson } from '@kvroute/protocol';
+import { describeError, getJson, getText } from '@kvroute/protocol';
 import type { Agent } from 'undici';
 import type { RankTable, Worker } from './rank-table.ts';
 
@@ -41,4 +41,35 @@ export async function addWorker(
     ? (opts.dpSize ?? (await fetchDpSize(agent, url, opts.timeoutMs)))
     : 1;
   return table.addWorker(url, dpSize, opts.dpAware);
+}
+
+/**
+ * The model's context length as the worker reports it: vLLM's and SGLang's /v1/models
+ * (`max_model_len`), else SGLang's /get_model_info or /get_server_info (`context_length`).
+ * Undefined when none says (then --max-model-len or the default bound applies).
+ */
+export async function fetchContextLength(
+  agent: Agent,
+  url: string,
+  timeoutMs: number,
+  headers?: Record<string, string>,
+): Promise<number | undefined> {
+  const usable = (v: unknown): number | undefined =>
+    typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? v : undefined;
+  const tries: [string, (j: Record<string, unknown>) => unknown][] = [
+    ['/v1/models', (j) => (j.data as Record<string, unknown>[] | undefined)?.[0]?.max_model_len],
+    ['/get_model_info', (j) => j.context_length ?? j.max_context_length],
+    ['/get_server_info', (j) => j.context_length],
+  ];
+  for (const [path, pick] of tries) {
+    try {
+      const { status, text } = await getText(agent, url + path, timeoutMs, headers);
+      if (status !== 200) continue;
+      const found = usable(pick(JSON.parse(text) as Record<string, unknown>));
+      if (found !== undefined) return found;
+    } catch {
+      // Not this endpoint: try the next one.
+    }
+  }
+  return undefined;
 }

@@ -65,6 +65,8 @@ describe('proxying', () => {
       ...ws.map((w) => w.url),
       '--load-balance-method',
       'round_robin',
+      // Client credentials reach workers only when asked for (see the security tests).
+      '--forward-client-auth',
     ]);
     const raw = '{"model":"m", "messages":[{"role":"user","content":"x"}],"custom_field":[1,2]}';
     const a = await post(app, '/v1/chat/completions', raw, {
@@ -239,7 +241,9 @@ describe('failures', () => {
     const metrics = (await app.inject('/metrics')).body;
     expect(metrics).toMatch(/kvroute_router_retries_total\{rank="0",cause="status"\} [1-3]/);
     // Three strikes (the default threshold) mark the worker down: the policy stops choosing it.
-    expect(metrics).toContain(`kvroute_router_rank_healthy{rank="0",url="${ws[0]!.url}"} 0`);
+    // The unauthenticated /metrics names workers by their first rank, never by URL.
+    expect(metrics).toContain('kvroute_router_rank_healthy{rank="0",url="worker-r0"} 0');
+    expect(metrics).not.toContain(ws[0]!.url);
     expect(app.kvroute.table.tracker.ranks.map((r) => r.inFlightRequests)).toEqual([0, 0]);
   });
 
@@ -624,7 +628,7 @@ describe('streaming', () => {
   it('propagates backpressure: a client that stops reading stalls the worker instead of filling router memory', async () => {
     const ws = await workers(1);
     const TOTAL = 64 * 1024 * 1024;
-    const piece = Buffer.from(`data: ${'x'.repeat(64 * 1024 - 8)}\n\n`);
+    const piece = Buffer.from(`data: {"x":"${'x'.repeat(64 * 1024 - 16)}"}\n\n`);
     let written = 0;
     let blocked = false;
     ws[0]!.handlers.set('POST /v1/completions', (_q, res) => {

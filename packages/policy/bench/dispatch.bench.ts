@@ -1,28 +1,52 @@
-// Decisions per second for every registered method, 16 ranks, 4,096- and 32,768-token inputs.
-// Run: pnpm --filter @kvroute/policy bench   (env BENCH_MS=<ms per case>, default 400)
-// Prints a table and writes bench/results.json. The host loop is included (LoadTracker
-// onDispatch on every decision, onComplete 64 decisions later), as the sim and router run it.
+// Decisions per second for every registered method: at 16 ranks with 4,096- and
+// 32,768-token prompts, and across rank counts (16, 256, 1,024) at 1,024 tokens.
+// Run: pnpm --filter @kvroute/policy bench [--json FILE]   (env BENCH_MS=<ms per case>, default 400)
+// Prints a table; writes JSON only where --json says (nothing tracked is rewritten). The host
+// loop is included: a dispatch ticket per decision, closed 64 decisions later, as the sim and
+// the router run it.
 import { writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import {
   createDispatcher,
   createLoadTracker,
+  type Dispatcher,
   type DispatcherConfig,
+  type LoadTracker,
   methodNames,
   type RouteRequest,
 } from '../src/index.ts';
 
-const RANKS = 16;
 const SIZES = [4096, 32_768];
+const SCALING_RANKS = [16, 256, 1024];
+const SCALING_TOKENS = 1024;
 const PROMPTS = 64;
+const MAX_NEW_TOKENS = 256;
 const BENCH_MS = Number(process.env.BENCH_MS ?? 400);
 
-/** Decisions/s each method must reach at each size (issue 2; issue 5 for the new methods). */
-function targetFor(method: string, tokens: number): number | undefined {
-  if (['round_robin', 'total_requests', 'total_tokens', 'follow_bootstrap_room'].includes(method)) {
-    return 1_000_000;
+function argValue(flag: string): string | undefined {
+  const args = process.argv.slice(2).filter((a) => a !== '--');
+  const i = args.indexOf(flag);
+  if (i < 0) return undefined;
+  const v = args[i + 1];
+  if (v === undefined) throw new Error(`${flag} needs a value`);
+  return v;
+}
+const jsonOut = argValue('--json');
+const only = argValue('--only');
+
+const LOAD_ONLY = ['round_robin', 'total_requests', 'total_tokens', 'follow_bootstrap_room'];
+
+/** Decisions/s each method must reach. */
+function targetFor(method: string, tokens: number, ranks: number): number | undefined {
+  if (ranks === 1024) {
+    if (method === 'total_tokens') return 1_000_000;
+    if ((method === 'consistent_hash' || method === 'cache_aware') && tokens === 1024)
+      return 50_000;
+    return undefined;
   }
+  if (ranks !== 16) return undefined;
+  if (LOAD_ONLY.includes(method)) return 1_000_000;
   if (method === 'prefix_match' && tokens === 4096) return 25_000;
   if ((method === 'consistent_hash' || method === 'cache_aware') && tokens === 4096) return 10_000;
   return undefined;
@@ -42,9 +66,10 @@ function makeRequests(tokens: number, asArray: boolean, withKeys: boolean): Rout
     const ids = new Uint32Array(tokens);
     ids.set(prefixes[i % 8] as Uint32Array);
     for (let t = tokens / 2; t < tokens; t++) ids[t] = 1 + (next() % 29_999);
-    const request: RouteRequest = {
+    const request: RouteRequest & { maxNewTokens: number } = {
       inputIds: asArray ? Array.from(ids) : ids,
       bootstrapRoom: next(),
+      maxNewTokens: MAX_NEW_TOKENS,
     };
     if (withKeys) request.routingKey = `session-${i % 24}`;
     return request;
@@ -54,6 +79,7 @@ function makeRequests(tokens: number, asArray: boolean, withKeys: boolean): Rout
 interface Row {
   case: string;
   method: string;
+  ranks: number;
   inputTokens: number;
   input: 'Uint32Array' | 'number[]';
   affinity: boolean;
@@ -65,12 +91,36 @@ interface Row {
   met?: boolean;
 }
 
-function bench(config: DispatcherConfig, tokens: number, asArray: boolean, label: string): Row {
+interface Open {
+  done(): void;
+}
+
+/** The host's path: a ticket per decision where the dispatcher has them. */
+function opener(dispatcher: Dispatcher, tracker: LoadTracker, cost: number) {
+  const begin = (dispatcher as { begin?: unknown }).begin as
+    | ((r: RouteRequest, t: LoadTracker, c: { nowMs: number }) => Open)
+    | undefined;
+  if (begin)
+    return (r: RouteRequest, nowMs: number): Open => begin.call(dispatcher, r, tracker, { nowMs });
+  return (r: RouteRequest, nowMs: number): Open => {
+    const d = dispatcher.dispatch(r, tracker.ranks, { nowMs });
+    tracker.onDispatch(d.rank, cost);
+    return { done: () => tracker.onComplete(d.rank, cost) };
+  };
+}
+
+function bench(
+  config: DispatcherConfig,
+  ranks: number,
+  tokens: number,
+  asArray: boolean,
+  label: string,
+): Row {
   const requests = makeRequests(tokens, asArray, config.affinity !== undefined);
   const dispatcher = createDispatcher(config);
-  const tracker = createLoadTracker(RANKS, { kvCapacityTokens: 945_000 });
-  const ring = new Int32Array(64).fill(-1);
-  const cost = tokens + 256;
+  const tracker = createLoadTracker(ranks, { kvCapacityTokens: 945_000 });
+  const open = opener(dispatcher, tracker, tokens + MAX_NEW_TOKENS);
+  const ring: (Open | undefined)[] = new Array(64).fill(undefined);
   let i = 0;
   const step = (budgetMs: number): [number, number] => {
     let count = 0;
@@ -78,13 +128,10 @@ function bench(config: DispatcherConfig, tokens: number, asArray: boolean, label
     let now = start;
     while (now - start < budgetMs) {
       for (let k = 0; k < 64; k++, i++) {
-        const request = requests[i % PROMPTS] as RouteRequest;
-        const d = dispatcher.dispatch(request, tracker.ranks, { nowMs: i });
-        tracker.onDispatch(d.rank, cost);
+        const ticket = open(requests[i % PROMPTS] as RouteRequest, i);
         const slot = i & 63;
-        const old = ring[slot] as number;
-        if (old >= 0) tracker.onComplete(old, cost);
-        ring[slot] = d.rank;
+        ring[slot]?.done();
+        ring[slot] = ticket;
       }
       count += 64;
       now = performance.now();
@@ -95,10 +142,11 @@ function bench(config: DispatcherConfig, tokens: number, asArray: boolean, label
   const [decisions, seconds] = step(BENCH_MS);
   const rate = decisions / seconds;
   const target =
-    config.affinity === undefined && !asArray ? targetFor(config.method, tokens) : undefined;
+    config.affinity === undefined && !asArray ? targetFor(config.method, tokens, ranks) : undefined;
   const row: Row = {
     case: label,
     method: config.method,
+    ranks,
     inputTokens: tokens,
     input: asArray ? 'number[]' : 'Uint32Array',
     affinity: config.affinity !== undefined,
@@ -116,24 +164,36 @@ function bench(config: DispatcherConfig, tokens: number, asArray: boolean, label
 
 const loadBefore = loadavg();
 const rows: Row[] = [];
-for (const tokens of SIZES) {
-  for (const method of methodNames()) rows.push(bench({ method }, tokens, false, method));
-  rows.push(bench({ method: 'prefix_match' }, tokens, true, 'prefix_match (number[] input)'));
-  rows.push(
-    bench(
-      { method: 'prefix_match', affinity: { kind: 'routing_key' } },
-      tokens,
-      false,
-      'prefix_match + routing_key affinity',
-    ),
-  );
+const methods = methodNames().filter((m) => only === undefined || only.split(',').includes(m));
+if (only === undefined || only.includes('16')) {
+  for (const tokens of SIZES) {
+    for (const method of methods) rows.push(bench({ method }, 16, tokens, false, method));
+    if (only === undefined) {
+      rows.push(
+        bench({ method: 'prefix_match' }, 16, tokens, true, 'prefix_match (number[] input)'),
+      );
+      rows.push(
+        bench(
+          { method: 'prefix_match', affinity: { kind: 'routing_key' } },
+          16,
+          tokens,
+          false,
+          'prefix_match + routing_key affinity',
+        ),
+      );
+    }
+  }
+}
+for (const ranks of SCALING_RANKS) {
+  for (const method of methods) rows.push(bench({ method }, ranks, SCALING_TOKENS, false, method));
 }
 const loadAfter = loadavg();
 
 const fmt = (n: number) => n.toLocaleString('en-US');
-const header = ['case', 'tokens', 'decisions/s', 'us/decision', 'target', 'met'];
+const header = ['case', 'ranks', 'tokens', 'decisions/s', 'us/decision', 'target', 'met'];
 const table = rows.map((r) => [
   r.case,
+  String(r.ranks),
   String(r.inputTokens),
   fmt(r.decisionsPerSec),
   r.usPerDecision.toFixed(3),
@@ -147,7 +207,7 @@ const line = (cells: string[]) =>
   cells
     .map((cell, c) => (c === 0 ? cell.padEnd(widths[c] ?? 0) : cell.padStart(widths[c] ?? 0)))
     .join('  ');
-console.log(`@kvroute/policy dispatch benchmark: ${RANKS} ranks, ${BENCH_MS} ms per case`);
+console.log(`@kvroute/policy dispatch benchmark: ${BENCH_MS} ms per case`);
 console.log(
   `node ${process.version}, ${cpus().length} CPUs, load average ${loadBefore.map((l) => l.toFixed(2)).join(' ')}`,
 );
@@ -155,17 +215,18 @@ console.log(line(header));
 console.log(widths.map((w) => '-'.repeat(w)).join('  '));
 for (const row of table) console.log(line(row));
 
-const results = {
-  generatedAt: new Date().toISOString(),
-  node: process.version,
-  cpus: cpus().length,
-  cpuModel: cpus()[0]?.model,
-  loadAverageBefore: loadBefore,
-  loadAverageAfter: loadAfter,
-  ranks: RANKS,
-  msPerCase: BENCH_MS,
-  note: 'Shared machine: figures vary with other load; host accounting (LoadTracker) is inside the loop.',
-  results: rows,
-};
-writeFileSync(new URL('./results.json', import.meta.url), `${JSON.stringify(results, null, 2)}\n`);
-console.log('wrote bench/results.json');
+if (jsonOut !== undefined) {
+  const results = {
+    generatedAt: new Date().toISOString(),
+    node: process.version,
+    cpus: cpus().length,
+    cpuModel: cpus()[0]?.model,
+    loadAverageBefore: loadBefore,
+    loadAverageAfter: loadAfter,
+    msPerCase: BENCH_MS,
+    note: 'Shared machine: figures vary with other load; host accounting is inside the loop.',
+    results: rows,
+  };
+  writeFileSync(jsonOut, `${JSON.stringify(results, null, 2)}\n`);
+  console.log(`wrote ${jsonOut}`);
+}

@@ -1,11 +1,13 @@
 // The dispatcher: config parsing, precedence (routed rank > routing-key affinity > method),
-// health filtering, the rotating tie-breaker, and counters. Methods only choose.
+// health filtering, the rotating tie-breaker, counters, and the dispatch ticket that carries
+// the load-accounting rule to every host. Methods only choose.
 import {
   type AffinityStats,
   createAffinity,
   type RoutingKeyAffinity,
 } from './affinity/routing-key.ts';
 import { NoHealthyRankError, PolicyConfigError, RoutedRankError } from './errors.ts';
+import { type LoadTracker, requestTokens } from './load-tracker.ts';
 import { methodNames, methodRegistry } from './registry.ts';
 import type {
   Decision,
@@ -14,6 +16,7 @@ import type {
   MethodContext,
   RankState,
   RouteRequest,
+  TicketOutcome,
 } from './types.ts';
 
 /**
@@ -40,13 +43,47 @@ export interface DispatcherStats {
   method?: Record<string, number>;
 }
 
+export interface BeginContext extends DispatchContext {
+  /**
+   * The rank states the method should see when they differ from the tracker's own (a retry
+   * that shows failed ranks as down, polled load added on top). Indexed like the tracker's
+   * ranks, same length; the load is still accounted on the tracker.
+   */
+  view?: readonly RankState[];
+}
+
+/**
+ * One dispatched request: where it went and why, holding its load on the tracker until
+ * `done`. The load is the accounting rule's (input + max new tokens, bounded; see
+ * requestTokens), so no host computes it.
+ */
+export interface DispatchTicket extends Decision {
+  /** The load this request holds on its rank while open. */
+  readonly tokens: number;
+  /** False once `done` was called. */
+  readonly open: boolean;
+  /**
+   * Releases the load and tells the method how the request ended (default 'completed').
+   * Safe to call more than once: only the first call counts; returns whether it was that one.
+   */
+  done(outcome?: TicketOutcome): boolean;
+}
+
 export interface Dispatcher {
   readonly method: string;
   /** The method options as merged from the config (top level, then `options`), before defaults. */
   readonly options: Readonly<Record<string, unknown>>;
+  /**
+   * Decides and accounts: the host's way to route a request. Close the ticket when the
+   * request completes, is aborted or fails.
+   */
+  begin(request: RouteRequest, tracker: LoadTracker, ctx?: BeginContext): DispatchTicket;
+  /** A decision without accounting (tests, previews, tools that measure key movement). */
   dispatch(request: RouteRequest, ranks: readonly RankState[], ctx?: DispatchContext): Decision;
   stats(): DispatcherStats;
 }
+
+const OUTCOMES: ReadonlySet<string> = new Set<TicketOutcome>(['completed', 'aborted', 'failed']);
 
 const DISPATCHER_KEYS = new Set(['method', 'options', 'affinity']);
 
@@ -168,59 +205,97 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
     return { rank: raw, reason: 'routed' };
   };
 
+  const decide = (
+    request: RouteRequest,
+    ranks: readonly RankState[],
+    ctx: DispatchContext | undefined,
+  ): Decision => {
+    const healthy = healthyOf(ranks);
+    if (healthy.length === 0) throw new NoHealthyRankError(ranks.length);
+    const nowMs = ctx?.nowMs ?? 0;
+    if (!Number.isFinite(nowMs)) {
+      throw new RangeError(`ctx.nowMs must be a finite number, got ${nowMs}`);
+    }
+    mctx.request = request;
+    mctx.ranks = ranks;
+    mctx.healthy = healthy;
+    mctx.nowMs = nowMs;
+    mctx.kvIndex = ctx?.kvIndex;
+
+    let decision: Decision;
+    const key = request.routingKey;
+    if (request.routedRank !== undefined && request.routedRank !== null) {
+      decision = routed(request.routedRank, ranks);
+    } else if (affinity && key !== undefined && key !== null && key !== '') {
+      if (typeof key !== 'string') {
+        throw new TypeError(`routingKey must be a string, got ${typeof key}`);
+      }
+      const pinned = affinity.lookup(key, nowMs);
+      if (pinned !== undefined && pinned < ranks.length && (ranks[pinned] as RankState).healthy) {
+        affinity.hits++;
+        decision = { rank: pinned, reason: 'affinity' };
+      } else {
+        const placed = method.select(mctx);
+        if (pinned === undefined) {
+          affinity.misses++;
+          decision = placed;
+        } else {
+          affinity.repicks++;
+          decision = { rank: placed.rank, reason: 'affinity-repick' };
+        }
+        affinity.pin(key, placed.rank, nowMs);
+      }
+    } else {
+      decision = method.select(mctx);
+    }
+
+    // Hosts trust the decision blindly, so a faulty method fails here, loudly and named.
+    if (ranks[decision.rank]?.healthy !== true) {
+      throw new Error(
+        `${method.name} chose rank ${decision.rank} (${decision.reason}), which is not a healthy rank of ${ranks.length}`,
+      );
+    }
+    method.commit?.(mctx, decision);
+    decisions++;
+    reasons.set(decision.reason, (reasons.get(decision.reason) ?? 0) + 1);
+    return decision;
+  };
+
   return {
     method: name as string,
     options,
-    dispatch(request, ranks, ctx) {
-      const healthy = healthyOf(ranks);
-      if (healthy.length === 0) throw new NoHealthyRankError(ranks.length);
-      const nowMs = ctx?.nowMs ?? 0;
-      if (!Number.isFinite(nowMs)) {
-        throw new RangeError(`ctx.nowMs must be a finite number, got ${nowMs}`);
-      }
-      mctx.request = request;
-      mctx.ranks = ranks;
-      mctx.healthy = healthy;
-      mctx.nowMs = nowMs;
-      mctx.kvIndex = ctx?.kvIndex;
-
-      let decision: Decision;
-      const key = request.routingKey;
-      if (request.routedRank !== undefined && request.routedRank !== null) {
-        decision = routed(request.routedRank, ranks);
-      } else if (affinity && key !== undefined && key !== null && key !== '') {
-        if (typeof key !== 'string') {
-          throw new TypeError(`routingKey must be a string, got ${typeof key}`);
-        }
-        const pinned = affinity.lookup(key, nowMs);
-        if (pinned !== undefined && pinned < ranks.length && (ranks[pinned] as RankState).healthy) {
-          affinity.hits++;
-          decision = { rank: pinned, reason: 'affinity' };
-        } else {
-          const placed = method.select(mctx);
-          if (pinned === undefined) {
-            affinity.misses++;
-            decision = placed;
-          } else {
-            affinity.repicks++;
-            decision = { rank: placed.rank, reason: 'affinity-repick' };
-          }
-          affinity.pin(key, placed.rank, nowMs);
-        }
-      } else {
-        decision = method.select(mctx);
-      }
-
-      // Hosts trust the decision blindly, so a faulty method fails here, loudly and named.
-      if (ranks[decision.rank]?.healthy !== true) {
-        throw new Error(
-          `${method.name} chose rank ${decision.rank} (${decision.reason}), which is not a healthy rank of ${ranks.length}`,
+    dispatch: decide,
+    begin(request, tracker, ctx) {
+      const view = ctx?.view ?? tracker.ranks;
+      if (view.length !== tracker.ranks.length) {
+        throw new RangeError(
+          `ctx.view has ${view.length} ranks but the tracker has ${tracker.ranks.length}`,
         );
       }
-      method.commit?.(mctx, decision);
-      decisions++;
-      reasons.set(decision.reason, (reasons.get(decision.reason) ?? 0) + 1);
-      return decision;
+      const decision = decide(request, view, ctx);
+      const tokens = requestTokens(request.inputIds?.length ?? 0, request.maxNewTokens);
+      const claim = tracker.claim(decision.rank, tokens);
+      let open = true;
+      const ticket: DispatchTicket = {
+        ...decision,
+        tokens,
+        get open() {
+          return open;
+        },
+        done(outcome: TicketOutcome = 'completed') {
+          if (!OUTCOMES.has(outcome)) {
+            throw new TypeError(
+              `ticket outcome must be one of ${[...OUTCOMES].join(', ')}, got ${JSON.stringify(outcome)}`,
+            );
+          }
+          if (!open) return false;
+          open = false;
+          tracker.release(claim);
+          method.complete?.(decision, outcome);
+          return true;
+        },
+      };
+      return ticket;
     },
     stats() {
       const out: DispatcherStats = { decisions, reasons: Object.fromEntries(reasons) };

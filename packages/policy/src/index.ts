@@ -7,10 +7,12 @@ export {
 } from './affinity/routing-key.ts';
 export { defineMethod } from './define-method.ts';
 export {
+  type BeginContext,
   createDispatcher,
   type Dispatcher,
   type DispatcherConfig,
   type DispatcherStats,
+  type DispatchTicket,
 } from './dispatcher.ts';
 export {
   NoHealthyRankError,
@@ -38,9 +40,17 @@ export {
   type KvBlockIndexOptions,
   type KvBlockIndexStats,
 } from './kv-index/block-index.ts';
-export { createLoadTracker, type LoadTracker, type LoadTrackerOptions } from './load-tracker.ts';
+export {
+  createLoadTracker,
+  type LoadClaim,
+  type LoadTracker,
+  type LoadTrackerOptions,
+  MAX_REQUEST_TOKENS,
+  requestTokens,
+} from './load-tracker.ts';
 export { PREFIX_MATCH_DEFAULTS } from './methods/prefix-match.ts';
 export { readInt, readNumber } from './options.ts';
+export { leastLoaded, leastLoadedCool } from './pickers.ts';
 export { methodNames, methodRegistry } from './registry.ts';
 export type {
   Decision,
@@ -52,4 +62,5 @@ export type {
   MethodFactory,
   RankState,
   RouteRequest,
+  TicketOutcome,
 } from './types.ts';

@@ -1,19 +1,67 @@
-// Host-side load accounting. The policy only reads RankState; hosts (sim, router) move the
-// counters through one implementation so both account the same way (S-1: tokens = input tokens
-// + max new tokens, added on dispatch and removed on completion or abort).
+// Host-side load accounting, in one place so the simulator, the mock worker and the router
+// count load the same way. The rule: a request weighs its input tokens plus its max new
+// tokens, added when it is dispatched and removed when it completes or is aborted.
+//
+// The weight is bounded and integral (see requestTokens), so totals stay exact integers well
+// inside 2^53: every total is finite and returns to exactly 0 once everything is done,
+// whatever a client sent (a max_tokens of 1.8e308 used to leave +Infinity on a rank for good,
+// which switched off cache_aware's overload spill). Hosts normally never call onDispatch and
+// onComplete themselves: Dispatcher.begin() returns a ticket that does both.
 import type { RankState } from './types.ts';
+
+/**
+ * Most tokens one request may weigh: larger than any model's context plus output. A bigger
+ * figure means a client asked for more than any engine will do; counting it as this much
+ * still marks the rank as busy, and many of them cannot overflow a total.
+ */
+export const MAX_REQUEST_TOKENS = 2 ** 32;
+
+/** A count from a host or a client as a whole number in [0, MAX_REQUEST_TOKENS]. */
+function clampCount(value: number | undefined): number {
+  if (value === undefined || !(value > 0)) return 0; // NaN, negative, 0, undefined
+  if (value >= MAX_REQUEST_TOKENS) return MAX_REQUEST_TOKENS;
+  return Math.floor(value);
+}
+
+/**
+ * The accounting rule: a request weighs its input tokens plus its max new tokens, each
+ * clamped to a whole number in [0, MAX_REQUEST_TOKENS] (NaN and negatives count as 0), the
+ * sum saturating at MAX_REQUEST_TOKENS.
+ */
+export function requestTokens(inputTokens: number, maxNewTokens: number | undefined): number {
+  return Math.min(MAX_REQUEST_TOKENS, clampCount(inputTokens) + clampCount(maxNewTokens));
+}
 
 export interface LoadTrackerOptions {
   /** Stamped on every rank as RankState.kvCapacityTokens (methods may size indexes from it). */
   kvCapacityTokens?: number;
 }
 
+/** What an open ticket holds: where its load went, so it can be taken back exactly once. */
+export interface LoadClaim {
+  readonly rank: number;
+  readonly tokens: number;
+  /** The rank slot's generation when claimed: a rank removed and added again is a new slot. */
+  readonly generation: number;
+}
+
 export interface LoadTracker {
   /** One state per rank, `ranks[i].rank === i`; pass it to Dispatcher.dispatch as is. */
   readonly ranks: RankState[];
+  /**
+   * Adds a request to a rank. Prefer Dispatcher.begin(), which calls this with the rule's
+   * weight. `tokens` must be a finite number >= 0.
+   */
   onDispatch(rank: number, tokens: number): void;
   /** Also for aborts. Completions for ranks removed by `resize` are ignored; counters never go below 0. */
   onComplete(rank: number, tokens: number): void;
+  /** Adds `tokens` (already bounded by requestTokens) to `rank` and returns the claim to release. */
+  claim(rank: number, tokens: number): LoadClaim;
+  /**
+   * Takes a claim's load back. A claim on a rank that was removed since (even if a rank of
+   * that number was added again) is ignored.
+   */
+  release(claim: LoadClaim): void;
   setHealthy(rank: number, healthy: boolean): void;
   /** Scale out (new healthy, idle ranks) or in (drops the highest ranks and their counters). */
   resize(numRanks: number): void;
@@ -43,6 +91,9 @@ export function createLoadTracker(numRanks: number, opts: LoadTrackerOptions = {
     return state;
   };
   const ranks: RankState[] = Array.from({ length: numRanks }, (_, i) => makeRank(i));
+  // Generation of each rank slot; bumped when the slot is dropped, so late completions for
+  // the old occupant cannot drain a new rank that took the same number.
+  const generations: number[] = new Array(numRanks).fill(0);
 
   const at = (rank: number, op: string): RankState => {
     const state = Number.isInteger(rank) ? ranks[rank] : undefined;
@@ -52,28 +103,51 @@ export function createLoadTracker(numRanks: number, opts: LoadTrackerOptions = {
     return state;
   };
 
+  const add = (state: RankState, tokens: number): void => {
+    state.inFlightRequests++;
+    state.inFlightTokens += tokens;
+  };
+  const remove = (state: RankState, tokens: number): void => {
+    state.inFlightRequests = Math.max(0, state.inFlightRequests - 1);
+    // An idle rank holds no tokens, whatever rounding a caller's fractional counts left.
+    state.inFlightTokens =
+      state.inFlightRequests === 0 ? 0 : Math.max(0, state.inFlightTokens - tokens);
+  };
+
   return {
     ranks,
     onDispatch(rank, tokens) {
       checkTokens(tokens);
-      const state = at(rank, 'onDispatch');
-      state.inFlightRequests++;
-      state.inFlightTokens += tokens;
+      add(at(rank, 'onDispatch'), tokens);
     },
     onComplete(rank, tokens) {
       checkTokens(tokens);
       if (Number.isInteger(rank) && rank >= ranks.length) return;
-      const state = at(rank, 'onComplete');
-      state.inFlightRequests = Math.max(0, state.inFlightRequests - 1);
-      state.inFlightTokens = Math.max(0, state.inFlightTokens - tokens);
+      remove(at(rank, 'onComplete'), tokens);
+    },
+    claim(rank, tokens) {
+      checkTokens(tokens);
+      add(at(rank, 'claim'), tokens);
+      return { rank, tokens, generation: generations[rank] as number };
+    },
+    release(claim) {
+      const state = ranks[claim.rank];
+      if (!state || generations[claim.rank] !== claim.generation) return;
+      remove(state, claim.tokens);
     },
     setHealthy(rank, healthy) {
       at(rank, 'setHealthy').healthy = healthy;
     },
     resize(n) {
       checkCount(n);
-      if (n < ranks.length) ranks.length = n;
-      for (let i = ranks.length; i < n; i++) ranks.push(makeRank(i));
+      if (n < ranks.length) {
+        for (let i = n; i < ranks.length; i++) generations[i] = (generations[i] as number) + 1;
+        ranks.length = n;
+      }
+      for (let i = ranks.length; i < n; i++) {
+        ranks.push(makeRank(i));
+        if (generations[i] === undefined) generations[i] = 0;
+      }
     },
   };
 }

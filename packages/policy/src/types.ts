@@ -23,6 +23,11 @@ export interface RouteRequest {
   routedRank?: number;
   /** SGLang's bootstrap room, for prefill/decode disaggregation. */
   bootstrapRoom?: bigint | number;
+  /**
+   * Most tokens the request may generate (max_tokens). Only the load accounting reads it: a
+   * dispatch ticket weighs input + max new tokens. Absent, NaN or negative counts as 0.
+   */
+  maxNewTokens?: number;
 }
 
 export type DecisionReason =
@@ -94,7 +99,13 @@ export interface MethodContext {
   tieBreak(candidates: readonly RankState[]): RankState;
 }
 
-/** A load-balance method. `select` must not mutate state; `commit` is where methods learn. */
+/** How a dispatched request ended, as the host reports it when it closes the ticket. */
+export type TicketOutcome = 'completed' | 'aborted' | 'failed';
+
+/**
+ * A load-balance method. `select` has no side effects (it may be called to preview a choice,
+ * and calling it twice gives the same answer); state changes only in `commit` and `complete`.
+ */
 export interface Method {
   readonly name: string;
   select(ctx: MethodContext): Decision;
@@ -103,6 +114,11 @@ export interface Method {
    * affinity overrode `select`, which may then not have been called), so stateful methods learn.
    */
   commit?(ctx: MethodContext, decision: Decision): void;
+  /**
+   * Called once when a dispatch ticket is closed (the request completed, was aborted or
+   * failed). Not called for decisions made with `dispatch`, which has no ticket.
+   */
+  complete?(decision: Decision, outcome: TicketOutcome): void;
   stats?(): Record<string, number>;
 }
 

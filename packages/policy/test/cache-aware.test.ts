@@ -6,7 +6,8 @@ import {
   type RankState,
   TokenIdRangeError,
 } from '../src/index.ts';
-import { CACHE_AWARE_DEFAULTS, leastLoadedCool } from '../src/methods/cache-aware.ts';
+import { CACHE_AWARE_DEFAULTS } from '../src/methods/cache-aware.ts';
+import { leastLoadedCool } from '../src/pickers.ts';
 import { makeRanks, prng, randomIds } from './helpers.ts';
 
 const rand = prng(21);

@@ -5,8 +5,11 @@ import {
   createDispatcher,
   createLoadTracker,
   type Decision,
+  type MethodContext,
   methodNames,
+  methodRegistry,
   NoHealthyRankError,
+  type RankState,
   RoutedRankError,
   type RouteRequest,
 } from '../src/index.ts';
@@ -164,5 +167,37 @@ describe.each(methodNames())('conformance: %s', (method) => {
         b.dispatch({ inputIds: Uint32Array.from(ids) }, ranks),
       );
     }
+  });
+
+  it('selects without side effects: state changes only in commit', () => {
+    const method_ = methodRegistry[method]?.({});
+    if (!method_) throw new Error(`no factory for ${method}`);
+    const makeCtx = (request: RouteRequest, ranks: readonly RankState[]): MethodContext => ({
+      request,
+      ranks,
+      healthy: ranks.filter((r) => r.healthy),
+      nowMs: 0,
+      tieBreak: (c) => c[0] as RankState,
+    });
+    const ranks = makeRanks(6);
+    ranks.forEach((r, i) => {
+      r.inFlightTokens = (i * 37) % 5;
+      r.inFlightRequests = i % 2;
+    });
+    // Learn from a stream first, so stateful methods have something to (not) change.
+    for (const request of requestStream(7, 80)) {
+      const ctx = makeCtx(request, ranks);
+      method_.commit?.(ctx, method_.select(ctx));
+    }
+    const probes = requestStream(8, 40);
+    const before = probes.map((p) => method_.select(makeCtx(p, ranks)));
+    const stats = JSON.stringify(method_.stats?.() ?? {});
+    // Selecting with ranks down or added must not forget or learn anything either.
+    for (const p of probes) {
+      method_.select(makeCtx(p, makeRanks(6, [0, 2, 4])));
+      method_.select(makeCtx(p, makeRanks(9)));
+    }
+    expect(JSON.stringify(method_.stats?.() ?? {})).toBe(stats);
+    expect(probes.map((p) => method_.select(makeCtx(p, ranks)))).toEqual(before);
   });
 });

@@ -8,6 +8,7 @@ export {
   gatewayTimeout,
   internalError,
   isProtocolError,
+  modelNotFound,
   notFound,
   type OpenAIErrorBody,
   openAIErrorBody,
@@ -16,6 +17,7 @@ export {
   routeNotFound,
   serviceUnavailable,
 } from './errors.ts';
+export { wrongType } from './fields.ts';
 export {
   type HeaderSource,
   RANK_HEADER,
@@ -39,6 +41,12 @@ export {
   post,
 } from './http-client.ts';
 export {
+  checkJsonDepth,
+  checkOutputTokens,
+  DEFAULT_LIMITS,
+  type RequestLimits,
+} from './limits.ts';
+export {
   type ChatContentPart,
   type ChatMessage,
   DEFAULT_MAX_TOKENS,
@@ -54,6 +62,12 @@ export {
   REQUEST_PATHS,
   type RequestKind,
 } from './parse.ts';
+export {
+  parseEmbeddingRequest,
+  parseRerankRequest,
+  parseResponsesRequest,
+  rerankDocumentText,
+} from './parse-inputs.ts';
 export { buildRouteRequest, type ProtocolRouteRequest } from './route-request.ts';
 export { approximateTokenIds, canonicalChatText, messageText } from './routing-text.ts';
 export {

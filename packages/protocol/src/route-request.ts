@@ -22,9 +22,14 @@ export function buildRouteRequest(
   headers: HeaderSource = {},
 ): ProtocolRouteRequest {
   const hints = routingHints(parsed, headers);
+  const items = parsed.items;
+  // A request with several prompts is routed as one: its prompt is theirs in order (so it
+  // routes by the first one's prefix) and it holds every item's output limit.
   const out: ProtocolRouteRequest = {
-    inputIds: tokenizer.encodePrompt(parsed.prompt),
-    maxTokens: parsed.maxTokens ?? DEFAULT_MAX_TOKENS[parsed.kind],
+    inputIds: items
+      ? concatIds(items.map((p) => tokenizer.encodePrompt(p)))
+      : tokenizer.encodePrompt(parsed.prompt),
+    maxTokens: (parsed.maxTokens ?? DEFAULT_MAX_TOKENS[parsed.kind]) * (items?.length ?? 1),
   };
   if (hints.routingKey !== undefined) out.routingKey = hints.routingKey;
   if (hints.routedRank !== undefined) {
@@ -32,5 +37,17 @@ export function buildRouteRequest(
     if (hints.routedRankSource !== undefined) out.routedRankSource = hints.routedRankSource;
   }
   if (hints.bootstrapRoom !== undefined) out.bootstrapRoom = hints.bootstrapRoom;
+  return out;
+}
+
+function concatIds(parts: Uint32Array[]): Uint32Array {
+  let n = 0;
+  for (const p of parts) n += p.length;
+  const out = new Uint32Array(n);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
   return out;
 }

@@ -1,17 +1,27 @@
-// Forwarding one attempt to one rank, and piping the answer back. The body is the client's
-// raw bytes unless the router must change it (routed_dp_rank), so fields the router does not
-// read pass through untouched. Streams are piped chunk by chunk: each upstream chunk is
-// written as it arrives, the upstream connection is paused while the client's socket is full,
-// and a client that goes away aborts the upstream request, which closes that connection,
-// which is how SGLang and the mock worker learn to abort the generation.
+// Forwarding one attempt to one rank, and answering the client from it. The body is the
+// client's raw bytes unless the router must change it (routed_dp_rank), so fields the router
+// does not read pass through untouched.
+//
+// Nothing reaches the client before the worker has shown it can answer: the status and headers
+// are held until the first body byte, a non-streaming body is held until it is complete and
+// parses as JSON of the expected shape, and a stream is held until its first complete event.
+// Until then any failure (reset, close, garbage, timeout) leaves the client untouched, so the
+// caller can retry on another rank. Once a stream has sent bytes, it is written event by event
+// (only validated events go out), the upstream connection is paused while the client's socket
+// is full, and a failure ends the stream with an explicit error event in OpenAI's shape, never
+// a silent cut. A client that goes away aborts the upstream request, which closes that
+// connection, which is how SGLang and the mock worker learn to abort the generation.
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
+import { StringDecoder } from 'node:string_decoder';
 import {
   describeError,
   errorCode,
+  openAIErrorBody,
   RANK_HEADER,
   type ReportedUsage,
+  type RequestKind,
   ROUTING_KEY_HEADERS,
-  UsageScanner,
+  usageFromObject,
 } from '@kvroute/protocol';
 import type { Agent } from 'undici';
 
@@ -35,14 +45,37 @@ const HOP_BY_HOP = new Set([
 // router's decision instead.
 const CONSUMED = new Set<string>([RANK_HEADER, ...ROUTING_KEY_HEADERS]);
 
+// What a client sends about itself or its credentials is not the workers' business unless the
+// operator says so: a worker with its own --api-key gets the router's key instead.
+const CLIENT_IDENTITY = new Set([
+  'authorization',
+  'cookie',
+  'x-forwarded-for',
+  'forwarded',
+  'x-real-ip',
+]);
+
+export interface OutboundHeaderPolicy {
+  /** Pass the client's Authorization and Cookie headers through (off by default). */
+  forwardClientAuth: boolean;
+  /** Sent to workers as `Authorization: Bearer <key>` (workers started with --api-key). */
+  workerApiKey?: string;
+}
+
 export function upstreamRequestHeaders(
   incoming: IncomingHttpHeaders,
   bodyLength: number,
   dpRank: number | undefined,
+  policy: OutboundHeaderPolicy = { forwardClientAuth: false },
+  clientAddress?: string,
 ): Record<string, string> {
   const out: Record<string, string> = {};
   for (const name in incoming) {
     if (HOP_BY_HOP.has(name) || CONSUMED.has(name)) continue;
+    if (CLIENT_IDENTITY.has(name)) {
+      // A client-supplied X-Forwarded-For is never trusted: the router states the peer itself.
+      if (!policy.forwardClientAuth || (name !== 'authorization' && name !== 'cookie')) continue;
+    }
     const v = incoming[name];
     if (v === undefined) continue;
     out[name] = Array.isArray(v) ? v.join(', ') : v;
@@ -50,16 +83,24 @@ export function upstreamRequestHeaders(
   out['content-type'] = 'application/json';
   out['content-length'] = String(bodyLength);
   if (dpRank !== undefined) out['x-data-parallel-rank'] = String(dpRank);
+  if (clientAddress) out['x-forwarded-for'] = clientAddress;
+  if (policy.workerApiKey !== undefined) out.authorization = `Bearer ${policy.workerApiKey}`;
   return out;
 }
 
 export type AttemptFailure =
   /** Could not connect (refused, unreachable, connect timeout): the worker is gone. */
   | { kind: 'connect'; detail: string }
-  /** The connection broke before response headers (reset, closed). */
+  /** The connection broke (reset, closed) before the client was sent anything. */
   | { kind: 'socket'; detail: string }
   /** Headers arrived with a 5xx status; its body was discarded so the request can be retried. */
-  | { kind: 'status'; status: number; detail: string };
+  | { kind: 'status'; status: number; detail: string }
+  /** No first body byte within the first-byte timeout, or no chunk within the idle timeout. */
+  | { kind: 'timeout'; detail: string }
+  /** A 2xx whose body is not JSON of the expected shape, or a stream that is not SSE. */
+  | { kind: 'bad-body'; detail: string }
+  /** The worker was ejected or marked down while this attempt waited; nothing was sent. */
+  | { kind: 'worker-down'; detail: string };
 
 const CONNECT_CODES = new Set([
   'ECONNREFUSED',
@@ -83,13 +124,21 @@ export interface ForwardOptions {
   path: string;
   headers: Record<string, string>;
   body: Buffer;
-  /** The client's response, written to only if `decide` says so. */
+  /** The request kind: what a complete 2xx body must look like. */
+  kind: RequestKind;
+  /** The client's response, written to only once the worker's answer is known to be good. */
   res: ServerResponse;
   /** Added to the response headers (x-kvroute-rank, x-kvroute-reason). */
   extraHeaders: Record<string, string>;
+  /** From dispatch to the first body byte; 0 = no limit. */
+  firstByteTimeoutMs: number;
+  /** Between body chunks once the first arrived, while the client keeps reading; 0 = no limit. */
+  idleTimeoutMs: number;
+  /** A non-streaming body past this size is passed through unchecked instead of held. */
+  maxHeldBytes: number;
   /**
    * Called synchronously when the worker's status arrives, before any byte goes to the client:
-   * 'pipe' starts the response, 'discard' drains the worker's body (a 5xx to be retried).
+   * 'pipe' keeps the answer, 'discard' drains the worker's body (a 5xx to be retried).
    */
   decide(status: number): 'pipe' | 'discard';
   /** The first body byte arrived from the worker (TTFT for streams). */
@@ -97,26 +146,68 @@ export interface ForwardOptions {
 }
 
 export type ForwardResult =
-  /** Nothing reached the client: connect/socket failure, or a 5xx that was discarded. */
+  /** Nothing reached the client: connect/socket failure, timeout, bad body, discarded 5xx. */
   | { kind: 'failed'; failure: AttemptFailure }
-  /** Aborted (timeout, client gone) before the worker answered; the caller knows why. */
+  /** Aborted by the caller (request deadline, client gone) before the client was sent anything. */
   | { kind: 'aborted' }
-  /** The response was piped to the client until `end`. */
-  | { kind: 'piped'; status: number; end: PipeEnd; usage?: ReportedUsage; error?: unknown };
+  /** The client was answered from this attempt, until `end`. */
+  | {
+      kind: 'piped';
+      status: number;
+      end: PipeEnd;
+      usage?: ReportedUsage;
+      /** What went wrong for end 'upstream-error'. */
+      failure?: AttemptFailure;
+    };
 
 export type PipeEnd =
   /** The worker's body ended and the client got all of it. */
   | 'complete'
   /** The client went away before the end; the upstream request was aborted. */
   | 'client-closed'
-  /** The upstream failed mid-way (worker died, timeout); the client's connection was cut. */
+  /** The upstream failed after the client had bytes: the stream ended with an error event. */
   | 'upstream-error';
 
+/** An SSE error event in OpenAI's shape, then the terminator clients wait for. */
+export function sseErrorEvent(message: string, code: string): string {
+  const body = openAIErrorBody(502, clientSafe(message), { code });
+  return `data: ${JSON.stringify(body)}\n\ndata: [DONE]\n\n`;
+}
+
 /**
- * One forwarding attempt as an undici dispatch handler: the worker's chunks are written to the
- * client's socket from onData, and returning false there (client socket full) pauses the
- * worker's connection until 'drain'. No intermediate stream, promise per chunk or AbortSignal:
- * this is the router's hot path.
+ * A failure detail fit for a client: worker URLs and addresses (which may carry credentials or
+ * reveal the internal network) become `<worker>`.
+ */
+export function clientSafe(detail: string): string {
+  return detail
+    .replace(/\b[a-z][a-z0-9+.-]*:\/\/[^\s)'"]+/gi, '<worker>')
+    .replace(/\[?[0-9a-f]*:[0-9a-f:.]*\]?:\d+|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?/gi, '<worker>');
+}
+
+/** Why a complete 2xx body is not an answer of `kind`, or undefined when it is. */
+export function checkAnswer(kind: RequestKind, value: unknown): string | undefined {
+  if (typeof value !== 'object' || value === null) return 'the body is not a JSON object';
+  if (kind === 'generate') {
+    // SGLang answers a batch with an array, one request with {text | output_ids, meta_info}.
+    if (Array.isArray(value)) return undefined;
+    const o = value as Record<string, unknown>;
+    return typeof o.text === 'string' || Array.isArray(o.output_ids)
+      ? undefined
+      : "the body has neither 'text' nor 'output_ids'";
+  }
+  if (Array.isArray(value)) return 'the body is a JSON array';
+  return Array.isArray((value as Record<string, unknown>).choices)
+    ? undefined
+    : "the body has no 'choices' array";
+}
+
+const EMPTY = Buffer.alloc(0);
+const EVENT_END = Buffer.from('\n\n');
+
+/**
+ * One forwarding attempt as an undici dispatch handler: no intermediate stream, promise per
+ * chunk or AbortSignal, since this is the router's hot path. Returning false from onData
+ * (client socket full) pauses the worker's connection until 'drain'.
  */
 export class ForwardCall {
   readonly done: Promise<ForwardResult>;
@@ -124,15 +215,31 @@ export class ForwardCall {
   private settled = false;
   private abortUpstream: ((err?: Error) => void) | undefined;
   private pendingAbort: Error | undefined;
-  private mode: 'waiting' | 'pipe' | 'discard' = 'waiting';
+  /** waiting: no headers yet; discard: a 5xx being drained; hold: nothing sent yet; sent. */
+  private mode: 'waiting' | 'discard' | 'hold' | 'sent' = 'waiting';
   private status = 0;
+  private headers: string[] = [];
+  private sse = false;
   private first = true;
-  private scanner: UsageScanner | undefined;
+  /** Held body chunks (non-streaming), or undefined once passed through unchecked. */
+  private held: Buffer[] | undefined;
+  private heldBytes = 0;
+  private passThrough = false;
+  /** SSE: text after the last complete event, and the decoder for split UTF-8 sequences. */
+  private decoder: StringDecoder | undefined;
+  private partial = '';
+  private usage: ReportedUsage | undefined;
   private resumeUpstream: (() => void) | undefined;
   /** Listening for 'drain': only once a write found the client's socket full. */
   private awaitingDrain = false;
+  private paused = false;
   private clientClosed = false;
-  private abortRequested = false;
+  /** Set when the caller aborted (deadline, client gone): the outcome is theirs to report. */
+  private externalAbort = false;
+  /** Set when this attempt gave up on the worker itself (timeout, garbage, worker down). */
+  private ownFailure: AttemptFailure | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private lastChunkAt = 0;
 
   constructor(private readonly o: ForwardOptions) {
     this.done = new Promise((resolve) => {
@@ -140,7 +247,15 @@ export class ForwardCall {
     });
   }
 
+  /** Whether any byte of this attempt's answer reached the client. */
+  get sentToClient(): boolean {
+    return this.mode === 'sent';
+  }
+
   start(): Promise<ForwardResult> {
+    if (this.o.firstByteTimeoutMs > 0) {
+      this.timer = setTimeout(this.onTimer, this.o.firstByteTimeoutMs);
+    }
     this.o.agent.dispatch(
       {
         origin: this.o.origin,
@@ -148,7 +263,7 @@ export class ForwardCall {
         method: 'POST',
         headers: this.o.headers,
         body: this.o.body,
-        // The router's own timer (--request-timeout-ms) bounds the whole request.
+        // This call's own timers (first byte, idle) and the route's deadline govern instead.
         headersTimeout: 0,
         bodyTimeout: 0,
       },
@@ -157,23 +272,61 @@ export class ForwardCall {
     return this.done;
   }
 
-  /** Aborts the upstream request (timeout, client gone); safe before the connection exists. */
+  /** Aborts the upstream request for the caller (deadline, client gone). */
   abort(reason: Error): void {
-    this.abortRequested = true;
+    this.externalAbort = true;
+    this.cancelUpstream(reason);
+  }
+
+  /**
+   * Gives up on the worker (it was ejected or marked down): a failure the caller may retry if
+   * nothing was sent, an error event if a stream had started.
+   */
+  fail(failure: AttemptFailure): void {
+    if (this.settled) return;
+    this.ownFailure ??= failure;
+    this.cancelUpstream(new Error(failure.detail));
+  }
+
+  private cancelUpstream(reason: Error): void {
     if (this.abortUpstream) this.abortUpstream(reason);
     else this.pendingAbort ??= reason;
   }
 
+  private readonly onTimer = (): void => {
+    this.timer = undefined;
+    if (this.settled) return;
+    if (this.first) {
+      this.fail({
+        kind: 'timeout',
+        detail: `no response byte within ${this.o.firstByteTimeoutMs} ms (first-byte timeout)`,
+      });
+      return;
+    }
+    // A paused upstream is the client's doing (it stopped reading), not the worker's.
+    const idleFor = Date.now() - this.lastChunkAt;
+    if (this.paused || idleFor < this.o.idleTimeoutMs) {
+      this.timer = setTimeout(this.onTimer, Math.max(1, this.o.idleTimeoutMs - idleFor));
+      return;
+    }
+    this.fail({
+      kind: 'timeout',
+      detail: `no response chunk for ${this.o.idleTimeoutMs} ms (idle timeout)`,
+    });
+  };
+
   private finish(r: ForwardResult): void {
     if (this.settled) return;
     this.settled = true;
+    if (this.timer) clearTimeout(this.timer);
     const res = this.o.res;
-    res.off('close', this.onClientClose);
+    if (this.mode === 'sent') res.off('close', this.onClientClose);
     if (this.awaitingDrain) res.off('drain', this.onDrain);
     this.settle(r);
   }
 
   private readonly onDrain = (): void => {
+    this.paused = false;
     this.resumeUpstream?.();
   };
 
@@ -194,51 +347,156 @@ export class ForwardCall {
 
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
     this.status = statusCode;
-    this.mode = this.o.decide(statusCode);
-    if (this.mode === 'discard') return true;
-    // A flat [name, value, ...] list, which writeHead takes as is: no per-response object with
-    // dynamic keys. A repeated header stays one line per value, as before; the router's own
-    // headers (extraHeaders) replace any the worker sent under the same names.
+    if (this.o.decide(statusCode) === 'discard') {
+      this.mode = 'discard';
+      return true;
+    }
+    // A flat [name, value, ...] list, which writeHead takes as is. A repeated header stays one
+    // line per value; the router's own headers (extraHeaders) replace any the worker sent under
+    // the same names; content-length is the router's to set on the body it sends.
     const extra = this.o.extraHeaders;
-    const headers: string[] = [];
+    const headers = this.headers;
     let contentType = '';
     for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
       const name = rawHeaders[i]!.toString('latin1').toLowerCase();
-      if (name !== 'content-length' && HOP_BY_HOP.has(name)) continue;
+      if (HOP_BY_HOP.has(name)) continue;
       if (Object.hasOwn(extra, name)) continue;
       const value = rawHeaders[i + 1]!.toString('latin1');
       if (name === 'content-type') contentType = value;
       headers.push(name, value);
     }
     for (const name in extra) headers.push(name, extra[name]!);
-    this.scanner = new UsageScanner(contentType.startsWith('text/event-stream'));
+    // Only a 2xx is checked; a worker's 4xx/5xx body is passed on as the clearest answer.
+    this.sse = contentType.startsWith('text/event-stream') && statusCode < 300;
+    if (this.sse) this.decoder = new StringDecoder('utf8');
+    else this.held = [];
     this.resumeUpstream = resume;
-    const res = this.o.res;
-    res.on('close', this.onClientClose);
-    // Headers leave with the first body chunk (one write instead of two per response).
-    res.writeHead(statusCode, headers);
+    this.mode = 'hold';
     return true;
   }
 
   onData(chunk: Buffer): boolean {
-    if (this.mode !== 'pipe' || this.settled) return true;
+    if (this.settled || this.mode === 'discard' || this.ownFailure) return true;
+    this.lastChunkAt = Date.now();
     if (this.first) {
       this.first = false;
       this.o.onFirstByte();
+      if (this.timer) clearTimeout(this.timer);
+      this.timer =
+        this.o.idleTimeoutMs > 0 ? setTimeout(this.onTimer, this.o.idleTimeoutMs) : undefined;
     }
-    this.scanner!.push(chunk);
+    if (this.sse) return this.onSseData(chunk);
+    if (this.passThrough) return this.write(chunk);
+    this.held!.push(chunk);
+    this.heldBytes += chunk.length;
+    if (this.heldBytes > this.o.maxHeldBytes) {
+      // Too large to hold: pass the rest through unchecked rather than buffer without bound.
+      this.passThrough = true;
+      this.sendHead(undefined);
+      const held = this.held!;
+      this.held = undefined;
+      let ok = true;
+      for (const c of held) ok = this.o.res.write(c) && ok;
+      return ok || this.waitForDrain();
+    }
+    return true;
+  }
+
+  /** SSE: validated complete events go out; the first bad line ends the attempt. */
+  private onSseData(chunk: Buffer): boolean {
+    const text = this.partial + this.decoder!.write(chunk);
+    let start = 0;
+    let lastEventEnd = 0;
+    for (let nl = text.indexOf('\n'); nl !== -1; nl = text.indexOf('\n', start)) {
+      const end = nl > start && text.charCodeAt(nl - 1) === 13 ? nl - 1 : nl;
+      if (end === start) {
+        lastEventEnd = nl + 1;
+      } else {
+        const bad = this.checkLine(text, start, end);
+        if (bad) {
+          this.badStream(text.slice(0, lastEventEnd), bad);
+          return true;
+        }
+      }
+      start = nl + 1;
+    }
+    this.partial = text.slice(lastEventEnd);
+    if (this.partial.length > this.o.maxHeldBytes) {
+      this.badStream('', `an SSE event longer than ${this.o.maxHeldBytes} bytes`);
+      return true;
+    }
+    if (lastEventEnd === 0) return true;
+    if (this.mode === 'hold') this.sendHead(undefined);
+    return this.write(text.slice(0, lastEventEnd));
+  }
+
+  /** Why an SSE line is not one a worker would send, or undefined when it is fine. */
+  private checkLine(text: string, start: number, end: number): string | undefined {
+    const c = text.charCodeAt(start);
+    if (c === 58 /* : comment */) return undefined;
+    if (c === 100 /* d */ && text.startsWith('data:', start)) {
+      const payload = text.slice(start + 5, end).trim();
+      if (payload === '[DONE]') return undefined;
+      let value: unknown;
+      try {
+        value = JSON.parse(payload);
+      } catch {
+        return `an SSE data line that is not JSON: ${JSON.stringify(payload.slice(0, 60))}`;
+      }
+      if (this.o.kind !== 'generate' || payload.includes('"prompt_tokens"')) {
+        const u = usageFromObject(value);
+        if (u) this.usage = u;
+      }
+      return undefined;
+    }
+    if (
+      text.startsWith('event:', start) ||
+      text.startsWith('id:', start) ||
+      text.startsWith('retry:', start)
+    ) {
+      return undefined;
+    }
+    return `a line that is not SSE: ${JSON.stringify(text.slice(start, Math.min(end, start + 60)))}`;
+  }
+
+  /** A stream went bad: retry if the client has nothing yet, else end it with an error event. */
+  private badStream(goodText: string, detail: string): void {
+    if (this.mode === 'sent' && goodText.length > 0) this.o.res.write(goodText);
+    this.fail({ kind: 'bad-body', detail: `the worker sent ${detail}` });
+  }
+
+  private sendHead(contentLength: number | undefined): void {
+    const headers = this.headers;
+    if (contentLength !== undefined) headers.push('content-length', String(contentLength));
+    this.mode = 'sent';
     const res = this.o.res;
-    if (res.write(chunk)) return true;
-    // Most responses never fill the socket: the 'drain' listener is added on the first
-    // full write only (and kept until the call finishes), not on and off for every request.
+    res.on('close', this.onClientClose);
+    // Headers leave with the first body write (one write instead of two per response).
+    res.writeHead(this.status, headers);
+  }
+
+  private write(data: Buffer | string): boolean {
+    if (this.o.res.write(data)) return true;
+    return this.waitForDrain();
+  }
+
+  private waitForDrain(): false {
+    this.paused = true;
+    // Most responses never fill the socket: the 'drain' listener is added on the first full
+    // write only (and kept until the call finishes), not on and off for every request.
     if (!this.awaitingDrain) {
       this.awaitingDrain = true;
-      res.on('drain', this.onDrain);
+      this.o.res.on('drain', this.onDrain);
     }
     return false;
   }
 
   onComplete(): void {
+    if (this.settled) return;
+    if (this.ownFailure) {
+      this.onError(new Error(this.ownFailure.detail));
+      return;
+    }
     if (this.mode === 'discard') {
       this.finish({
         kind: 'failed',
@@ -246,26 +504,85 @@ export class ForwardCall {
       });
       return;
     }
-    if (this.settled) return;
-    this.o.res.end();
-    this.finish({
-      kind: 'piped',
-      status: this.status,
-      end: 'complete',
-      usage: this.scanner!.result(),
-    });
+    const res = this.o.res;
+    if (this.sse) {
+      this.partial += this.decoder!.end();
+      // A last event without its blank line is still an event.
+      if (this.partial.trim().length > 0) {
+        this.onSseData(EVENT_END);
+        const f = this.ownFailure as AttemptFailure | undefined;
+        if (f) {
+          this.onError(new Error(f.detail));
+          return;
+        }
+      }
+      if (this.mode === 'hold') {
+        this.finish({
+          kind: 'failed',
+          failure: { kind: 'bad-body', detail: 'the worker ended the stream without an event' },
+        });
+        return;
+      }
+      res.end();
+      this.finish({ kind: 'piped', status: this.status, end: 'complete', usage: this.usage });
+      return;
+    }
+    if (this.passThrough) {
+      res.end();
+      this.finish({ kind: 'piped', status: this.status, end: 'complete' });
+      return;
+    }
+    const held = this.held!;
+    const body = held.length === 1 ? held[0]! : held.length === 0 ? EMPTY : Buffer.concat(held);
+    let usage: ReportedUsage | undefined;
+    if (this.status < 300) {
+      let value: unknown;
+      let bad: string | undefined;
+      try {
+        value = JSON.parse(body.toString('utf8'));
+        bad = checkAnswer(this.o.kind, value);
+      } catch {
+        bad =
+          body.length === 0
+            ? 'an empty body'
+            : `a body that is not JSON: ${JSON.stringify(body.subarray(0, 60).toString('utf8'))}`;
+      }
+      if (bad) {
+        this.finish({
+          kind: 'failed',
+          failure: { kind: 'bad-body', detail: `the worker answered ${this.status} with ${bad}` },
+        });
+        return;
+      }
+      usage = usageFromObject(value);
+    }
+    this.sendHead(body.length);
+    res.end(body);
+    this.finish({ kind: 'piped', status: this.status, end: 'complete', usage });
   }
 
   onError(err: Error): void {
     if (this.settled) return;
-    if (this.mode === 'pipe') {
-      // Status and part of the body are out: all we can do is cut the connection, so the
-      // client sees an incomplete response rather than a clean end.
-      if (!this.clientClosed) this.o.res.destroy();
-      this.finish({ kind: 'piped', status: this.status, end: 'upstream-error', error: err });
+    const failure = this.ownFailure;
+    if (this.mode === 'sent') {
+      // The client has part of the answer: end it in a way it cannot mistake for success.
+      const f = failure ?? { kind: 'socket' as const, detail: describeError(err) };
+      if (!this.clientClosed) {
+        const res = this.o.res;
+        if (this.sse && !res.writableEnded) {
+          res.end(sseErrorEvent(`The worker failed mid-stream: ${f.detail}`, 'upstream_error'));
+        } else {
+          res.destroy();
+        }
+      }
+      this.finish({ kind: 'piped', status: this.status, end: 'upstream-error', failure: f });
       return;
     }
-    if (this.abortRequested) {
+    if (failure) {
+      this.finish({ kind: 'failed', failure });
+      return;
+    }
+    if (this.externalAbort) {
       this.finish({ kind: 'aborted' });
       return;
     }

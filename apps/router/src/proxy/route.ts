@@ -1,12 +1,20 @@
-// The proxy route: one client request from its body to its answer. Parse and validate the
-// body, ask the dispatcher for a rank, forward (forward.ts), and on a failure that reached
-// the client with nothing, retry on another rank. The request's load is accounted on its rank
-// for exactly the time an attempt is outstanding, whatever the outcome.
+// The proxy route: one client request from its body to its answer. Admit it (admission.ts),
+// read and bound its body, parse it within the request limits, ask the dispatcher for a rank,
+// forward (forward.ts), and account the outcome where it happened:
+//   - nothing reached the client yet (refused, reset, 5xx, timeout, garbage body, worker
+//     ejected while waiting): the worker gets a failure and the request is retried on another
+//     rank, after a jittered backoff and only within the retry budget (retry.ts);
+//   - the client has part of a stream: the stream ends with an error event, the worker gets a
+//     failure; nothing is retried (the client would see the answer twice);
+//   - the response completed: only now is the worker credited with a success.
+// Failures feed outlier ejection (outlier.ts); refused connections also mark the worker down
+// (health.ts). The request's load is accounted on its rank for exactly the time an attempt is
+// outstanding, whatever the outcome. Client-facing errors name ranks, never worker URLs.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import {
-  type Decision,
   type Dispatcher,
+  type DispatchTicket,
   type KvIndexView,
   NoHealthyRankError,
   RoutedRankError,
@@ -18,25 +26,35 @@ import {
   type ParsedRequest,
   parseJsonBody,
   parseRequest,
+  payloadTooLarge,
   type RequestKind,
+  type RequestLimits,
   type RoutingTokenizer,
   routedRankParam,
 } from '@kvroute/protocol';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Agent } from 'undici';
+import type { Admission } from '../admission.ts';
 import type { RouterConfig } from '../config.ts';
 import { errorReply } from '../error-reply.ts';
 import { RouterError } from '../errors.ts';
 import type { HealthMonitor } from '../health.ts';
+import { LogLimiter } from '../log-limiter.ts';
 import type { RouterMetrics } from '../metrics.ts';
-import type { RankTable } from '../rank-table.ts';
+import type { OutlierDetector } from '../outlier.ts';
+import type { RankTable, Worker } from '../rank-table.ts';
+import type { ReliabilityMetrics } from '../reliability-metrics.ts';
+import { firstByteTimeoutMs } from '../timeouts.ts';
 import { CLIENT_GONE, readBody } from './body.ts';
 import {
   type AttemptFailure,
+  clientSafe,
   ForwardCall,
   type ForwardResult,
+  type OutboundHeaderPolicy,
   upstreamRequestHeaders,
 } from './forward.ts';
+import { RetryBudget } from './retry.ts';
 
 export interface ProxyContext {
   config: RouterConfig;
@@ -45,45 +63,99 @@ export interface ProxyContext {
   tokenizer: RoutingTokenizer;
   agent: Agent;
   health: HealthMonitor;
+  outlier: OutlierDetector;
+  admission: Admission;
   metrics: RouterMetrics;
+  reliability: ReliabilityMetrics;
   log: FastifyBaseLogger;
+  /** Current request limits (the model's context is learned from the workers). */
+  limits(): RequestLimits;
   /** The events-fed cache index (--kv-events-endpoint), passed to every decision. */
   kvIndex?: (KvIndexView & { noteDispatch(rank: number): void }) | undefined;
 }
 
 /** Serves one proxied POST on the raw request/response; never throws. */
-export type ProxyHandler = (
+export type ProxyHandler = ((
   req: IncomingMessage,
   res: ServerResponse,
   kind: RequestKind,
   route: string,
-) => Promise<void>;
+) => Promise<void>) & {
+  /** The refusal for a request before its body is read (Expect: 100-continue), if any. */
+  precheck(req: IncomingMessage): RouterError | ReturnType<typeof payloadTooLarge> | undefined;
+  /** Moves attempts on `worker` that sent nothing yet elsewhere (it was ejected or is down). */
+  evacuate(worker: Worker, reason: string): void;
+  readonly budget: RetryBudget;
+};
 
 /** The error for "nothing left to try": the last attempt's failure, or the policy's refusal. */
 export function noRankLeft(
-  table: RankTable,
-  last: { rank: number; failure: AttemptFailure } | undefined,
+  last: { rank: number; workerRank: number; failure: AttemptFailure } | undefined,
   policyMessage: string | undefined,
 ): RouterError {
   if (last) {
-    const worker = table.slot(last.rank)?.worker.url ?? '?';
+    const f = last.failure;
+    const code =
+      f.kind === 'timeout'
+        ? 'upstream_timeout'
+        : f.kind === 'bad-body' || f.kind === 'worker-down'
+          ? 'upstream_error'
+          : 'upstream_unavailable';
     return new RouterError(
-      'upstream_unavailable',
-      `rank ${last.rank} (${worker}) failed: ${last.failure.detail}; no other healthy rank to retry on`,
+      code,
+      `rank ${last.rank} (worker-r${last.workerRank}) failed: ${clientSafe(f.detail)}; no other healthy rank or retry left`,
     );
   }
   return new RouterError(
     'no_healthy_rank',
     `No healthy rank to route to (${policyMessage ?? 'all workers are down'}); check the workers' /health`,
-  );
+  ).withRetryAfter(1);
 }
 
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
 export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
-  const { config, table, dispatcher, tokenizer, agent, health, metrics, log, kvIndex } = ctx;
+  const { config, table, dispatcher, tokenizer, agent, outlier, admission, metrics, log, kvIndex } =
+    ctx;
+  const rel = ctx.reliability;
+  const budget = new RetryBudget(config);
+  const logLimiter = new LogLimiter();
+  const outbound: OutboundHeaderPolicy = {
+    forwardClientAuth: config.forwardClientAuth,
+    ...(config.workerApiKey !== undefined ? { workerApiKey: config.workerApiKey } : {}),
+  };
+  /** Attempts outstanding per worker, so an ejection can move them elsewhere. */
+  const calls = new Map<Worker, Set<ForwardCall>>();
 
   const countRejected = (route: string, status: number): void => {
     metrics.countRequest(route, 'none', 'none', String(status));
   };
+
+  function precheck(
+    req: IncomingMessage,
+  ): RouterError | ReturnType<typeof payloadTooLarge> | undefined {
+    const declared = Number(req.headers['content-length']);
+    if (declared > config.maxBodyBytes)
+      return payloadTooLarge(config.maxBodyBytes, { param: 'body' });
+    if (declared > 0 && !admission.bodyFits(declared)) return admission.overBudget();
+    return undefined;
+  }
+
+  /** Logs a worker failure, at most once per worker and cause per interval. */
+  function logFailure(
+    worker: Worker,
+    rank: number,
+    phase: string,
+    failure: AttemptFailure,
+    msg: string,
+  ): void {
+    const suppressed = logLimiter.take(`${worker.url} ${phase} ${failure.kind}`);
+    if (suppressed < 0) return;
+    log.warn(
+      { rank, worker: worker.url, phase, cause: failure.kind, failure: failure.detail, suppressed },
+      msg,
+    );
+  }
 
   async function serveProxy(
     req: IncomingMessage,
@@ -91,9 +163,24 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     kind: RequestKind,
     route: string,
   ): Promise<void> {
+    let reserved = 0;
+    let admitted = false;
     try {
-      const raw = await readBody(req, config.maxBodyBytes);
-      await handleProxy(req, res, kind, route, raw);
+      const key = admission.checkApiKey(req.headers.authorization);
+      admission.checkRate(key ?? req.socket?.remoteAddress ?? 'unknown');
+      const refused = precheck(req);
+      if (refused) throw refused;
+      const body = await readBody(req, {
+        maxBytes: config.maxBodyBytes,
+        timeoutMs: config.bodyTimeoutMs,
+        admission,
+      });
+      reserved = body.reserved;
+      const slot = admission.acquire();
+      if (slot !== true) await slot;
+      admitted = true;
+      budget.active++;
+      await handleProxy(req, res, kind, route, body.raw);
     } catch (err) {
       if (err === CLIENT_GONE) {
         countRejected(route, 499);
@@ -104,15 +191,31 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         return;
       }
       const { status, body } = errorReply(err, log, config.maxBodyBytes);
+      rel.rejected(status);
       countRejected(route, status);
       const text = JSON.stringify(body);
-      res.writeHead(status, {
+      const headers: Record<string, string | number> = {
         'content-type': 'application/json; charset=utf-8',
         'content-length': Buffer.byteLength(text),
-        // A body cut short at the limit leaves unread bytes on the connection.
-        ...(status === 413 ? { connection: 'close' } : {}),
-      });
-      res.end(text);
+      };
+      const retryAfter = (err as RouterError).retryAfterSec;
+      if (retryAfter !== undefined) headers['retry-after'] = retryAfter;
+      // A refused body may still be on its way: close rather than read it into a keep-alive.
+      const bodyUnread = !req.complete;
+      if (bodyUnread) headers.connection = 'close';
+      if (!res.writableEnded && !res.destroyed) {
+        res.writeHead(status, headers);
+        res.end(text);
+      }
+      // Keep reading (and dropping) what the client still sends while the answer goes out,
+      // so it reads the answer instead of a reset.
+      if (bodyUnread) req.resume();
+    } finally {
+      if (reserved) admission.releaseBody(reserved);
+      if (admitted) {
+        budget.active--;
+        admission.release();
+      }
     }
   }
 
@@ -126,15 +229,23 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     if (raw.length === 0) {
       throw badRequest('Request body is empty: expected a JSON object', { code: 'invalid_json' });
     }
-    const body = parseJsonBody(raw);
-    const parsed: ParsedRequest = parseRequest(kind, body);
+    const limits = ctx.limits();
+    const body = parseJsonBody(raw, limits);
+    const parsed: ParsedRequest = parseRequest(kind, body, limits);
     // Also the policy's RouteRequest as is: same field names, absent hints left out.
     const routeRequest = buildRouteRequest(parsed, tokenizer, req.headers);
     const routed = routeRequest.routedRank;
     if (routed !== undefined) {
       checkRoutedRank(routed, routedRankParam(routeRequest.routedRankSource));
     }
-    const tokens = routeRequest.inputIds.length + routeRequest.maxTokens;
+    // The policy's request also carries max new tokens: its dispatch ticket weighs the load.
+    const policyRequest = { ...routeRequest, maxNewTokens: routeRequest.maxTokens };
+    const firstByteMs = firstByteTimeoutMs(
+      config,
+      routeRequest.inputIds.length,
+      routeRequest.maxTokens,
+      parsed.stream,
+    );
 
     // One timer for the whole request, across retries; it aborts whichever attempt is current.
     let call: ForwardCall | undefined;
@@ -154,31 +265,43 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
 
     // Allocated on the first failure only: most requests never retry.
     let excluded: Set<number> | undefined;
-    let lastFailure: { rank: number; failure: AttemptFailure } | undefined;
+    let lastFailure: { rank: number; workerRank: number; failure: AttemptFailure } | undefined;
+    let retrying = false;
     try {
       for (let attemptNo = 0; ; attemptNo++) {
         if (clientGone) {
           countRejected(route, 499);
           return;
         }
-        const view = table.view(excluded);
-        let decision: Decision;
+        if (timedOut) throw deadlineError();
+        const full = fullRanks();
+        const skip = full ? new Set([...(excluded ?? []), ...full]) : excluded;
+        const view = table.view(skip);
+        let decision: DispatchTicket;
         const t0 = performance.now();
         try {
-          decision = dispatcher.dispatch(
-            routeRequest,
-            view,
-            kvIndex ? { nowMs: Date.now(), kvIndex } : { nowMs: Date.now() },
+          // The ticket holds the rank's load until it is closed below, whatever happens.
+          decision = dispatcher.begin(
+            policyRequest,
+            table.tracker,
+            kvIndex ? { nowMs: Date.now(), view, kvIndex } : { nowMs: Date.now(), view },
           );
         } catch (err) {
           if (err instanceof NoHealthyRankError || err instanceof RoutedRankError) {
-            throw noRankLeft(table, lastFailure, err.message);
+            if (full && table.hasHealthy(excluded)) {
+              // Every routable rank is at --max-concurrent-per-rank: wait for one to free up.
+              await admission.waitForChange();
+              attemptNo--;
+              continue;
+            }
+            throw noRankLeft(lastFailure, err.message);
           }
           throw err;
         }
         metrics.decision(dispatcher.method).observe((performance.now() - t0) / 1e3);
         const slot = table.slot(decision.rank);
         if (!slot) {
+          decision.done('failed');
           throw new RouterError(
             'internal_error',
             `policy chose rank ${decision.rank}, which does not exist`,
@@ -198,27 +321,36 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           outBody = Buffer.from(JSON.stringify(rest));
         }
 
-        // Decided synchronously when the worker's status arrives: a 5xx is discarded (and
-        // retried) only while another healthy rank and a retry are left.
+        // Whether a failure now could be retried: a routed request never is, and a retry needs
+        // another healthy rank, one left of --max-retries, and room in the retry budget.
         const canRetryAfter = (): boolean => {
-          if (routed !== undefined || attemptNo >= config.maxRetries) return false;
+          if (routed !== undefined || attemptNo >= config.maxRetries || !budget.hasRoom()) {
+            return false;
+          }
           const ex = new Set(excluded);
           ex.add(rank);
           return table.hasHealthy(ex);
         };
-        table.tracker.onDispatch(rank, tokens);
         const sentAt = performance.now();
-        call = new ForwardCall({
+        const thisCall = new ForwardCall({
           agent,
           origin: worker.origin,
           path: worker.basePath + route,
-          headers: upstreamRequestHeaders(req.headers, outBody.length, slot.dpRank),
+          headers: upstreamRequestHeaders(
+            req.headers,
+            outBody.length,
+            slot.dpRank,
+            outbound,
+            req.socket?.remoteAddress,
+          ),
           body: outBody,
+          kind,
           res,
           extraHeaders: { 'x-kvroute-rank': rankLabel, 'x-kvroute-reason': decision.reason },
-          decide: (status) => {
-            return status >= 500 && canRetryAfter() ? 'discard' : 'pipe';
-          },
+          firstByteTimeoutMs: firstByteMs,
+          idleTimeoutMs: config.idleTimeoutMs,
+          maxHeldBytes: config.maxHeldResponseBytes,
+          decide: (status) => (status >= 500 && canRetryAfter() ? 'discard' : 'pipe'),
           onFirstByte: () => {
             const m = metrics.rank(rankLabel);
             (parsed.stream ? m.ttftStream : m.ttftPlain).observe(
@@ -226,63 +358,98 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
             );
           },
         });
+        call = thisCall;
+        let onWorker = calls.get(worker);
+        if (!onWorker) {
+          onWorker = new Set();
+          calls.set(worker, onWorker);
+        }
+        onWorker.add(thisCall);
         let result: ForwardResult;
         try {
-          result = await call.start();
+          result = await thisCall.start();
         } finally {
           // Whatever happened (even a throw from undici's dispatch), the rank's load goes back.
-          table.tracker.onComplete(rank, tokens);
+          decision.done();
+          onWorker.delete(thisCall);
+          if (retrying) {
+            retrying = false;
+            budget.release();
+          }
+          admission.wake();
         }
 
         if (result.kind === 'aborted') {
           if (timedOut) {
-            health.reportServerError(worker, 'request timed out');
-            throw timeoutError(worker.url);
+            outlier.failure(worker, 'request deadline passed');
+            throw deadlineError();
           }
           metrics.countRequest(route, rankLabel, decision.reason, '499');
           return;
         }
         if (result.kind === 'failed') {
           const failure = result.failure;
-          if (failure.kind === 'connect') health.reportConnectError(worker, failure.detail);
-          else health.reportServerError(worker, failure.detail);
+          if (failure.kind === 'connect') ctx.health.reportConnectError(worker, failure.detail);
+          if (failure.kind !== 'worker-down') outlier.failure(worker, failure.detail);
+          rel.failure(rankLabel, 'before-client-bytes', failure.kind);
           excluded ??= new Set<number>();
           excluded.add(rank);
-          lastFailure = { rank, failure };
-          if (failure.kind === 'status' || canRetryAfter()) {
+          lastFailure = { rank, workerRank: worker.ranks[0] ?? rank, failure };
+          if ((failure.kind === 'status' || canRetryAfter()) && budget.tryAcquire()) {
+            retrying = true;
             metrics.retries.inc({ rank: rankLabel, cause: failure.kind });
-            log.warn(
-              { rank, worker: worker.url, failure: failure.detail },
-              'retrying on another rank',
-            );
+            logFailure(worker, rank, 'before-client-bytes', failure, 'retrying on another rank');
+            const wait = budget.backoffMs(attemptNo + 1);
+            if (wait >= 1) await sleep(wait);
             continue;
           }
-          throw noRankLeft(table, lastFailure, undefined);
+          logFailure(worker, rank, 'before-client-bytes', failure, 'failed, no retry left');
+          throw noRankLeft(lastFailure, undefined);
         }
 
-        // Piped: a worker 5xx on the last attempt is forwarded as is (its body is the clearest
-        // answer) and still counts against the worker's health.
-        if (result.status >= 500)
-          health.reportServerError(worker, `worker answered ${result.status}`);
-        else health.reportSuccess(worker);
+        let status = String(result.status);
+        if (result.end === 'complete') {
+          // Only a completed answer says anything good about the worker.
+          if (result.status >= 500) outlier.failure(worker, `worker answered ${result.status}`);
+          else {
+            outlier.success(worker);
+            ctx.health.reportSuccess(worker);
+          }
+        } else if (result.end === 'client-closed') {
+          status = '499';
+        } else {
+          const failure = result.failure ?? { kind: 'socket' as const, detail: 'stream cut' };
+          status = timedOut || failure.kind === 'timeout' ? '504' : '502';
+          if (!timedOut) outlier.failure(worker, failure.detail);
+          rel.failure(rankLabel, 'after-client-bytes', failure.kind);
+          logFailure(worker, rank, 'after-client-bytes', failure, 'worker failed mid-response');
+        }
         if (result.usage) {
           const m = metrics.rank(rankLabel);
           m.promptTokens.inc(result.usage.promptTokens);
           m.cachedTokens.inc(result.usage.cachedTokens);
         }
-        let status = String(result.status);
-        if (result.end === 'client-closed') status = '499';
-        else if (result.end === 'upstream-error') {
-          status = timedOut ? '504' : '502';
-          if (!timedOut) health.reportServerError(worker, describeError(result.error));
-        }
         metrics.countRequest(route, rankLabel, decision.reason, status);
         return;
       }
     } finally {
+      if (retrying) budget.release();
       clearTimeout(timer);
       res.off('close', onEarlyClose);
     }
+  }
+
+  /** Ranks at --max-concurrent-per-rank, or undefined when none is (or there is no cap). */
+  function fullRanks(): number[] | undefined {
+    const cap = config.maxConcurrentPerRank;
+    if (cap <= 0) return undefined;
+    let out: number[] | undefined;
+    for (const r of table.tracker.ranks) {
+      if (r.inFlightRequests < cap) continue;
+      out ??= [];
+      out.push(r.rank);
+    }
+    return out;
   }
 
   function checkRoutedRank(routed: number, source: string): void {
@@ -301,21 +468,29 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         source,
       );
     }
-    if (!slot.worker.healthy) {
+    if (!slot.worker.healthy || slot.worker.ejected) {
       throw new RouterError(
         'no_healthy_rank',
-        `${source} ${routed} is down (${slot.worker.url}: ${slot.worker.lastError ?? 'marked unhealthy'})`,
+        `${source} ${routed} is down (${slot.worker.ejected ? 'ejected after repeated failures' : 'failing its health checks'})`,
         source,
       );
     }
   }
 
-  function timeoutError(url: string): RouterError {
+  function deadlineError(): RouterError {
     return new RouterError(
       'upstream_timeout',
-      `The worker ${url} did not answer within ${config.requestTimeoutMs} ms (--request-timeout-ms)`,
+      `The request was not answered within ${config.requestTimeoutMs} ms (--request-timeout-ms)`,
     );
   }
 
-  return serveProxy;
+  function evacuate(worker: Worker, reason: string): void {
+    const set = calls.get(worker);
+    if (!set) return;
+    for (const c of set) {
+      if (!c.sentToClient) c.fail({ kind: 'worker-down', detail: `worker taken out: ${reason}` });
+    }
+  }
+
+  return Object.assign(serveProxy, { precheck, evacuate, budget });
 }

@@ -47,6 +47,7 @@ import { chainedWindowHashes } from '../hashing/chained.ts';
 import { ChainedPrefixIndex } from '../hashing/chained-index.ts';
 import { validateTokenIds } from '../hashing/prefix-digest.ts';
 import { readInt, readNumber } from '../options.ts';
+import { leastLoadedCool } from '../pickers.ts';
 import type { Decision, Method, MethodContext, RankState } from '../types.ts';
 
 export interface CacheAwareOptions {
@@ -79,9 +80,9 @@ interface CacheAwareCore {
   readonly index: ChainedPrefixIndex;
   /** The prompt's chained keys (memoized for the request last seen). */
   keysOf(ctx: MethodContext): readonly number[];
-  /** Matched tokens per rank number for the current keys (healthy ranks only; others 0). */
+  /** Matched tokens per rank number for the current keys (healthy ranks only; others 0). Reads only. */
   matchAll(ctx: MethodContext, keys: readonly number[]): number[];
-  /** Records the final decision in the index. */
+  /** Brings the index in step with the ranks, then records the final decision in it. */
   learn(ctx: MethodContext, decision: Decision): void;
   /**
    * Recent new (uncached) tokens written per rank, decayed per decision: how fast each
@@ -91,9 +92,12 @@ interface CacheAwareCore {
   readonly fill: readonly number[];
   /**
    * With an events index: rank scores taken from it, and rank scores that fell back to the
-   * learned index because events were missing or stale for that rank.
+   * learned index because events were missing or stale for that rank (counted in commit, for
+   * the decisions this method made).
    */
   readonly sourceCounts: { eventsRankScores: number; fallbackRankScores: number };
+  /** Counts where the scores of the decision just made came from (see sourceCounts). */
+  countSources(ctx: MethodContext): void;
 }
 
 /** Per decision, recent fill decays by this factor (a memory of ~1,000 decisions). */
@@ -187,7 +191,8 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
     sourceCounts,
     keysOf,
     matchAll(ctx, k) {
-      sync(ctx);
+      // No sync here: ranks the index does not know yet hold nothing, and unhealthy ranks are
+      // not matched, so reading before the commit's sync gives the same answer.
       healthyRanks.length = 0;
       liveRanks.length = 0;
       const kv = ctx.kvIndex;
@@ -200,8 +205,6 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
       if (k.length > 0 && healthyRanks.length > 0) index.match(k, healthyRanks, matched);
       for (let i = 0; i < matched.length; i++) matched[i] = (matched[i] as number) * window;
       if (kv) {
-        sourceCounts.eventsRankScores += liveRanks.length;
-        sourceCounts.fallbackRankScores += healthyRanks.length;
         if (liveRanks.length > 0) {
           const ids = ctx.request.inputIds;
           const bs = kv.blockSize;
@@ -214,6 +217,14 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
         }
       }
       return matched;
+    },
+    countSources(ctx) {
+      const kv = ctx.kvIndex;
+      if (!kv) return;
+      for (const r of ctx.healthy) {
+        if (kv.isLive(r.rank)) sourceCounts.eventsRankScores++;
+        else sourceCounts.fallbackRankScores++;
+      }
     },
     learn(ctx, decision) {
       sync(ctx);
@@ -229,32 +240,6 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
       fill[decision.rank] = (fill[decision.rank] ?? 0) + added * window;
     },
   };
-}
-
-/**
- * The least-loaded candidate (in-flight tokens, then requests); among equals the one whose
- * cache churns least (`fill`, 0 for ranks it does not list), then the rotating tie-break.
- */
-export function leastLoadedCool(
-  ctx: MethodContext,
-  candidates: readonly RankState[],
-  fill: readonly number[],
-): RankState {
-  let best: RankState[] = [];
-  let t = Number.POSITIVE_INFINITY;
-  let q = Number.POSITIVE_INFINITY;
-  let f = Number.POSITIVE_INFINITY;
-  for (const r of candidates) {
-    const rf = fill[r.rank] ?? 0;
-    const cmp = r.inFlightTokens - t || r.inFlightRequests - q || rf - f;
-    if (cmp < 0) {
-      best = [r];
-      t = r.inFlightTokens;
-      q = r.inFlightRequests;
-      f = rf;
-    } else if (cmp === 0) best.push(r);
-  }
-  return best.length === 1 ? (best[0] as RankState) : ctx.tieBreak(best);
 }
 
 const CACHE_AWARE_OPTION_NAMES = [
@@ -297,7 +282,6 @@ export const createCacheAware = defineMethod(
           if (m > best) best = m;
         }
         if (best === 0) {
-          counts.misses++;
           return {
             rank: leastLoadedCool(ctx, healthy, core.fill).rank,
             reason: 'cache-miss-least-load',
@@ -308,8 +292,6 @@ export const createCacheAware = defineMethod(
         for (const r of healthy) if (matched[r.rank] === best) holders.push(r);
         const holder = leastLoadedCool(ctx, holders, core.fill);
         if (holder.inFlightTokens <= bound) {
-          counts.hits++;
-          counts.matchedTokens += best;
           return { rank: holder.rank, reason: 'cache-hit', matchedTokens: best };
         }
         // The holder is overloaded: cheapest of the others (uncached prefill + queued work).
@@ -327,12 +309,16 @@ export const createCacheAware = defineMethod(
         // Empty only if the bound were below the mean (it never is: the least-loaded passes).
         const target =
           holders.length > 0 ? ctx.tieBreak(holders) : leastLoadedCool(ctx, healthy, core.fill);
-        counts.overloaded++;
         const m = matched[target.rank] as number;
-        counts.matchedTokens += m;
         return { rank: target.rank, reason: 'cache-hit-overloaded', matchedTokens: m };
       },
       commit(ctx: MethodContext, decision: Decision): void {
+        const own = decision.reason.startsWith('cache-');
+        if (decision.reason === 'cache-hit') counts.hits++;
+        else if (decision.reason === 'cache-hit-overloaded') counts.overloaded++;
+        else if (decision.reason === 'cache-miss-least-load') counts.misses++;
+        counts.matchedTokens += decision.matchedTokens ?? 0;
+        if (own) core.countSources(ctx);
         core.learn(ctx, decision);
       },
       stats(): Record<string, number> {

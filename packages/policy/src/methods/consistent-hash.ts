@@ -32,8 +32,8 @@ import { PolicyConfigError } from '../errors.ts';
 import { prefixKey, rendezvousScore, stringKey } from '../hashing/chained.ts';
 import { prefixKeyLength, validateTokenIds } from '../hashing/prefix-digest.ts';
 import { readInt, readNumber } from '../options.ts';
+import { leastLoaded } from '../pickers.ts';
 import type { Decision, Method, MethodContext, RankState } from '../types.ts';
-import { leastLoadedCool } from './cache-aware.ts';
 
 export interface ConsistentHashOptions {
   /** Tokens per window; the key is whole windows of the prefix. Default 256. */
@@ -72,13 +72,6 @@ function readLoadUnit(owner: string, options: Record<string, unknown>): 'tokens'
   return raw;
 }
 
-const NO_FILL: readonly number[] = [];
-
-/** The least-loaded rank (tokens, then requests), fair tie-break among equals. */
-function leastLoaded(ctx: MethodContext, candidates: readonly RankState[]): RankState {
-  return leastLoadedCool(ctx, candidates, NO_FILL);
-}
-
 export const createConsistentHash = defineMethod(
   ['window', 'prefixLength', 'epsilon', 'load', 'slack'],
   (options: Record<string, unknown>): Method => {
@@ -114,7 +107,6 @@ export const createConsistentHash = defineMethod(
       select(ctx: MethodContext): Decision {
         const key = keyOf(ctx);
         if (key === undefined) {
-          counts.noKey++;
           return { rank: leastLoaded(ctx, ctx.healthy).rank, reason: 'least-tokens' };
         }
         const healthy = ctx.healthy;
@@ -145,18 +137,19 @@ export const createConsistentHash = defineMethod(
           const r = ctx.ranks[rank] as RankState;
           const load = unit === 'tokens' ? r.inFlightTokens : r.inFlightRequests;
           if (load <= bound) {
-            const primary = r.rank === firstRank;
-            if (primary) counts.primary++;
-            else counts.overflow++;
             return {
               rank: r.rank,
-              reason: primary ? 'consistent-hash' : 'consistent-hash-overflow',
+              reason: r.rank === firstRank ? 'consistent-hash' : 'consistent-hash-overflow',
             };
           }
         }
         // Unreachable while epsilon >= 0 (the least-loaded rank is <= the mean), kept total.
-        counts.overflow++;
         return { rank: leastLoaded(ctx, healthy).rank, reason: 'consistent-hash-overflow' };
+      },
+      commit(_ctx: MethodContext, decision: Decision): void {
+        if (decision.reason === 'consistent-hash') counts.primary++;
+        else if (decision.reason === 'consistent-hash-overflow') counts.overflow++;
+        else if (decision.reason === 'least-tokens') counts.noKey++;
       },
       stats(): Record<string, number> {
         return { ...counts };

@@ -2,7 +2,7 @@
 // (a dead rank), plus the requests in flight on it. Cluster events kill, revive and add
 // ranks; requests in flight on a rank that goes away are handed back to the caller to be
 // re-dispatched; a rank that (re)joins starts cold.
-import type { LoadTracker } from '@kvroute/policy';
+import type { DispatchTicket, LoadTracker } from '@kvroute/policy';
 import type { CostModel } from '../cost/cost-model.ts';
 import type { Scheduler } from '../engine/event-queue.ts';
 import { DpAttentionGroup } from '../entities/dp-attention-group.ts';
@@ -45,7 +45,8 @@ export interface Flight {
   attempt: number;
   admitMs: number;
   retries: number;
-  tokens: number;
+  /** The open dispatch (holds the rank's load), or null before the first and between retries. */
+  ticket: DispatchTicket | null;
 }
 
 export interface RankSlot {
@@ -125,7 +126,7 @@ export class Cluster {
     slot.flights.clear();
     for (const f of moved) {
       model.abort(f.attempt);
-      this.tracker.onComplete(f.rank, f.tokens);
+      f.ticket?.done('aborted');
     }
     return moved;
   }

@@ -1,10 +1,11 @@
 // Carries requests through the cluster: asks the policy for a rank, submits to that rank's
 // model, turns the model's callbacks into a RequestRecord, and keeps requests that found no
 // healthy rank until capacity comes back. Load accounting (the tracker the policy reads)
-// moves only here and where the cluster evacuates a rank.
+// moves only through dispatch tickets: opened here, closed here on completion and where the
+// cluster evacuates a rank.
 import {
-  type Decision,
   type Dispatcher,
+  type DispatchTicket,
   type LoadTracker,
   NoHealthyRankError,
 } from '@kvroute/policy';
@@ -38,11 +39,11 @@ export function createRequestHost(o: RequestHostOptions): RequestHost {
   let attempts = 0;
 
   const dispatch = (f: Flight) => {
-    let decision: Decision;
+    let decision: DispatchTicket;
     try {
-      decision = dispatcher.dispatch(
-        { inputIds: f.inputIds, routingKey: f.req.routingKey },
-        tracker.ranks,
+      decision = dispatcher.begin(
+        { inputIds: f.inputIds, routingKey: f.req.routingKey, maxNewTokens: f.req.outputTokens },
+        tracker,
         { nowMs: q.now() },
       );
     } catch (err) {
@@ -60,7 +61,7 @@ export function createRequestHost(o: RequestHostOptions): RequestHost {
     f.reason = decision.reason;
     f.attempt = attempts++;
     f.admitMs = -1;
-    tracker.onDispatch(f.rank, f.tokens);
+    f.ticket = decision;
     slot.flights.add(f);
     slot.requests++;
     let cachedAtFirst = 0;
@@ -79,7 +80,7 @@ export function createRequestHost(o: RequestHostOptions): RequestHost {
       },
       onFinish: (t, info) => {
         slot.flights.delete(f);
-        tracker.onComplete(f.rank, f.tokens);
+        f.ticket?.done();
         o.onDone(
           {
             id: f.req.id,
@@ -115,7 +116,7 @@ export function createRequestHost(o: RequestHostOptions): RequestHost {
         attempt: -1,
         admitMs: -1,
         retries: 0,
-        tokens: inputIds.length + req.outputTokens,
+        ticket: null,
       });
     },
     redispatch(moved) {

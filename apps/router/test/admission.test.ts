@@ -1,0 +1,286 @@
+// Input bounds, admission and security at the router's edge: each refusal is a clear error
+// naming what is wrong, answered without reading what the router will not take.
+import { connect } from 'node:net';
+import type { FastifyInstance } from 'fastify';
+import { request } from 'undici';
+import { afterEach, describe, expect, it } from 'vitest';
+import { resolveConfig } from '../src/config.ts';
+import { buildRouter } from '../src/router.ts';
+import { type FakeWorker, startFakeWorker } from './helpers/fake-worker.ts';
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  while (cleanups.length) await cleanups.pop()!();
+});
+
+async function setup(
+  argv: string[] = [],
+  n = 2,
+): Promise<{ app: FastifyInstance; url: string; port: number; ws: FakeWorker[] }> {
+  const ws = await Promise.all(Array.from({ length: n }, () => startFakeWorker()));
+  for (const w of ws) cleanups.push(() => w.close());
+  const app = buildRouter(
+    resolveConfig([
+      '--worker-urls',
+      ...ws.map((w) => w.url),
+      '--health-check-interval-ms',
+      '0',
+      '--generation-check-interval-ms',
+      '0',
+      ...argv,
+    ]),
+  );
+  cleanups.push(() => app.close());
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  cleanups.push(async () => app.server.closeAllConnections());
+  const port = (app.server.address() as { port: number }).port;
+  return { app, url: `http://127.0.0.1:${port}`, port, ws };
+}
+
+const chat = (extra: Record<string, unknown> = {}) =>
+  JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], ...extra });
+
+async function post(url: string, body: string, headers: Record<string, string> = {}) {
+  const res = await request(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body,
+  });
+  return { status: res.statusCode, headers: res.headers, json: (await res.body.json()) as any };
+}
+
+/** Raw HTTP over a socket: what undici would hide (100 Continue, half-close). */
+function raw(port: number, text: string, opts: { halfClose?: boolean } = {}): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const s = connect(port, '127.0.0.1', () => {
+      s.write(text);
+      if (opts.halfClose) s.end();
+    });
+    let got = '';
+    s.on('data', (d) => {
+      got += d.toString('latin1');
+    });
+    s.on('end', () => resolve(got));
+    s.on('close', () => resolve(got));
+    s.on('error', reject);
+    setTimeout(() => {
+      s.destroy();
+      resolve(got);
+    }, 5_000);
+  });
+}
+
+describe('input bounds', () => {
+  it('max_tokens must be a finite integer within the context: 400 naming the field, load stays finite', async () => {
+    const { app, url } = await setup();
+    for (let i = 0; i < 16; i++) {
+      const r = await post(url, chat({ max_tokens: Number.MAX_VALUE }));
+      expect(r.status).toBe(400);
+      expect(r.json.error.param).toBe('max_tokens');
+    }
+    const r = await post(url, chat({ max_completion_tokens: 1e7 }));
+    expect(r.status).toBe(400);
+    expect(r.json.error.message).toMatch(/'max_completion_tokens' must be at most 1048576/);
+    for (const rank of app.kvroute.table.tracker.ranks) {
+      expect(rank.inFlightTokens).toBe(0);
+      expect(rank.inFlightRequests).toBe(0);
+    }
+    expect((await post(url, chat({ max_tokens: 16 }))).status).toBe(200);
+  });
+
+  it('--max-model-len bounds output tokens', async () => {
+    const { url } = await setup(['--max-model-len', '4096']);
+    const r = await post(url, chat({ max_tokens: 5000 }));
+    expect(r.status).toBe(400);
+    expect(r.json.error.message).toContain('at most 4096');
+  });
+
+  it('JSON nested 5000 levels inside tools is a 400 naming where', async () => {
+    const { url } = await setup();
+    const deep = `${'['.repeat(5000)}1${']'.repeat(5000)}`;
+    const body = `{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":${deep}}]}`;
+    const r = await post(url, body);
+    expect(r.status).toBe(400);
+    expect(r.json.error.code).toBe('nesting_too_deep');
+    expect(r.json.error.param).toMatch(/^tools\[0\]\.function/);
+  });
+});
+
+describe('admission', () => {
+  it('a full router with no queue answers 503 with Retry-After', async () => {
+    const { url, ws } = await setup(
+      ['--max-concurrent-requests', '1', '--max-queued-requests', '0'],
+      1,
+    );
+    let release: (() => void) | undefined;
+    ws[0]!.handlers.set('POST /v1/chat/completions', (_q, res) => {
+      release = () => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end('{"choices":[]}');
+      };
+    });
+    const first = post(url, chat());
+    for (let i = 0; i < 100 && !release; i++) await new Promise((r) => setTimeout(r, 10));
+    const second = await post(url, chat());
+    expect(second.status).toBe(503);
+    expect(second.json.error.code).toBe('overloaded');
+    expect(second.headers['retry-after']).toBe('1');
+    release!();
+    expect((await first).status).toBe(200);
+  });
+
+  it('a queued request waits for a slot, and a too-long wait is 503', async () => {
+    const { url, ws } = await setup(
+      ['--max-concurrent-requests', '1', '--queue-timeout-ms', '200'],
+      1,
+    );
+    let release: (() => void) | undefined;
+    ws[0]!.handlers.set('POST /v1/chat/completions', (_q, res) => {
+      release = () => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end('{"choices":[]}');
+      };
+    });
+    const first = post(url, chat());
+    for (let i = 0; i < 100 && !release; i++) await new Promise((r) => setTimeout(r, 10));
+    const timedOut = await post(url, chat());
+    expect(timedOut.status).toBe(503);
+    expect(timedOut.json.error.message).toContain('--queue-timeout-ms');
+    const queued = post(url, chat());
+    await new Promise((r) => setTimeout(r, 50));
+    release!();
+    expect((await first).status).toBe(200);
+    // The queued request got the slot; the worker's handler is still the holding one.
+    for (let i = 0; i < 100 && ws[0]!.received.length < 2; i++) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    release!();
+    expect((await queued).status).toBe(200);
+  });
+
+  it('--rate-limit-rps: 429 with Retry-After once the bucket is empty', async () => {
+    const { url } = await setup(['--rate-limit-rps', '1', '--rate-limit-burst', '2']);
+    expect((await post(url, chat())).status).toBe(200);
+    expect((await post(url, chat())).status).toBe(200);
+    const r = await post(url, chat());
+    expect(r.status).toBe(429);
+    expect(r.json.error.code).toBe('rate_limited');
+    expect(Number(r.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+  });
+
+  it('a body over the limit with Expect: 100-continue gets a clean 413 and no 100 Continue', async () => {
+    const { port } = await setup(['--max-body-bytes', '1000']);
+    const got = await raw(
+      port,
+      'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n',
+    );
+    expect(got).not.toContain('100 Continue');
+    expect(got).toMatch(/^HTTP\/1\.1 413/);
+    expect(got).toContain('payload_too_large');
+  });
+
+  it('a body that does not fit the memory budget is refused with 503 before it is read', async () => {
+    const { port } = await setup(['--body-memory-bytes', '1000']);
+    const got = await raw(
+      port,
+      'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n',
+    );
+    expect(got).not.toContain('100 Continue');
+    expect(got).toMatch(/^HTTP\/1\.1 503/);
+    expect(got).toMatch(/retry-after: 1/i);
+    expect(got).toContain('--body-memory-bytes');
+  });
+
+  it('a body that does not arrive within --body-timeout-ms is answered 408', async () => {
+    const { port } = await setup(['--body-timeout-ms', '200']);
+    const got = await raw(
+      port,
+      'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"model":',
+    );
+    expect(got).toMatch(/^HTTP\/1\.1 408/);
+    expect(got).toContain('--body-timeout-ms');
+  });
+
+  it('a client that half-closes after its request still gets the answer', async () => {
+    const { port } = await setup();
+    const body = chat();
+    const got = await raw(
+      port,
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+      { halfClose: true },
+    );
+    expect(got).toMatch(/HTTP\/1\.1 200 OK/);
+    expect(got).toContain('"choices"');
+  });
+});
+
+describe('security', () => {
+  it('inference keys: 401 without or with a wrong key, separate from the admin token', async () => {
+    const { url } = await setup(['--api-key', 'inference-key-1', '--admin-token', 'admin-token-1']);
+    const none = await post(url, chat());
+    expect(none.status).toBe(401);
+    expect(none.json.error.code).toBe('missing_api_key');
+    const wrong = await post(url, chat(), { authorization: 'Bearer admin-token-1' });
+    expect(wrong.status).toBe(401);
+    expect(wrong.json.error.code).toBe('invalid_api_key');
+    expect((await post(url, chat(), { authorization: 'Bearer inference-key-1' })).status).toBe(200);
+  });
+
+  it('client credentials and a spoofed X-Forwarded-For never reach workers; the worker key does', async () => {
+    const { url, ws } = await setup(['--worker-api-key', 'worker-secret'], 1);
+    await post(url, chat(), {
+      authorization: 'Bearer client-key',
+      cookie: 'session=1',
+      'x-forwarded-for': '6.6.6.6',
+    });
+    const h = ws[0]!.received.at(-1)!.headers;
+    expect(h.authorization).toBe('Bearer worker-secret');
+    expect(h.cookie).toBeUndefined();
+    expect(h['x-forwarded-for']).toBe('127.0.0.1');
+  });
+
+  it('client errors name ranks, not worker URLs', async () => {
+    const { url, ws } = await setup([], 1);
+    await ws[0]!.close();
+    const r = await post(url, chat());
+    expect(r.status).toBe(502);
+    expect(JSON.stringify(r.json)).not.toContain(ws[0]!.url);
+    expect(JSON.stringify(r.json)).not.toContain('127.0.0.1');
+  });
+
+  it('--admin-port moves /metrics and the admin routes off the main listener', async () => {
+    const { app, url } = await setup(['--admin-port', '0', '--admin-token', 'admin-token-1']);
+    expect((await request(`${url}/metrics`)).statusCode).toBe(404);
+    const ops = app.kvroute.adminApp!;
+    const m = await ops.inject('/metrics');
+    expect(m.statusCode).toBe(200);
+    expect(m.body).toContain('kvroute_router_rank_healthy');
+    const ranks = await ops.inject({
+      url: '/ranks',
+      headers: { authorization: 'Bearer admin-token-1' },
+    });
+    expect(ranks.statusCode).toBe(200);
+  });
+
+  it('/readiness needs a worker that passed a check; /liveness only the process', async () => {
+    const { url, ws } = await setup([], 1);
+    expect((await request(`${url}/readiness`)).statusCode).toBe(200);
+    expect((await request(`${url}/liveness`)).statusCode).toBe(200);
+    await ws[0]!.close();
+    const ws2 = await startFakeWorker();
+    cleanups.push(() => ws2.close());
+    ws2.handlers.set('GET /health', (_q, res) => {
+      res.writeHead(503);
+      res.end();
+    });
+    const app2 = buildRouter(
+      resolveConfig(['--worker-urls', ws2.url, '--health-check-interval-ms', '0']),
+    );
+    cleanups.push(() => app2.close());
+    await app2.ready();
+    // Never checked good: not ready, and /health does not say ok either.
+    expect((await app2.inject('/readiness')).statusCode).toBe(503);
+    expect((await app2.inject('/health')).statusCode).toBe(503);
+    expect((await app2.inject('/liveness')).statusCode).toBe(200);
+  });
+});
