@@ -107,7 +107,9 @@ export function startupMessage(
   workers: number,
 ): string {
   const sources: string[] = [];
-  if (config.workerUrls.length > 0) sources.push(`${config.workerUrls.length} from --worker-urls`);
+  // startRouter appends the mock workers' URLs to workerUrls.
+  const listed = config.workerUrls.length - config.mockWorkers;
+  if (listed > 0) sources.push(`${listed} from --worker-urls`);
   if (config.mockWorkers > 0) sources.push(`${config.mockWorkers} mock`);
   if (config.serviceDiscovery) {
     const ns = config.serviceDiscoveryNamespace ?? 'own namespace';
@@ -116,9 +118,13 @@ export function startupMessage(
     );
   }
   if (config.adminToken !== undefined) sources.push('admin API /ranks');
+  const metricsUrl =
+    config.adminPort === undefined
+      ? `${url}/metrics`
+      : `${url.replace(/:\d+$/, `:${config.adminPort}`)}/metrics`;
   return (
     `kvroute-router listening on ${url}, method ${config.loadBalanceMethod}` +
     `${config.dpAware ? ' (DP-aware)' : ''}, ${ranks} ranks on ${workers} workers` +
-    ` (${sources.join('; ') || 'none yet'}), metrics on ${url}/metrics`
+    ` (${sources.join('; ') || 'none yet'}), metrics on ${metricsUrl}`
   );
 }

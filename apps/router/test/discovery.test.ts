@@ -162,7 +162,6 @@ describe('Kubernetes service discovery', () => {
     const watch = api.requests.find((u) => u.searchParams.get('watch') === 'true');
     expect(watch?.searchParams.get('labelSelector')).toBe('app=sglang');
     expect(watch?.searchParams.get('resourceVersion')).toBe('1005');
-    expect((await app.inject({ url: '/readiness' })).statusCode).toBe(200);
 
     // ADDED, not Ready yet: not a worker.
     api.send(events[0]);
@@ -190,6 +189,8 @@ describe('Kubernetes service discovery', () => {
     });
     expect(res.statusCode).toBe(200);
     expect(res.json()).toMatchObject({ usage: { completion_tokens: 4 } });
+    // Served by a discovered worker: the router reports ready.
+    expect((await app.inject({ url: '/readiness' })).statusCode).toBe(200);
   });
 
   it('keeps serving its other workers while the API is unreachable, and says so in the log', async () => {
