@@ -103,11 +103,11 @@ async function buildBundles(): Promise<string | undefined> {
     format: 'esm',
     target: 'node20',
     conditions: ['@kvroute/source'] as string[],
-    // As the package's bundle script: zeromq (native) loads only if KV events are configured.
-    alias: { zeromq: join(routerRoot, '../../packages/protocol/scripts/zeromq-lazy.mjs') },
     logLevel: 'warning',
+    // A native addon (KV events): loaded from node_modules at run time, not bundled.
+    external: ['zeromq'] as string[],
     banner: {
-      js: "import{createRequire as __kvrouteRequire}from'module';const require=__kvrouteRequire(import.meta.url);",
+      js: "import{createRequire as __kvrCreateRequire}from'module';const require=__kvrCreateRequire(import.meta.url);",
     },
   } as const;
   await build({
