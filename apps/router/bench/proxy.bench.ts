@@ -103,8 +103,10 @@ async function buildBundles(): Promise<string | undefined> {
     format: 'esm',
     target: 'node20',
     logLevel: 'warning',
+    // A native addon (the KV event subscriber's ZeroMQ) loads from node_modules at run time.
+    external: ['zeromq'],
     banner: {
-      js: "import{createRequire}from'module';const require=createRequire(import.meta.url);",
+      js: "import{createRequire as kvrouteCreateRequire}from'module';const require=kvrouteCreateRequire(import.meta.url);",
     },
   } as const;
   await build({
