@@ -104,7 +104,7 @@ async function buildBundles(): Promise<string | undefined> {
     target: 'node20',
     logLevel: 'warning',
     // A native addon (the KV event subscriber's ZeroMQ) loads from node_modules at run time.
-    external: ['zeromq'],
+    external: ['zeromq'] as string[],
     banner: {
       js: "import{createRequire as kvrouteCreateRequire}from'module';const require=kvrouteCreateRequire(import.meta.url);",
     },
