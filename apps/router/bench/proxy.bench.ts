@@ -103,10 +103,10 @@ async function buildBundles(): Promise<string | undefined> {
     format: 'esm',
     target: 'node20',
     logLevel: 'warning',
-    // A native addon (the KV event subscriber's ZeroMQ) loads from node_modules at run time.
+    // A native addon (KV events): loaded from node_modules at run time, not bundled.
     external: ['zeromq'] as string[],
     banner: {
-      js: "import{createRequire as kvrouteCreateRequire}from'module';const require=kvrouteCreateRequire(import.meta.url);",
+      js: "import{createRequire as __kvrCreateRequire}from'module';const require=__kvrCreateRequire(import.meta.url);",
     },
   } as const;
   await build({
