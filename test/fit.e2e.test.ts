@@ -5,9 +5,9 @@
 // against the same worker with the fitted profile) on TTFT p50 and p90.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { runCli } from '@kvroute/sim';
 import { runValidate, type ValidateReport } from '@kvroute/validate';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -51,9 +51,16 @@ afterAll(() => {
 });
 
 async function startWorker(): Promise<string> {
-  const require = createRequire(import.meta.url);
-  const server = join(dirname(require.resolve('@kvroute/mock-worker')), 'server.ts');
-  const args = ['--import', 'tsx', server, '--profile-file', HIDDEN_FILE];
+  // The worker's TypeScript source, with the workspace packages resolved to theirs too.
+  const server = fileURLToPath(new URL('../apps/mock-worker/src/server.ts', import.meta.url));
+  const args = [
+    '--conditions=@kvroute/source',
+    '--import',
+    'tsx',
+    server,
+    '--profile-file',
+    HIDDEN_FILE,
+  ];
   child = spawn(process.execPath, [...args, '--time-scale', String(TIME_SCALE)], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
