@@ -14,6 +14,12 @@ import {
   strs,
 } from './args.ts';
 import type { CliIo } from './command.ts';
+import {
+  ENGINE_FLAGS_HELP,
+  ENGINE_OPTIONS,
+  type EngineFlags,
+  readEngineFlags,
+} from './engine-flags.ts';
 import { UsageError } from './errors.ts';
 import { checkTargets, type OutputTargets } from './outputs.ts';
 import { type PolicyFlags, type PolicySpec, parseAffinityFlag, parsePolicies } from './policies.ts';
@@ -41,6 +47,7 @@ export const SIM_OPTIONS: OptionSpec = {
   json: { type: 'string' },
   csv: { type: 'string' },
   html: { type: 'string' },
+  ...ENGINE_OPTIONS,
 };
 
 export const SIM_FLAGS_HELP = `  --ranks N             integer >= 1: rank count, for the simulator and the scenario's own
@@ -60,6 +67,7 @@ export const SIM_FLAGS_HELP = `  --ranks N             integer >= 1: rank count,
                         '-' = stdout only (default: not written)
   --csv FILE|-          path or '-': one CSV row per policy (sweep: per grid cell) (default: not written)
   --html FILE|-         path or '-': a self-contained HTML report with charts (default: not written)
+${ENGINE_FLAGS_HELP}
   -h, --help            this help`;
 
 export interface SimFlags {
@@ -73,6 +81,8 @@ export interface SimFlags {
   displayOptions?: Record<string, unknown>;
   policyFlags: PolicyFlags;
   outputs: OutputTargets;
+  /** Rank model and client load (--engine, --admission, --max-concurrency, ...). */
+  engine: EngineFlags;
 }
 
 /** Profile for scenarios run without --profile: the seed scenarios model the seed's deployment. */
@@ -144,6 +154,7 @@ export function readSimFlags(p: Parsed, scenario: string, io: CliIo): SimFlags {
     ...(displayOptions ? { displayOptions } : {}),
     policyFlags,
     outputs,
+    engine: readEngineFlags(p),
   };
 }
 
