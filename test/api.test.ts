@@ -151,7 +151,7 @@ describe('client errors and admin routes', () => {
   });
 
   it('unknown route -> 404', async () => {
-    const res = await postJson(`${cluster.url}/v1/embeddings`, { input: 'x' });
+    const res = await postJson(`${cluster.url}/v1/audio/speech`, { input: 'x' });
     expect(res.status).toBe(404);
     expect(res.body.error).toMatchObject({ code: 'unknown_url', type: 'invalid_request_error' });
     expect((await getText(`${cluster.url}/v2/nothing`)).status).toBe(404);

@@ -41,6 +41,8 @@ function streamRequest(maxTokens: number, signal?: AbortSignal): Promise<Respons
       messages: [{ role: 'user', content: 'Stream me a story about caches.' }],
       max_tokens: maxTokens,
       stream: true,
+      // Without it the worker sends no usage chunk (as OpenAI), and the router counts none.
+      stream_options: { include_usage: true },
     }),
     ...(signal ? { signal } : {}),
   });

@@ -59,14 +59,22 @@ export function promptSeed(ids: ArrayLike<number>): number {
   return h;
 }
 
-/** The text of output token `index` for a prompt with this seed. */
-export function fillerToken(seed: number, index: number): string {
+/**
+ * The id of output token `index` for a prompt with this seed: its word's place in the filler
+ * vocabulary (SGLang's `output_ids`). The same (seed, index) always gives the same id.
+ */
+export function fillerTokenId(seed: number, index: number): number {
   // xorshift-multiply mix of (seed, index): neighbouring indexes give unrelated words.
   let x = (seed ^ Math.imul(index + 1, 0x9e3779b1)) >>> 0;
   x ^= x >>> 16;
   x = Math.imul(x, 0x85ebca6b) >>> 0;
   x ^= x >>> 13;
-  return `${WORDS[(x >>> 0) % WORDS.length]} `;
+  return (x >>> 0) % WORDS.length;
+}
+
+/** The text of output token `index` for a prompt with this seed. */
+export function fillerToken(seed: number, index: number): string {
+  return `${WORDS[fillerTokenId(seed, index)]} `;
 }
 
 /** The first `count` output tokens as one string. */

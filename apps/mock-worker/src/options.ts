@@ -242,9 +242,11 @@ function cliNumber(flag: string, raw: string | undefined): number | undefined {
 }
 
 export function parseMockWorkerArgs(argv: readonly string[]): CliArgs {
+  // `pnpm start -- --dp-size 4` (pnpm 12) hands the script a leading `--`: drop it.
+  const args = argv[0] === '--' ? argv.slice(1) : argv;
   let values: ReturnType<typeof parse>['values'];
   try {
-    values = parse(argv).values;
+    values = parse(args).values;
   } catch (err) {
     throw new MockWorkerConfigError(`${(err as Error).message}\n\n${USAGE}`);
   }

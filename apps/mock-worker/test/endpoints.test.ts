@@ -201,12 +201,29 @@ describe('OpenAI endpoints', () => {
     expect(r.body.id).toMatch(/^chatcmpl-/);
   });
 
-  it('stream: true gives SSE chunks, usage in the last data chunk, then [DONE]', async () => {
+  it('stream: true gives SSE chunks, a usage chunk only with include_usage, then [DONE]', async () => {
     const app = worker();
+    const plain = sseEvents(
+      (
+        await app.inject({
+          method: 'POST',
+          url: '/v1/chat/completions',
+          payload: { messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, stream: true },
+        })
+      ).body,
+    ) as Json[];
+    // As OpenAI: no usage chunk unless asked, so clients reading choices[0] never meet [].
+    expect(plain).toHaveLength(7);
+    expect(plain.slice(0, -1).every((e) => e.choices.length === 1 && !e.usage)).toBe(true);
     const res = await app.inject({
       method: 'POST',
       url: '/v1/chat/completions',
-      payload: { messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, stream: true },
+      payload: {
+        messages: [{ role: 'user', content: 'hi' }],
+        max_tokens: 4,
+        stream: true,
+        stream_options: { include_usage: true },
+      },
     });
     expect(res.statusCode).toBe(200);
     expect(res.headers['content-type']).toMatch(/text\/event-stream/);
@@ -227,7 +244,12 @@ describe('OpenAI endpoints', () => {
         await app.inject({
           method: 'POST',
           url: '/v1/completions',
-          payload: { prompt: 'abc', max_tokens: 2, stream: true },
+          payload: {
+            prompt: 'abc',
+            max_tokens: 2,
+            stream: true,
+            stream_options: { include_usage: true },
+          },
         })
       ).body,
     ) as Json[];
@@ -281,10 +303,10 @@ describe('errors in OpenAI shape', () => {
   });
 
   it('unknown route 404', async () => {
-    const r = await worker().inject({ method: 'POST', url: '/v1/embeddings', payload: {} });
+    const r = await worker().inject({ method: 'POST', url: '/v1/audio/speech', payload: {} });
     expect(r.statusCode).toBe(404);
     expect(r.json().error).toMatchObject({
-      message: 'Invalid URL (POST /v1/embeddings)',
+      message: 'Invalid URL (POST /v1/audio/speech)',
       code: 'unknown_url',
     });
   });

@@ -160,7 +160,14 @@ describe('mock worker on a loopback port', () => {
           res.resume();
         }, reject);
       });
-      req.end(JSON.stringify({ prompt: 'slow reader', max_tokens: TOKENS, stream: true }));
+      req.end(
+        JSON.stringify({
+          prompt: 'slow reader',
+          max_tokens: TOKENS,
+          stream: true,
+          stream_options: { include_usage: true },
+        }),
+      );
     });
     const events = sseEvents(body) as Json[];
     expect(events.at(-1)).toBe('[DONE]');
@@ -191,9 +198,9 @@ describe('mock worker on a loopback port', () => {
     await expect(fetch(`${w.url}/health`)).rejects.toThrow();
   });
 
-  it('the kvroute-mock-worker bin starts, prints its URL and serves', async () => {
+  it('the kvroute-mock-worker bin starts, prints its URL and serves (after a leading --, as `pnpm start -- ...` passes)', async () => {
     const bin = fileURLToPath(new URL('../bin/kvroute-mock-worker.mjs', import.meta.url));
-    const child = spawn(process.execPath, [bin, '--time-scale', '0', '--dp-size', '2'], {
+    const child = spawn(process.execPath, [bin, '--', '--time-scale', '0', '--dp-size', '2'], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     try {

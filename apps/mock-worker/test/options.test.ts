@@ -7,6 +7,12 @@ import {
 } from '../src/options.ts';
 
 describe('CLI flags', () => {
+  it('drops the leading -- that `pnpm start -- --dp-size 4` passes through', () => {
+    expect(parseMockWorkerArgs(['--', '--dp-size', '4']).options.dpSize).toBe(4);
+    // Only a leading one: a later -- is still an error (no positionals).
+    expect(() => parseMockWorkerArgs(['--dp-size', '4', '--', 'x'])).toThrow(MockWorkerConfigError);
+  });
+
   it('parses every flag into options', () => {
     const a = parseMockWorkerArgs([
       '--host',

@@ -90,3 +90,4 @@ export type {
   RouteRequest,
   TicketOutcome,
 } from './types.ts';
+export { promptLength } from './types.ts';

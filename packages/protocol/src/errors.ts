@@ -124,3 +124,11 @@ export const serviceUnavailable = (message: string, opts: ErrorOptions = {}) =>
 
 export const gatewayTimeout = (message: string, opts: ErrorOptions = {}) =>
   new ProtocolError(504, message, { code: 'upstream_timeout', ...opts });
+
+/** An unknown model, in OpenAI's words and shape (a 404 with code model_not_found). */
+export const modelNotFound = (model: string) =>
+  new ProtocolError(404, `The model \`${model}\` does not exist or you do not have access to it.`, {
+    type: 'invalid_request_error',
+    param: 'model',
+    code: 'model_not_found',
+  });

@@ -8,6 +8,7 @@ export {
   gatewayTimeout,
   internalError,
   isProtocolError,
+  modelNotFound,
   notFound,
   type OpenAIErrorBody,
   openAIErrorBody,
@@ -16,6 +17,7 @@ export {
   routeNotFound,
   serviceUnavailable,
 } from './errors.ts';
+export { wrongType } from './fields.ts';
 export {
   type HeaderSource,
   RANK_HEADER,
@@ -60,8 +62,25 @@ export {
   REQUEST_PATHS,
   type RequestKind,
 } from './parse.ts';
-export { buildRouteRequest, type ProtocolRouteRequest } from './route-request.ts';
+export {
+  parseEmbeddingRequest,
+  parseRerankRequest,
+  parseResponsesRequest,
+  rerankDocumentText,
+} from './parse-inputs.ts';
+export {
+  buildRouteRequest,
+  type ProtocolRouteRequest,
+  routeRequestFromScan,
+} from './route-request.ts';
 export { approximateTokenIds, canonicalChatText, messageText } from './routing-text.ts';
+export {
+  type ScannedRequest,
+  type ScanOptions,
+  scanRequest,
+  topLevelSpans,
+  withRoutedRank,
+} from './scan.ts';
 export {
   SSE_DONE,
   SSE_DONE_DATA,

@@ -3,9 +3,25 @@
 // forwards the raw body, so fields we do not read pass through untouched, but
 // every field we do read is checked and a wrong one gets a 400 naming it.
 import { badRequest } from './errors.ts';
+import {
+  common,
+  isPlainObject,
+  missing,
+  optionalNumber,
+  requireObjectBody,
+  tokenIds,
+  wrongType,
+} from './fields.ts';
 import { checkJsonDepth, checkOutputTokens, DEFAULT_LIMITS, type RequestLimits } from './limits.ts';
+import {
+  parseEmbeddingRequest,
+  parseRerankRequest,
+  parseResponsesRequest,
+} from './parse-inputs.ts';
 
-export type RequestKind = 'chat' | 'completion' | 'generate';
+export { isPlainObject } from './fields.ts';
+
+export type RequestKind = 'chat' | 'completion' | 'generate' | 'embedding' | 'rerank' | 'responses';
 
 export interface ChatContentPart {
   type: string;
@@ -29,7 +45,7 @@ export type PromptSource =
 export interface ParsedRequest {
   kind: RequestKind;
   stream: boolean;
-  /** OpenAI `stream_options.include_usage`; kvroute workers send usage in the last chunk regardless. */
+  /** OpenAI `stream_options.include_usage`: a stream ends with a usage chunk only when set. */
   includeUsage: boolean;
   /**
    * Output token limit the client asked for: chat `max_completion_tokens` (else `max_tokens`),
@@ -46,8 +62,14 @@ export interface ParsedRequest {
   routedRank?: number;
   /** Body `bootstrap_room`. */
   bootstrapRoom?: number;
-  /** SGLang request id (`rid`, /generate only). */
+  /** SGLang request id (`rid`, /generate only; the first one for a batch). */
   rid?: string;
+  /**
+   * Set for a request that carries several prompts (a /generate batch, an embeddings input
+   * list, a rerank query and its documents): every prompt in order; `prompt` is the first.
+   * A worker prefills each one; a router routes the request as one, by their concatenation.
+   */
+  items?: PromptSource[];
   /** The parsed JSON body as received, for proxying. */
   body: Record<string, unknown>;
 }
@@ -58,13 +80,23 @@ export const DEFAULT_MAX_TOKENS: Readonly<Record<RequestKind, number>> = {
   chat: 128,
   completion: 16,
   generate: 128,
+  // Embeddings and rerank only prefill: no output tokens to account for.
+  embedding: 0,
+  rerank: 0,
+  responses: 128,
 };
 
-/** The URL path each request kind is served at (OpenAI's two, SGLang's /generate). */
+/**
+ * The URL path each request kind is served at: OpenAI's (SGLang and vLLM serve the same
+ * paths) and SGLang's /generate. These are the requests routed by their prompt.
+ */
 export const REQUEST_PATHS: Readonly<Record<RequestKind, string>> = {
   chat: '/v1/chat/completions',
   completion: '/v1/completions',
   generate: '/generate',
+  embedding: '/v1/embeddings',
+  rerank: '/v1/rerank',
+  responses: '/v1/responses',
 };
 
 const PATH_KINDS: Readonly<Record<string, RequestKind>> = Object.fromEntries(
@@ -107,15 +139,6 @@ export function parseJsonBody(
   return body;
 }
 
-function requireObjectBody(value: unknown): Record<string, unknown> {
-  if (!isPlainObject(value)) {
-    throw badRequest(`Request body must be a JSON object, got ${describe(value)}`, {
-      code: 'invalid_body',
-    });
-  }
-  return value;
-}
-
 /** `limits` bounds the output-token fields (see limits.ts); the depth is parseJsonBody's. */
 export function parseRequest(
   kind: RequestKind,
@@ -129,6 +152,12 @@ export function parseRequest(
       return parseCompletionRequest(body, limits);
     case 'generate':
       return parseGenerateRequest(body, limits);
+    case 'embedding':
+      return parseEmbeddingRequest(body);
+    case 'rerank':
+      return parseRerankRequest(body);
+    case 'responses':
+      return parseResponsesRequest(body, limits);
   }
 }
 
@@ -192,6 +221,7 @@ export function parseGenerateRequest(
   const body = requireObjectBody(input);
   const { text, input_ids: inputIds } = body;
   let prompt: PromptSource;
+  let items: PromptSource[] | undefined;
   if (inputIds !== undefined && inputIds !== null) {
     if (text !== undefined && text !== null) {
       throw badRequest("Give either 'text' or 'input_ids', not both", {
@@ -199,12 +229,27 @@ export function parseGenerateRequest(
         code: 'invalid_value',
       });
     }
-    prompt = { type: 'ids', ids: tokenIds('input_ids', inputIds) };
+    // SGLang's batch form: a list of id lists.
+    if (Array.isArray(inputIds) && inputIds.length > 0 && Array.isArray(inputIds[0])) {
+      items = inputIds.map((ids, i) => ({ type: 'ids', ids: tokenIds(`input_ids[${i}]`, ids) }));
+      prompt = items[0] as PromptSource;
+    } else prompt = { type: 'ids', ids: tokenIds('input_ids', inputIds) };
   } else if (text !== undefined && text !== null) {
-    if (typeof text !== 'string') {
-      throw wrongType('text', 'a string (batched /generate requests are not supported)', text);
-    }
-    prompt = { type: 'text', text };
+    if (Array.isArray(text)) {
+      if (text.length === 0) {
+        throw badRequest("'text' must not be an empty list", {
+          param: 'text',
+          code: 'invalid_value',
+        });
+      }
+      items = text.map((t, i) => {
+        if (typeof t !== 'string') throw wrongType(`text[${i}]`, 'a string', t);
+        return { type: 'text', text: t };
+      });
+      prompt = items[0] as PromptSource;
+    } else if (typeof text !== 'string') {
+      throw wrongType('text', 'a string or a list of strings', text);
+    } else prompt = { type: 'text', text };
   } else {
     throw badRequest("Missing required parameter: one of 'text' or 'input_ids'", {
       param: 'text',
@@ -225,49 +270,21 @@ export function parseGenerateRequest(
     maxTokens,
     prompt,
   };
+  if (items) parsed.items = items;
   if (temperature !== undefined) parsed.temperature = temperature;
   if (body.rid !== undefined && body.rid !== null) {
-    if (typeof body.rid !== 'string') throw wrongType('rid', 'a string', body.rid);
-    parsed.rid = body.rid;
+    // A batch may name each item's rid.
+    const rid = items && Array.isArray(body.rid) ? body.rid[0] : body.rid;
+    if (typeof rid !== 'string') throw wrongType('rid', 'a string', body.rid);
+    if (items && Array.isArray(body.rid) && body.rid.length !== items.length) {
+      throw badRequest(`'rid' has ${body.rid.length} ids for a batch of ${items.length}`, {
+        param: 'rid',
+        code: 'invalid_value',
+      });
+    }
+    parsed.rid = rid;
   }
   return parsed;
-}
-
-type Common = Omit<ParsedRequest, 'kind' | 'prompt' | 'maxTokens'>;
-
-function common(body: Record<string, unknown>): Common {
-  const out: Common = { stream: false, includeUsage: false, body };
-  if (body.stream !== undefined && body.stream !== null) {
-    if (typeof body.stream !== 'boolean') throw wrongType('stream', 'a boolean', body.stream);
-    out.stream = body.stream;
-  }
-  const so = body.stream_options;
-  if (so !== undefined && so !== null) {
-    if (!isPlainObject(so)) throw wrongType('stream_options', 'an object', so);
-    if (so.include_usage !== undefined && so.include_usage !== null) {
-      if (typeof so.include_usage !== 'boolean') {
-        throw wrongType('stream_options.include_usage', 'a boolean', so.include_usage);
-      }
-      out.includeUsage = so.include_usage;
-    }
-  }
-  if (body.model !== undefined && body.model !== null) {
-    if (typeof body.model !== 'string') throw wrongType('model', 'a string', body.model);
-    out.model = body.model;
-  }
-  const temperature = optionalNumber(body, 'temperature');
-  if (temperature !== undefined) out.temperature = temperature;
-  if (body.routing_key !== undefined && body.routing_key !== null) {
-    if (typeof body.routing_key !== 'string') {
-      throw wrongType('routing_key', 'a string', body.routing_key);
-    }
-    out.routingKey = body.routing_key;
-  }
-  const routedRank = optionalInt(body, 'routed_dp_rank', 0);
-  if (routedRank !== undefined) out.routedRank = routedRank;
-  const room = optionalInt(body, 'bootstrap_room', 0);
-  if (room !== undefined) out.bootstrapRoom = room;
-  return out;
 }
 
 function checkMessage(msg: unknown, i: number): void {
@@ -320,74 +337,4 @@ function completionPrompt(prompt: unknown): PromptSource {
     "'prompt' must be a string or an array of token ids (batches of several prompts are not supported)",
     { param: 'prompt', code: 'invalid_value' },
   );
-}
-
-function tokenIds(param: string, value: unknown): number[] {
-  if (!Array.isArray(value)) throw wrongType(param, 'an array of token ids', value);
-  for (let i = 0; i < value.length; i++) {
-    const v = value[i];
-    if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > 0xffffffff) {
-      throw badRequest(
-        `'${param}[${i}]' must be an integer token id in [0, 4294967295], got ${describe(v)}`,
-        { param: `${param}[${i}]`, code: 'invalid_type' },
-      );
-    }
-  }
-  return value as number[];
-}
-
-function optionalInt(
-  obj: Record<string, unknown>,
-  key: string,
-  min: number,
-  param = key,
-): number | undefined {
-  const v = obj[key];
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'number' || !Number.isInteger(v)) throw wrongType(param, 'an integer', v);
-  if (v < min) {
-    throw badRequest(`'${param}' must be at least ${min}, got ${v}`, {
-      param,
-      code: 'invalid_value',
-    });
-  }
-  return v;
-}
-
-function optionalNumber(
-  obj: Record<string, unknown>,
-  key: string,
-  param = key,
-): number | undefined {
-  const v = obj[key];
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'number' || !Number.isFinite(v)) throw wrongType(param, 'a number', v);
-  return v;
-}
-
-function missing(param: string) {
-  return badRequest(`Missing required parameter: '${param}'`, {
-    param,
-    code: 'missing_required_parameter',
-  });
-}
-
-function wrongType(param: string, expected: string, got: unknown) {
-  return badRequest(`'${param}' must be ${expected}, got ${describe(got)}`, {
-    param,
-    code: 'invalid_type',
-  });
-}
-
-function describe(v: unknown): string {
-  if (v === null) return 'null';
-  if (Array.isArray(v)) return 'an array';
-  if (typeof v === 'string')
-    return `a string (${JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}...` : v)})`;
-  if (typeof v === 'object') return 'an object';
-  return `${typeof v} ${String(v)}`;
-}
-
-export function isPlainObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }

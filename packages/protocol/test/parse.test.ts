@@ -45,7 +45,7 @@ describe('kindForPath', () => {
     expect(kindForPath('/v1/chat/completions')).toBe('chat');
     expect(kindForPath('/v1/completions?x=1')).toBe('completion');
     expect(kindForPath('/generate')).toBe('generate');
-    expect(kindForPath('/v1/embeddings')).toBeUndefined();
+    expect(kindForPath('/v1/tokenize')).toBeUndefined();
   });
 
   it('is the inverse of REQUEST_PATHS', () => {
@@ -300,7 +300,15 @@ describe('/generate', () => {
   const bad: Array<[string, unknown, string, string]> = [
     ['neither text nor input_ids', { sampling_params: {} }, 'text', 'missing_required_parameter'],
     ['both text and input_ids', { text: 'a', input_ids: [1] }, 'input_ids', 'invalid_value'],
-    ['text an array (batch)', { text: ['a'] }, 'text', 'invalid_type'],
+    ['a batch item not a string', { text: ['a', 1] }, 'text[1]', 'invalid_type'],
+    ['an empty batch', { text: [] }, 'text', 'invalid_value'],
+    [
+      'a batch of id lists with a bad id',
+      { input_ids: [[1], [-1]] },
+      'input_ids[1][0]',
+      'invalid_type',
+    ],
+    ['a batch with too few rids', { text: ['a', 'b'], rid: ['r'] }, 'rid', 'invalid_value'],
     ['input_ids not array', { input_ids: 'abc' }, 'input_ids', 'invalid_type'],
     ['input_ids float', { input_ids: [1, 2.5] }, 'input_ids[1]', 'invalid_type'],
     [
@@ -340,7 +348,8 @@ describe('/generate', () => {
 
 describe('parseRequest', () => {
   it('dispatches on kind and rejects non-object bodies for every kind', () => {
-    const kinds: RequestKind[] = ['chat', 'completion', 'generate'];
+    const kinds = Object.keys(REQUEST_PATHS) as RequestKind[];
+    expect(kinds).toEqual(['chat', 'completion', 'generate', 'embedding', 'rerank', 'responses']);
     for (const kind of kinds) {
       expect(errorOf(() => parseRequest(kind, [1])).code).toBe('invalid_body');
     }

@@ -19,8 +19,7 @@
 // score highest on it (~1/(N+1)); removing or losing one moves only its own keys, spread
 // over the others by each key's second choice.
 //
-// Cost: hashing the key tokens (~2-3 ns/token, at most prefixLength tokens) plus O(N) scores
-// in one pass (the walk's first rank within the bound is the best-scoring such rank: no sort).
+// Cost: hashing the key tokens (~2-3 ns/token, at most prefixLength tokens) plus O(N) scores.
 //
 // Failure modes: load-aware, so the same key may land on different ranks as load moves
 // (its cache is then split over the ranks its walk reaches; bounded by how far the walk
@@ -29,22 +28,18 @@
 // prompt instead. Knows nothing about what ranks actually cache.
 
 import { defineMethod } from '../define-method.ts';
-import { PolicyRangeError } from '../errors.ts';
+import { PolicyConfigError } from '../errors.ts';
 import { prefixKey, rendezvousScore, stringKey } from '../hashing/chained.ts';
 import { prefixKeyLength, validateTokenIds } from '../hashing/prefix-digest.ts';
-import type { OptionsSchema, OptionValues } from '../options.ts';
+import { type OptionsSchema, readInt, readNumber } from '../options.ts';
 import { leastLoaded } from '../pickers.ts';
-import type { Decision, Method, MethodContext } from '../types.ts';
-
-function atLeastWindow(prefixLength: number, window: number): number {
-  if (prefixLength < window) {
-    throw new PolicyRangeError(
-      'prefixLength',
-      `consistent_hash: prefixLength must be an integer >= ${window}, got ${prefixLength}`,
-    );
-  }
-  return prefixLength;
-}
+import {
+  type Decision,
+  type Method,
+  type MethodContext,
+  promptLength,
+  type RankState,
+} from '../types.ts';
 
 export const CONSISTENT_HASH_OPTIONS = {
   window: {
@@ -81,30 +76,60 @@ export const CONSISTENT_HASH_OPTIONS = {
   },
 } as const satisfies OptionsSchema;
 
-export type ConsistentHashOptions = OptionValues<typeof CONSISTENT_HASH_OPTIONS>;
+export interface ConsistentHashOptions {
+  /** Tokens per window; the key is whole windows of the prefix. Default 256. */
+  window: number;
+  /** At most this many leading tokens form the key. Default 4096. */
+  prefixLength: number;
+  /** Bounded-load slack: a rank takes a key while load <= (1 + epsilon) * mean. Default 0.25. */
+  epsilon: number;
+  /** Load unit: in-flight tokens (default) or in-flight requests. */
+  load: 'tokens' | 'requests';
+  /**
+   * Added to the bound, in the load unit. Default 0: the classic algorithm. At light load
+   * a purely relative bound walks keys away from their cache whenever one rank has a single
+   * long request more than the others; a slack like cache_aware's (65536 tokens) stops that.
+   */
+  slack: number;
+}
 
 export const CONSISTENT_HASH_DEFAULTS: ConsistentHashOptions = {
-  window: CONSISTENT_HASH_OPTIONS.window.default,
-  prefixLength: CONSISTENT_HASH_OPTIONS.prefixLength.default,
-  epsilon: CONSISTENT_HASH_OPTIONS.epsilon.default,
-  load: CONSISTENT_HASH_OPTIONS.load.default,
-  slack: CONSISTENT_HASH_OPTIONS.slack.default,
+  window: 256,
+  prefixLength: 4096,
+  epsilon: 0.25,
+  load: 'tokens',
+  slack: 0,
 };
 
 const NAME = 'consistent_hash';
 
+function readLoadUnit(owner: string, options: Record<string, unknown>): 'tokens' | 'requests' {
+  const raw = options.load ?? 'tokens';
+  if (raw !== 'tokens' && raw !== 'requests') {
+    throw new PolicyConfigError(
+      `${owner}: load must be 'tokens' or 'requests', got ${String(raw)}`,
+    );
+  }
+  return raw;
+}
+
 export const createConsistentHash = defineMethod(
   NAME,
   CONSISTENT_HASH_OPTIONS,
-  (options, raw): Method => {
-    const window = options.window;
-    const prefixLength =
-      raw.prefixLength == null
-        ? Math.max(CONSISTENT_HASH_DEFAULTS.prefixLength, window)
-        : atLeastWindow(options.prefixLength, window);
-    const epsilon = options.epsilon;
-    const unit = options.load;
-    const slack = options.slack;
+  (_checked, options): Method => {
+    const window = readInt(NAME, options, 'window', CONSISTENT_HASH_DEFAULTS.window, 1);
+    const prefixLength = readInt(
+      NAME,
+      options,
+      'prefixLength',
+      Math.max(CONSISTENT_HASH_DEFAULTS.prefixLength, window),
+      window,
+    );
+    const epsilon = readNumber(NAME, options, 'epsilon', CONSISTENT_HASH_DEFAULTS.epsilon, 0);
+    const unit = readLoadUnit(NAME, options);
+    const slack = readNumber(NAME, options, 'slack', CONSISTENT_HASH_DEFAULTS.slack, 0);
+    const order: number[] = [];
+    const scores: number[] = [];
     const counts = { primary: 0, overflow: 0, noKey: 0 };
 
     function keyOf(ctx: MethodContext): number | undefined {
@@ -121,6 +146,7 @@ export const createConsistentHash = defineMethod(
 
     return {
       name: NAME,
+      maxPromptTokens: prefixLength,
       select(ctx: MethodContext): Decision {
         const key = keyOf(ctx);
         if (key === undefined) {
@@ -128,40 +154,37 @@ export const createConsistentHash = defineMethod(
         }
         const healthy = ctx.healthy;
         const n = healthy.length;
-        const reqLoad = unit === 'tokens' ? (ctx.request.inputIds?.length ?? 0) : 1;
+        const reqLoad = unit === 'tokens' ? promptLength(ctx.request) : 1;
         let total = reqLoad;
         for (const r of healthy) total += unit === 'tokens' ? r.inFlightTokens : r.inFlightRequests;
         const bound = ((1 + epsilon) * total) / n + slack;
 
-        // The key's first choice is taken over ALL ranks (if it is unhealthy, the request
-        // walks). The walk visits healthy ranks by descending score (ties, 2^-32, by rank, so
-        // every router instance agrees) and stops at the first within the bound: that is the
-        // highest-scoring rank within the bound, found in one pass without sorting.
+        // Scores of ALL ranks, indexed by rank: the key's first choice is taken over all of
+        // them (if it is unhealthy, the request walks), the walk over the healthy ones.
         let firstRank = -1;
         let firstScore = -1;
+        scores.length = 0;
         for (let r = 0; r < ctx.ranks.length; r++) {
           const s = rendezvousScore(key, r);
+          scores.push(s);
           if (s > firstScore) {
             firstScore = s;
             firstRank = r;
           }
         }
-        let chosen = -1;
-        let chosenScore = -1;
-        for (const r of healthy) {
+        order.length = 0;
+        for (const r of healthy) order.push(r.rank);
+        // Descending score; ties (2^-32) by rank so every router instance agrees.
+        order.sort((a, b) => (scores[b] as number) - (scores[a] as number) || a - b);
+        for (const rank of order) {
+          const r = ctx.ranks[rank] as RankState;
           const load = unit === 'tokens' ? r.inFlightTokens : r.inFlightRequests;
-          if (load > bound) continue;
-          const s = r.rank === firstRank ? firstScore : rendezvousScore(key, r.rank);
-          if (s > chosenScore) {
-            chosenScore = s;
-            chosen = r.rank;
+          if (load <= bound) {
+            return {
+              rank: r.rank,
+              reason: r.rank === firstRank ? 'consistent-hash' : 'consistent-hash-overflow',
+            };
           }
-        }
-        if (chosen >= 0) {
-          return {
-            rank: chosen,
-            reason: chosen === firstRank ? 'consistent-hash' : 'consistent-hash-overflow',
-          };
         }
         // Unreachable while epsilon >= 0 (the least-loaded rank is <= the mean), kept total.
         return { rank: leastLoaded(ctx, healthy).rank, reason: 'consistent-hash-overflow' };

@@ -1,6 +1,7 @@
 // Flags shared by run, sweep and replay, and their checks.
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
+import type { ProfileRef } from '../parallel/cell.ts';
 import {
   checkName,
   nameList,
@@ -13,6 +14,12 @@ import {
   strs,
 } from './args.ts';
 import type { CliIo } from './command.ts';
+import {
+  ENGINE_FLAGS_HELP,
+  ENGINE_OPTIONS,
+  type EngineFlags,
+  readEngineFlags,
+} from './engine-flags.ts';
 import { UsageError } from './errors.ts';
 import { checkTargets, type OutputTargets } from './outputs.ts';
 import {
@@ -47,33 +54,44 @@ export const SIM_OPTIONS: OptionSpec = {
   json: { type: 'string' },
   csv: { type: 'string' },
   html: { type: 'string' },
+  ...ENGINE_OPTIONS,
 };
 
-export const SIM_FLAGS_HELP = `  --ranks N             rank count, for the simulator and the scenario's own 'ranks' option
-                        (default: the scenario's, e.g. 16 for seed-sequential)
-  --profile NAME        cost profile (see 'kvroute-sim profiles'); default depends on the scenario
-  --profile-file FILE   a kvroute-cost-profile/v1 JSON file instead of a named profile
-  --seed S              seed of every random stream (default ${DEFAULT_SEED}); same seed, same bytes
+export const SIM_FLAGS_HELP = `  --ranks N             integer >= 1: rank count, for the simulator and the scenario's own
+                        'ranks' option (default: the scenario's, e.g. 16 for seed-sequential)
+  --profile NAME        name: cost profile (see 'kvroute-sim profiles'); default
+                        seed-qwen3-moe-dp16 for seed-* scenarios, h200-llama-3.1-8b otherwise
+  --profile-file FILE   path: a kvroute-cost-profile/v1 JSON file instead of a named profile
+                        (default: none)
+  --seed S              integer or string: seed of every random stream (default ${DEFAULT_SEED});
+                        same seed, same bytes
   --set KEY=VALUE       scenario option, repeatable (e.g. --set requests=10 --set accumulate=true);
-                        an unknown KEY is an error listing the scenario's options
+                        true/false and numerals are typed, anything else is a string; an unknown
+                        KEY is an error listing the scenario's options (default: none)
 ${methodOptionsHelp()}
                         (method options: each policy in --policies reads the ones it has)
-  --affinity KIND       routing-key cache affinity for every policy: routing_key | none;
+  --affinity KIND       routing-key cache affinity for every policy: routing_key | none (default none);
                         table options as KIND:key=value, e.g. routing_key:maxEntries=1000:ttlMs=60000
-  --json FILE|-         write the JSON report (schema in the package README); '-' = stdout only
-  --csv FILE|-          write one CSV row per policy (sweep: per grid cell)
-  --html FILE|-         write a self-contained HTML report with charts
+  --json FILE|-         path or '-': write the JSON report (schema in the package README);
+                        '-' = stdout only (default: not written)
+  --csv FILE|-          path or '-': one CSV row per policy (sweep: per grid cell) (default: not written)
+  --html FILE|-         path or '-': a self-contained HTML report with charts (default: not written)
+${ENGINE_FLAGS_HELP}
   -h, --help            this help`;
 
 export interface SimFlags {
   ranks?: number;
   profile: CostModel;
+  /** Where `profile` came from, so another thread or machine can load the same one. */
+  profileRef: ProfileRef;
   seed: string | number;
   scenarioOptions: Record<string, unknown>;
   /** Scenario options to show in reports instead of the resolved ones (paths as typed). */
   displayOptions?: Record<string, unknown>;
   policyFlags: PolicyFlags;
   outputs: OutputTargets;
+  /** Rank model and client load (--engine, --admission, --max-concurrency, ...). */
+  engine: EngineFlags;
 }
 
 /** Profile for scenarios run without --profile: the seed scenarios model the seed's deployment. */
@@ -82,19 +100,23 @@ export function defaultProfileName(scenario: string): string {
 }
 
 export function resolveProfile(p: Parsed, scenario: string, io: CliIo): CostModel {
+  const ref = resolveProfileRef(p, scenario, io);
+  if ('name' in ref) return getProfile(ref.name);
+  // A bad profile file is bad input (exit 2), whatever the loader's error class.
+  try {
+    return loadProfileFile(ref.file);
+  } catch (err) {
+    throw new UsageError(`--profile-file: ${(err as Error).message}`);
+  }
+}
+
+export function resolveProfileRef(p: Parsed, scenario: string, io: CliIo): ProfileRef {
   const name = str(p, 'profile');
   const file = str(p, 'profile-file');
   if (name !== undefined && file !== undefined)
     throw new UsageError('give either --profile or --profile-file, not both');
-  if (file !== undefined) {
-    // A bad profile file is bad input (exit 2), whatever the loader's error class.
-    try {
-      return loadProfileFile(resolve(io.cwd, file));
-    } catch (err) {
-      throw new UsageError(`--profile-file: ${(err as Error).message}`);
-    }
-  }
-  return getProfile(checkName('profile', name ?? defaultProfileName(scenario), profileNames()));
+  if (file !== undefined) return { file: resolve(io.cwd, file) };
+  return { name: checkName('profile', name ?? defaultProfileName(scenario), profileNames()) };
 }
 
 function scenarioHasOption(scenario: string, option: string): boolean {
@@ -131,11 +153,13 @@ export function readSimFlags(p: Parsed, scenario: string, io: CliIo): SimFlags {
   return {
     ...(ranks !== undefined ? { ranks } : {}),
     profile: resolveProfile(p, scenario, io),
+    profileRef: resolveProfileRef(p, scenario, io),
     seed: parseSeed(str(p, 'seed'), DEFAULT_SEED),
     scenarioOptions,
     ...(displayOptions ? { displayOptions } : {}),
     policyFlags,
     outputs,
+    engine: readEngineFlags(p),
   };
 }
 

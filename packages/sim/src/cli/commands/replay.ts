@@ -20,14 +20,16 @@ Replays a Mooncake-format JSONL trace (one {"timestamp", "input_length", "output
 "hash_ids"} object per line; 512-token hash blocks become synthetic token blocks) under each
 policy and prints the comparison table. The same as 'run --scenario replay --set file=FILE'.
 
-  FILE                  the trace, e.g. ../shared/traces/mooncake-conversation.jsonl
-  --policies LIST       comma-separated methods (default ${DEFAULT_POLICIES})
-  --speedup X           compress time: arrivals X times faster than recorded (default 1)
-  --skip-invalid        skip malformed lines and report how many, instead of failing
+  FILE                  path: the trace, e.g. packages/sim/data/traces/mooncake-conversation.jsonl
+                        (shipped with the package; relative to where you run the command)
+  --policies LIST       comma-separated method names (default ${DEFAULT_POLICIES})
+  --speedup X           number > 0: arrivals X times faster than recorded (default 1)
+  --skip-invalid        switch: skip malformed lines and report how many, instead of failing
+                        (default off)
 ${SIM_FLAGS_HELP}
 
 example:
-  kvroute-sim replay ../shared/traces/mooncake-conversation.jsonl --ranks 16 --speedup 8 \\
+  kvroute-sim replay packages/sim/data/traces/mooncake-conversation.jsonl --ranks 16 --speedup 8 \\
     --policies round_robin,prefix_match,cache_aware
 `;
 
@@ -56,7 +58,7 @@ export const command: Subcommand = {
     }
     const given = p.positionals[0]!;
     // Relative to where the user is; failing that, the trace loader also tries the repo root
-    // (so the README's ../shared/traces/... works from the package directory too).
+    // (so the README's packages/sim/data/traces/... works from the package directory too).
     const fromCwd = resolve(io.cwd, given);
     const file = existsSync(fromCwd) ? fromCwd : given;
     const speedupRaw = str(p, 'speedup');
@@ -68,7 +70,7 @@ export const command: Subcommand = {
       skipInvalid: bool(p, 'skip-invalid'),
     };
     const policies = readPolicies(p, flags);
-    const { report, samples } = compare(io, {
+    const { report, samples, extras } = compare(io, {
       command: 'replay',
       scenario: REPLAY_SCENARIO,
       scenarioOptions,
@@ -77,8 +79,9 @@ export const command: Subcommand = {
       ranks: flags.ranks,
       profile: flags.profile,
       policies,
+      engine: flags.engine,
     });
-    await emitRunReport(io, flags.outputs, report, samples);
+    await emitRunReport(io, flags.outputs, report, samples, extras);
     return 0;
   },
 };

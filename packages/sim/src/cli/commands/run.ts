@@ -17,8 +17,8 @@ Simulates the scenario once per policy on the same pre-generated workload and pr
 comparison row per policy: token hit rate, TTFT p50/p90/p99/mean, cold and steady-state
 TTFT, throughput, per-rank imbalance, evicted tokens and queueing delay.
 
-  --scenario NAME       workload (see 'kvroute-sim scenarios')
-  --policies LIST       comma-separated methods (default ${DEFAULT_POLICIES});
+  --scenario NAME       name: workload (see 'kvroute-sim scenarios'); required
+  --policies LIST       comma-separated method names (default ${DEFAULT_POLICIES});
                         per-policy options as name:key=value, e.g. prefix_match:window=128
 ${SIM_FLAGS_HELP}
 
@@ -40,7 +40,7 @@ export const command: Subcommand = {
     const scenario = requireScenario(p);
     const flags = readSimFlags(p, scenario, io);
     const policies = readPolicies(p, flags);
-    const { report, samples } = compare(io, {
+    const { report, samples, extras } = compare(io, {
       command: 'run',
       scenario,
       scenarioOptions: flags.scenarioOptions,
@@ -49,8 +49,9 @@ export const command: Subcommand = {
       ranks: flags.ranks,
       profile: flags.profile,
       policies,
+      engine: flags.engine,
     });
-    await emitRunReport(io, flags.outputs, report, samples);
+    await emitRunReport(io, flags.outputs, report, samples, extras);
     return 0;
   },
 };
