@@ -73,10 +73,6 @@ describe('per-worker metrics', () => {
     const text = (await app.inject('/metrics')).body;
     const labels = 'rank="0",worker="worker-r0",model="llama-3-8b"';
     expect(value(text, `kvroute_router_inter_token_latency_seconds_count{${labels}}`)).toBe(2);
-    // Two gaps of at least 20 ms each (timers never fire early).
-    expect(
-      value(text, `kvroute_router_inter_token_latency_seconds_sum{${labels}}`),
-    ).toBeGreaterThanOrEqual(0.038);
     expect(value(text, `kvroute_router_output_tokens_total{${labels}}`)).toBe(3);
     expect(value(text, `kvroute_router_requests_without_cached_tokens_total{${labels}}`)).toBe(1);
     // Not a 0% hit rate: neither side of cached / prompt saw this request.
