@@ -4,6 +4,7 @@
 import type { DispatcherConfig } from '@kvroute/policy';
 import type { CostModel } from './cost/cost-model.ts';
 import { getProfile } from './cost/profiles.ts';
+import type { IndexSource } from './host/kv-events.ts';
 import type { PolicyRunSummary, RequestRecord } from './metrics/types.ts';
 import { type RankOverrides, simulatePlan } from './simulate.ts';
 import { buildWorkload } from './workloads/registry.ts';
@@ -27,6 +28,14 @@ export interface ComparisonOptions {
   onProgress?(fraction: number): void;
   /** A plan built beforehand (e.g. to reuse one across a sweep); scenarioOptions then unused. */
   plan?: WorkloadPlan;
+  /** Router replicas and where their cache index comes from (SimulateOptions). */
+  router?: RouterModel;
+}
+
+export interface RouterModel {
+  replicas?: number;
+  indexSource?: IndexSource;
+  eventLagMs?: number;
 }
 
 export interface ComparisonResult {
@@ -76,6 +85,7 @@ export function runComparisonDetailed(opts: ComparisonOptions): ComparisonRun {
       profile,
       seed: opts.seed,
       rank: opts.rank,
+      ...opts.router,
       onProgress: opts.onProgress ? (f) => opts.onProgress!((i + f) / n) : undefined,
     });
     summaries.push(run.summary);

@@ -1,6 +1,7 @@
 // Runs the simulations a command asked for and shapes the results into reports, driving the
 // progress bar. The engine and the metrics are sim-core's; this file only sequences them.
 
+import type { RouterModel } from '../compare.ts';
 import type { CellJob, CellResult, ProfileRef } from '../parallel/cell.ts';
 import { runCells } from '../parallel/pool.ts';
 import { chooseBest } from '../report/sweep-choice.ts';
@@ -26,6 +27,8 @@ export interface CompareInput {
   ranks?: number;
   profile: CostModel;
   policies: readonly PolicySpec[];
+  /** Router replicas and index source (--replicas, --index-source, --event-lag-ms). */
+  router?: RouterModel;
 }
 
 export function compare(
@@ -42,6 +45,7 @@ export function compare(
       ranks: input.ranks,
       profile: input.profile,
       seed: input.seed,
+      ...(input.router ? { router: input.router } : {}),
       onProgress: (f) => {
         const i = Math.min(n - 1, Math.floor(f * n));
         progress.update(f, `${input.policies[i]?.method ?? ''} (${i + 1}/${n})`);
