@@ -98,3 +98,40 @@ describe('what a new user trips on', () => {
     expect((await cli(['scenarios'])).stdout).not.toContain('../shared');
   });
 });
+
+describe("sweep's verdict", () => {
+  it('names ranks that prefill nothing and compares with the recommended default', async () => {
+    const r = await cli([
+      'sweep',
+      '--scenario',
+      'seed-sequential',
+      '--ranks',
+      '4',
+      '--set',
+      'requests=6',
+      '--window',
+      '64,128',
+      '--prefix-length',
+      '1024',
+      '--json',
+      '-',
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    const j = JSON.parse(r.stdout);
+    expect(j.reference.policy).toBe('cache_aware');
+    expect(j.reference.requests).toBe(6);
+    // One shared prefix, sequential requests: prefix_match keeps all of them on one rank.
+    const best = j.grid.find(
+      (c: { window: number; prefixLength: number }) =>
+        c.window === j.best.window && c.prefixLength === j.best.prefixLength,
+    );
+    const idle = best.result.perRank.filter(
+      (x: { prefillTokens: number }) => x.prefillTokens === 0,
+    );
+    expect(idle.length).toBe(3);
+    expect(j.reason).toContain('3 of 4 ranks prefill nothing');
+    expect(j.reason).toMatch(
+      /The recommended default, cache_aware with its default options, gets TTFT p99 \d+ ms/,
+    );
+  });
+});

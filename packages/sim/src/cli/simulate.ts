@@ -2,9 +2,10 @@
 // progress bar. The engine and the metrics are sim-core's; this file only sequences them.
 
 import type { RouterModel } from '../compare.ts';
+import { RECOMMENDED } from '../compare/policy-comparison.ts';
 import type { CellJob, CellResult, ProfileRef } from '../parallel/cell.ts';
 import { runCells } from '../parallel/pool.ts';
-import { chooseBest } from '../report/sweep-choice.ts';
+import { chooseBest, sweepNotes } from '../report/sweep-choice.ts';
 import type {
   PolicySamples,
   RunReport,
@@ -153,17 +154,29 @@ export function sweepPairs(spec: SweepSpec): { window: number; prefixLength: num
   return pairs;
 }
 
-/** One cell job per pair; every cell builds the same plan, so all see the same requests. */
+/** The method a sweep's verdict compares with: the recommended default, with its defaults. */
+export const REFERENCE_METHOD = RECOMMENDED;
+
+/**
+ * One cell job per pair, then the reference (the recommended default method); every cell
+ * builds the same plan, so all see the same requests.
+ */
 export function sweepJobs(spec: SweepSpec): CellJob[] {
   const affinity = spec.affinity !== undefined ? { affinity: spec.affinity } : {};
-  return sweepPairs(spec).map(({ window, prefixLength }) => ({
+  const job = (policy: CellJob['policy']): CellJob => ({
     scenario: spec.scenario,
     scenarioOptions: spec.scenarioOptions,
     seed: spec.seed,
     ...(spec.ranks !== undefined ? { ranks: spec.ranks } : {}),
     profile: spec.profileRef,
-    policy: { method: spec.policy, window, prefixLength, ...affinity },
-  }));
+    policy,
+  });
+  return [
+    ...sweepPairs(spec).map(({ window, prefixLength }) =>
+      job({ method: spec.policy, window, prefixLength, ...affinity }),
+    ),
+    job({ method: REFERENCE_METHOD, ...affinity }),
+  ];
 }
 
 /** Cell indices shard `index` (1-based) of `count` runs: every count-th, a deterministic share. */
@@ -198,9 +211,10 @@ export async function sweep(io: CliIo, input: SweepInput): Promise<{ report: Swe
 /** The report from every cell's result, in grid order: one run, or merged shards. */
 export function assembleSweep(spec: SweepSpec, results: readonly CellResult[]): SweepReport {
   const pairs = sweepPairs(spec);
-  if (results.length !== pairs.length || pairs.length === 0) {
-    throw new Error(`sweep: ${results.length} results for ${pairs.length} cells`);
+  if (results.length !== pairs.length + 1 || pairs.length === 0) {
+    throw new Error(`sweep: ${results.length} results for ${pairs.length} cells and the reference`);
   }
+  const reference = results[pairs.length]!.summary;
   const affinity = spec.affinity !== undefined ? { affinity: spec.affinity } : {};
   const grid: SweepCell[] = pairs.map(({ window, prefixLength }, i) => {
     const options: Record<string, unknown> = { window, prefixLength, ...affinity };
@@ -222,6 +236,7 @@ export function assembleSweep(spec: SweepSpec, results: readonly CellResult[]): 
     prefixLengths: spec.prefixLengths.filter((l) => pairs.some((p) => p.prefixLength === l)),
     grid,
     best: { window: best.window, prefixLength: best.prefixLength },
-    reason,
+    reason: reason + sweepNotes(best, reference, spec.objective),
+    reference,
   };
 }
