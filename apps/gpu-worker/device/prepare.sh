@@ -17,7 +17,7 @@ mkdir -p "$dest"
 cd "$root"
 
 # ESM bundles still meet CommonJS packages that call require(); give them one.
-banner="import{createRequire}from'module';const require=createRequire(import.meta.url);"
+banner="import{createRequire as __kvrouteCreateRequire}from'module';const require=__kvrouteCreateRequire(import.meta.url);"
 
 echo "prepare: bundling the router" >&2
 # The router's own `bundle` script (pnpm --filter @kvroute/router bundle), pointed at $dest
