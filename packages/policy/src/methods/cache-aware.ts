@@ -52,12 +52,24 @@ import { validateTokenIds } from '../hashing/prefix-digest.ts';
 import { PendingPrefixes } from '../kv-index/pending.ts';
 import { readInt, readNumber } from '../options.ts';
 import { leastLoadedCool } from '../pickers.ts';
-import type { Decision, Method, MethodContext, RankState } from '../types.ts';
+import {
+  type Decision,
+  type Method,
+  type MethodContext,
+  promptLength,
+  type RankState,
+} from '../types.ts';
 
 export interface CacheAwareOptions {
   /** Tokens per indexed window. Default 256. */
   window: number;
-  /** Index at most this many leading tokens of a prompt. Default 131072. */
+  /**
+   * Index at most this many leading tokens of a prompt. Default 16384: the Mooncake trace
+   * replayed on 16 ranks keeps 30.0% of 30.2% token hits with it (131,072 and 32,768: 30.2%;
+   * 8,192: 29.6%; 4,096: 29.1%) and mean TTFT within 1%, while a router decodes and tokenizes
+   * at most 16k tokens of a prompt (64 KB of text for the approximate tokenizer, below V8's
+   * 128 KiB large-object threshold) instead of all of it.
+   */
   maxPrefixTokens: number;
   /** Relative overload bound over the mean in-flight tokens. Default 0.25. */
   epsilon: number;
@@ -76,7 +88,7 @@ export interface CacheAwareOptions {
 
 export const CACHE_AWARE_DEFAULTS: CacheAwareOptions = {
   window: 256,
-  maxPrefixTokens: 131072,
+  maxPrefixTokens: 16384,
   epsilon: 0.25,
   slackTokens: 65536,
   loadWeight: 1,
@@ -88,6 +100,8 @@ const NAME = 'cache_aware';
 
 interface CacheAwareCore {
   readonly index: ChainedPrefixIndex;
+  /** Leading prompt tokens indexed (the option); none past it are read. */
+  readonly maxPrefixTokens: number;
   /** The prompt's chained keys (memoized for the request last seen). */
   keysOf(ctx: MethodContext): readonly number[];
   /** Matched tokens per rank number for the current keys (healthy ranks only; others 0). Reads only. */
@@ -199,6 +213,7 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
   }
 
   return {
+    maxPrefixTokens,
     index,
     fill,
     sourceCounts,
@@ -297,11 +312,12 @@ export const createCacheAware = defineMethod(
 
     return {
       name: NAME,
+      maxPromptTokens: core.maxPrefixTokens,
       select(ctx: MethodContext): Decision {
         const keys = core.keysOf(ctx);
         const matched = core.matchAll(ctx, keys);
         const healthy = ctx.healthy;
-        const w = ctx.request.inputIds?.length ?? 0;
+        const w = promptLength(ctx.request);
         let total = w;
         let best = 0;
         for (const r of healthy) {

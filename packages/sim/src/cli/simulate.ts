@@ -2,21 +2,24 @@
 // progress bar. The engine and the metrics are sim-core's; this file only sequences them.
 
 import type { RouterModel } from '../compare.ts';
+import { oneBigCacheBound } from '../compare/bound.ts';
 import { RECOMMENDED } from '../compare/policy-comparison.ts';
 import type { CellJob, CellResult, ProfileRef } from '../parallel/cell.ts';
 import { runCells } from '../parallel/pool.ts';
 import { chooseBest, sweepNotes } from '../report/sweep-choice.ts';
 import type {
   PolicySamples,
+  RunExtras,
   RunReport,
   SweepCell,
   SweepObjective,
   SweepReport,
 } from '../report/types.ts';
+import type { ClusterEvent } from '../workloads/types.ts';
 import type { CliIo } from './command.ts';
 import type { PolicySpec } from './policies.ts';
 import { createProgress } from './progress.ts';
-import { type CostModel, runComparisonDetailed } from './sim-api.ts';
+import { buildWorkload, type CostModel, runComparisonDetailed } from './sim-api.ts';
 
 export interface CompareInput {
   command: 'run' | 'replay';
@@ -35,13 +38,15 @@ export interface CompareInput {
 export function compare(
   io: CliIo,
   input: CompareInput,
-): { report: RunReport; samples: PolicySamples[] } {
+): { report: RunReport; samples: PolicySamples[]; extras: () => RunExtras } {
   const progress = createProgress(io);
   const n = input.policies.length;
   try {
+    const plan = buildWorkload(input.scenario, input.scenarioOptions, input.seed);
     const { result, records } = runComparisonDetailed({
       scenario: input.scenario,
       scenarioOptions: input.scenarioOptions,
+      plan,
       policies: input.policies.map((p) => p.config),
       ranks: input.ranks,
       profile: input.profile,
@@ -73,9 +78,15 @@ export function compare(
         policy: s.policy,
         ttftMs: recs.map((r) => r.ttftMs),
         ttftByArrivalMs: byArrival.map((r) => r.ttftMs),
+        arrivalMs: byArrival.map((r) => r.arrivalMs),
       };
     });
-    return { report, samples };
+    // Only the HTML report draws these; the bound replays the whole plan once more.
+    const extras = (): RunExtras => ({
+      markers: plan.events.map((e) => ({ atMs: e.atMs, label: markerLabel(e) })),
+      boundHitRate: oneBigCacheBound(plan, input.profile.kvCapacityTokens * result.ranks).hitRate,
+    });
+    return { report, samples, extras };
   } finally {
     progress.done();
   }
@@ -239,4 +250,10 @@ export function assembleSweep(spec: SweepSpec, results: readonly CellResult[]): 
     reason: reason + sweepNotes(best, reference, spec.objective),
     reference,
   };
+}
+
+function markerLabel(e: ClusterEvent): string {
+  if (e.kind === 'rank-down') return `rank ${e.rank} down`;
+  if (e.kind === 'rank-up') return `rank ${e.rank} back (cold)`;
+  return `scale to ${e.ranks} ranks`;
 }

@@ -64,4 +64,20 @@ export interface PolicySamples {
   ttftMs: number[];
   /** TTFT of each completed request in arrival order, for the per-request chart. */
   ttftByArrivalMs?: number[];
+  /** Arrival time (ms) of each request of ttftByArrivalMs, for the TTFT-over-time chart. */
+  arrivalMs?: number[];
+}
+
+/** Something that happened to the cluster during a run, drawn on time charts. */
+export interface RunMarker {
+  atMs: number;
+  /** e.g. 'rank 3 down', 'scale to 12 ranks', 'policy switch'. */
+  label: string;
+}
+
+/** What the HTML run report draws beyond the JSON report and the samples. */
+export interface RunExtras {
+  markers?: RunMarker[];
+  /** Hit rate of one cache with all ranks' capacity replaying the same requests. */
+  boundHitRate?: number;
 }

@@ -48,7 +48,7 @@ export const command: Subcommand = {
     const scenario = requireScenario(p);
     const flags = readSimFlags(p, scenario, io);
     const policies = readPolicies(p, flags);
-    const { report, samples } = compare(io, {
+    const { report, samples, extras } = compare(io, {
       command: 'run',
       scenario,
       scenarioOptions: flags.scenarioOptions,
@@ -59,7 +59,7 @@ export const command: Subcommand = {
       policies,
       router: readRouterFlags(p),
     });
-    await emitRunReport(io, flags.outputs, report, samples);
+    await emitRunReport(io, flags.outputs, report, samples, extras);
     return 0;
   },
 };
