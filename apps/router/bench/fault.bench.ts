@@ -42,12 +42,14 @@ const concurrency = Number(values.concurrency);
 const skip = new Set(values.skip.split(',').filter(Boolean));
 
 const { build } = await import('esbuild');
-const bundle = join(routerRoot, 'dist', 'bench', 'kvroute-router-fault.mjs');
+const bundle = join(routerRoot, 'bundle', 'bench', 'kvroute-router-fault.mjs');
 await build({
   bundle: true,
   platform: 'node',
   format: 'esm',
   target: 'node20',
+  // The workspace packages' TypeScript source, as the package's bundle script takes it.
+  conditions: ['@kvroute/source'],
   logLevel: 'warning',
   banner: {
     js: "import{createRequire as __kvrCreateRequire}from'module';const require=__kvrCreateRequire(import.meta.url);",

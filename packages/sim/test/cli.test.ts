@@ -631,7 +631,11 @@ describe('listings and help', () => {
 describe('as a process', () => {
   const tsx = join(pkgDir, '../../node_modules/.bin/tsx');
   const run = (args: string[]) =>
-    spawnSync(tsx, ['src/cli.ts', ...args], { cwd: pkgDir, encoding: 'utf8', timeout: 60_000 });
+    spawnSync(tsx, ['--conditions=@kvroute/source', 'src/cli.ts', ...args], {
+      cwd: pkgDir,
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
 
   it('keeps stdout pure JSON with --json -, exits 0, and matches an in-process run byte for byte', async () => {
     const args = ['run', ...SMALL, '--policies', 'round_robin,prefix_match', '--json', '-'];

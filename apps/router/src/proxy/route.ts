@@ -22,7 +22,6 @@ import {
 import {
   badRequest,
   buildRouteRequest,
-  describeError,
   type ParsedRequest,
   type ProtocolRouteRequest,
   parseJsonBody,

@@ -1,9 +1,10 @@
 // Runs the simulations a command asked for and shapes the results into reports, driving the
 // progress bar. The engine and the metrics are sim-core's; this file only sequences them.
 
-import type { RouterModel } from '../compare.ts';
 import { oneBigCacheBound } from '../compare/bound.ts';
 import { RECOMMENDED } from '../compare/policy-comparison.ts';
+import type { RouterModel } from '../compare.ts';
+import { hostTier } from '../entities/presets.ts';
 import type { CellJob, CellResult, ProfileRef } from '../parallel/cell.ts';
 import { runCells } from '../parallel/pool.ts';
 import { chooseBest, sweepNotes } from '../report/sweep-choice.ts';
@@ -17,6 +18,7 @@ import type {
 } from '../report/types.ts';
 import type { ClusterEvent } from '../workloads/types.ts';
 import type { CliIo } from './command.ts';
+import type { EngineFlags } from './engine-flags.ts';
 import type { PolicySpec } from './policies.ts';
 import { createProgress } from './progress.ts';
 import { buildWorkload, type CostModel, runComparisonDetailed } from './sim-api.ts';
@@ -33,6 +35,27 @@ export interface CompareInput {
   policies: readonly PolicySpec[];
   /** Router replicas and index source (--replicas, --index-source, --event-lag-ms). */
   router?: RouterModel;
+  engine?: EngineFlags;
+}
+
+/** Plain data (it crosses worker threads and shard files): what engineOptions returns. */
+export type EngineOptions = ReturnType<typeof engineOptions>;
+
+/** The comparison options an EngineFlags asks for, resolved against the profile. */
+export function engineOptions(profile: CostModel, e: EngineFlags | undefined) {
+  if (e === undefined) return {};
+  const settings = { ...e.settings };
+  if (e.hostTokens !== undefined) {
+    settings.hostKv = hostTier(profile, e.hostTokens, {
+      ...(e.hostTokensPerMs !== undefined ? { tokensPerMs: e.hostTokensPerMs } : {}),
+      ...(e.hostEviction !== undefined ? { eviction: e.hostEviction } : {}),
+    });
+  }
+  return {
+    engine: settings,
+    ...(e.maxConcurrency !== undefined ? { maxConcurrency: e.maxConcurrency } : {}),
+    ...(e.requestRate !== undefined ? { requestRate: e.requestRate } : {}),
+  };
 }
 
 export function compare(
@@ -52,6 +75,7 @@ export function compare(
       profile: input.profile,
       seed: input.seed,
       ...(input.router ? { router: input.router } : {}),
+      ...engineOptions(input.profile, input.engine),
       onProgress: (f) => {
         const i = Math.min(n - 1, Math.floor(f * n));
         progress.update(f, `${input.policies[i]?.method ?? ''} (${i + 1}/${n})`);
@@ -65,6 +89,7 @@ export function compare(
       ranks: result.ranks,
       profile: result.profile,
       seed: result.seed,
+      engine: result.engine,
       policies: result.policies.map((s, i) => ({
         ...s,
         options: input.policies[i]?.reportOptions ?? s.options,
@@ -109,6 +134,7 @@ export interface SweepInput {
   objective: SweepObjective;
   /** Worker threads (default: one per core). */
   workers?: number;
+  engine?: EngineFlags;
 }
 
 /** What a sweep's report is assembled from besides its cells: written into shard files. */
@@ -125,6 +151,8 @@ export interface SweepSpec {
   windows: number[];
   prefixLengths: number[];
   objective: SweepObjective;
+  /** Rank model and client load, resolved (engine flags). */
+  engine?: EngineOptions;
 }
 
 export const SHARD_FORMAT = 'kvroute-sim-sweep-shard/v1';
@@ -152,6 +180,7 @@ export function sweepSpec(input: SweepInput): SweepSpec {
     windows: [...input.windows],
     prefixLengths: [...input.prefixLengths],
     objective: input.objective,
+    ...(input.engine !== undefined ? { engine: engineOptions(input.profile, input.engine) } : {}),
   };
 }
 
@@ -181,6 +210,7 @@ export function sweepJobs(spec: SweepSpec): CellJob[] {
     ...(spec.ranks !== undefined ? { ranks: spec.ranks } : {}),
     profile: spec.profileRef,
     policy,
+    ...(spec.engine !== undefined ? { engine: spec.engine } : {}),
   });
   return [
     ...sweepPairs(spec).map(({ window, prefixLength }) =>

@@ -2,6 +2,7 @@
 // are a public contract (documented in the package README, "JSON output"): add keys,
 // never rename or remove them.
 
+import type { ComparisonResult } from '../compare.ts';
 import type { PolicyRunSummary } from '../metrics/types.ts';
 
 export type { LatencyStats, RankSummary, SubsetLatency } from '../metrics/types.ts';
@@ -21,6 +22,8 @@ export interface RunReport {
   ranks: number;
   profile: string;
   seed: string | number;
+  /** The rank model and client load every policy ran with (preset resolved). */
+  engine?: ComparisonResult['engine'];
   policies: PolicyReport[];
   /** Replay only: trace lines skipped with --skip-invalid (0 without it). */
   skippedLines?: number;

@@ -80,6 +80,7 @@ export const command: Subcommand = {
       ranks: flags.ranks,
       profile: flags.profile,
       policies,
+      engine: flags.engine,
     });
     await emitRunReport(io, flags.outputs, report, samples, extras);
     return 0;

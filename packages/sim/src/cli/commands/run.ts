@@ -58,6 +58,7 @@ export const command: Subcommand = {
       profile: flags.profile,
       policies,
       router: readRouterFlags(p),
+      engine: flags.engine,
     });
     await emitRunReport(io, flags.outputs, report, samples, extras);
     return 0;
