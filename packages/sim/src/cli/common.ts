@@ -93,18 +93,23 @@ export function readRouterFlags(p: Parsed): RouterModelFlags {
   return out;
 }
 
-export const SIM_FLAGS_HELP = `  --ranks N             rank count, for the simulator and the scenario's own 'ranks' option
-                        (default: the scenario's, e.g. 16 for seed-sequential)
-  --profile NAME        cost profile (see 'kvroute-sim profiles'); default depends on the scenario
-  --profile-file FILE   a kvroute-cost-profile/v1 JSON file instead of a named profile
-  --seed S              seed of every random stream (default ${DEFAULT_SEED}); same seed, same bytes
+export const SIM_FLAGS_HELP = `  --ranks N             integer >= 1: rank count, for the simulator and the scenario's own
+                        'ranks' option (default: the scenario's, e.g. 16 for seed-sequential)
+  --profile NAME        name: cost profile (see 'kvroute-sim profiles'); default
+                        seed-qwen3-moe-dp16 for seed-* scenarios, h200-llama-3.1-8b otherwise
+  --profile-file FILE   path: a kvroute-cost-profile/v1 JSON file instead of a named profile
+                        (default: none)
+  --seed S              integer or string: seed of every random stream (default ${DEFAULT_SEED});
+                        same seed, same bytes
   --set KEY=VALUE       scenario option, repeatable (e.g. --set requests=10 --set accumulate=true);
-                        an unknown KEY is an error listing the scenario's options
-  --affinity KIND       routing-key cache affinity for every policy: routing_key | none;
+                        true/false and numerals are typed, anything else is a string; an unknown
+                        KEY is an error listing the scenario's options (default: none)
+  --affinity KIND       routing-key cache affinity for every policy: routing_key | none (default none);
                         table options as KIND:key=value, e.g. routing_key:maxEntries=1000:ttlMs=60000
-  --json FILE|-         write the JSON report (schema in the package README); '-' = stdout only
-  --csv FILE|-          write one CSV row per policy (sweep: per grid cell)
-  --html FILE|-         write a self-contained HTML report with charts
+  --json FILE|-         path or '-': write the JSON report (schema in the package README);
+                        '-' = stdout only (default: not written)
+  --csv FILE|-          path or '-': one CSV row per policy (sweep: per grid cell) (default: not written)
+  --html FILE|-         path or '-': a self-contained HTML report with charts (default: not written)
 ${ENGINE_FLAGS_HELP}
   -h, --help            this help`;
 

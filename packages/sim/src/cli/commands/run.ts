@@ -20,11 +20,13 @@ Simulates the scenario once per policy on the same pre-generated workload and pr
 comparison row per policy: token hit rate, TTFT p50/p90/p99/mean, cold and steady-state
 TTFT, throughput, per-rank imbalance, evicted tokens and queueing delay.
 
-  --scenario NAME       workload (see 'kvroute-sim scenarios')
-  --policies LIST       comma-separated methods (default ${DEFAULT_POLICIES});
+  --scenario NAME       name: workload (see 'kvroute-sim scenarios'); required
+  --policies LIST       comma-separated method names (default ${DEFAULT_POLICIES});
                         per-policy options as name:key=value, e.g. prefix_match:window=128
-  --window W            prefix window in tokens, for every policy that reads it
-  --prefix-length L     most tokens hashed, for every policy that reads it
+  --window W            integer tokens: prefix window, for every policy that reads it
+                        (default: each method's own)
+  --prefix-length L     integer tokens: most tokens hashed, for every policy that reads it
+                        (default: each method's own)
 ${ROUTER_FLAGS_HELP}
 ${SIM_FLAGS_HELP}
 
