@@ -295,7 +295,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     for (const url of config.workerUrls) await state.addWorker(url);
     // One round of checks before serving, so readiness reflects the fleet from the start.
     await health.checkAll();
-    kvEvents?.start();
+    await kvEvents?.start();
     health.start();
     loadPoller.start();
   });
