@@ -1,17 +1,16 @@
-// What the router adds on top of a worker: autocannon against one mock worker directly
-// (--time-scale 0, so the worker answers as fast as it can), then against the router in front
-// of the same worker, same concurrency and body. The worker and the router each run in their
-// own process, as in production; autocannon runs in this one. Prints added latency (p50, p99)
-// and the throughput ratio against the targets (added p99 <= 2 ms, throughput >= 50% of
-// direct). On a shared 2-core machine all three processes compete for the CPUs, so read the
-// figures as an upper bound on the router's cost.
+// What the router costs next to a reference proxy: one mock worker (--time-scale 0, so it
+// answers as fast as it can), kvroute in front of it, and nginx / HAProxy in front of the same
+// worker when installed, each in its own process as in production; autocannon runs in this
+// one. For each body size and mode: throughput against direct, and each proxy's CPU per
+// request from /proc (on a shared 2-core machine the steadiest figure), with kvroute's ratios
+// to the reference and the targets. --latency adds the added-latency runs at 1 KB (a fixed
+// rate, where latency shows per-request cost rather than queueing, and one at a time).
 //
-//   pnpm --filter @kvroute/router bench [-- --duration 10 --connections 32 --stream]
-// Runs: direct and routed at saturation (closed loop), then both at a fixed rate of half the
-// routed throughput, where latency shows per-request cost rather than queueing.
+//   pnpm --filter @kvroute/router bench [-- --help]
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import { cpus, loadavg } from 'node:os';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { type AddressInfo, connect, createServer as createNetServer } from 'node:net';
+import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -23,20 +22,71 @@ const here = dirname(fileURLToPath(import.meta.url));
 const routerRoot = join(here, '..');
 const repoRoot = join(routerRoot, '..', '..');
 
+const HELP = `usage: pnpm --filter @kvroute/router bench [-- flags]
+
+Starts one mock worker (--time-scale 0), kvroute in front of it, and nginx and HAProxy in front
+of the same worker when they are installed (round robin, keep-alive upstreams, access logs off,
+one worker process / thread each, like the router's one event loop). For each body size and
+mode it loads the worker directly and through each proxy with autocannon (closed loop) and
+prints throughput, the proxy's CPU per request (from /proc, the steadiest figure on a shared
+machine) and kvroute's ratios to the reference proxy and to direct. Then the targets: CPU per
+request at 1 KB <= 2x nginx's, throughput >= 0.7x direct, CPU per extra KB <= 3 us, CPU at
+136 KB <= 1.3x that at 120 KB.
+
+  --duration S      seconds per measured run (default 3)
+  --warmup S        seconds of warm-up per target and body (default 1)
+  --connections N   concurrent connections (default 32)
+  --sizes LIST      body sizes in KB (default 1,16,120,136)
+  --modes LIST      plain,stream (default both)
+  --proxies LIST    reference proxies to try: nginx,haproxy (default both; skipped if absent)
+  --method NAME     kvroute's --load-balance-method (default cache_aware)
+  --latency         also the added-latency runs at 1 KB (fixed rate, one at a time)
+  --cpu-prof DIR    run the router under node --cpu-prof, profiles written to DIR
+  --tsx             run the TypeScript sources through tsx instead of esbuild bundles
+  -h, --help        this help
+`;
+
 const { values } = parseArgs({
   // pnpm forwards its own `--` separator.
   args: process.argv.slice(2).filter((a) => a !== '--'),
   options: {
-    duration: { type: 'string', default: '10' },
-    warmup: { type: 'string', default: '2' },
+    duration: { type: 'string', default: '3' },
+    warmup: { type: 'string', default: '1' },
     connections: { type: 'string', default: '32' },
-    stream: { type: 'boolean', default: false },
+    sizes: { type: 'string', default: '1,16,120,136' },
+    modes: { type: 'string', default: 'plain,stream' },
+    proxies: { type: 'string', default: 'nginx,haproxy' },
+    method: { type: 'string', default: 'cache_aware' },
+    latency: { type: 'boolean', default: false },
+    'cpu-prof': { type: 'string' },
     tsx: { type: 'boolean', default: false },
+    help: { type: 'boolean', short: 'h', default: false },
   },
 });
-const duration = Number(values.duration);
+if (values.help) {
+  console.log(HELP);
+  process.exit(0);
+}
+function positive(flag: string, v: string): number {
+  const n = Number(v);
+  if (!Number.isFinite(n) || n <= 0) {
+    console.error(`--${flag} must be a positive number, got '${v}'\n\n${HELP}`);
+    process.exit(2);
+  }
+  return n;
+}
+const duration = positive('duration', values.duration);
 const warmup = Number(values.warmup);
-const connections = Number(values.connections);
+const connections = positive('connections', values.connections);
+const sizes = values.sizes.split(',').map((v) => positive('sizes', v));
+const modes = values.modes.split(',').map((m) => {
+  if (m !== 'plain' && m !== 'stream') {
+    console.error(`--modes takes plain and/or stream, got '${m}'`);
+    process.exit(2);
+  }
+  return m;
+});
+const wantProxies = values.proxies.split(',').filter((p) => p !== '');
 
 // Both servers run as esbuild bundles with plain node, the form the router ships in (tsx
 // adds a loader and per-closure helpers to every request; --tsx measures the sources instead).
@@ -99,18 +149,40 @@ function startProcess(
   });
 }
 
-const body = JSON.stringify({
-  model: 'kvroute-mock',
-  messages: [
-    { role: 'system', content: 'You are a careful coding agent. '.repeat(30) },
-    { role: 'user', content: 'Summarize the failing test and propose a fix.' },
-  ],
-  max_tokens: 16,
-  stream: values.stream,
-});
+/** A chat body of about `kb` KB: an agent's system prompt (with newlines, so escapes) + a turn. */
+function chatBody(kb: number, stream: boolean): string {
+  const line = 'You are a careful coding agent; read the tool output before acting.\n';
+  const base = JSON.stringify({
+    model: 'kvroute-mock',
+    messages: [
+      { role: 'system', content: '' },
+      { role: 'user', content: 'Summarize the failing test and propose a fix.' },
+    ],
+    max_tokens: 16,
+    stream,
+  });
+  const room = Math.max(0, Math.round(kb * 1024) - base.length);
+  // Each line is one byte longer in JSON (\n is two characters there).
+  let content = line.repeat(Math.floor(room / (line.length + 1)));
+  content += 'x'.repeat(Math.max(0, room - JSON.stringify(content).length + 2));
+  return JSON.stringify({
+    model: 'kvroute-mock',
+    messages: [
+      { role: 'system', content },
+      { role: 'user', content: 'Summarize the failing test and propose a fix.' },
+    ],
+    max_tokens: 16,
+    stream,
+  });
+}
 
 /** Closed loop (each connection sends as soon as its previous answer arrived), or a fixed rate. */
-async function load(url: string, seconds: number, rate?: number): Promise<AutocannonResult> {
+async function load(
+  url: string,
+  body: string,
+  seconds: number,
+  rate?: number,
+): Promise<AutocannonResult> {
   return autocannon({
     url: `${url}/v1/chat/completions`,
     method: 'POST',
@@ -124,7 +196,11 @@ async function load(url: string, seconds: number, rate?: number): Promise<Autoca
 }
 
 /** One request at a time: latency without queueing, to the microsecond (autocannon rounds to ms). */
-async function sequential(url: string, n: number): Promise<{ p50: number; p99: number }> {
+async function sequential(
+  url: string,
+  body: string,
+  n: number,
+): Promise<{ p50: number; p99: number }> {
   const lat: number[] = [];
   for (let i = 0; i < n + 200; i++) {
     const t0 = performance.now();
@@ -145,32 +221,148 @@ function row(name: string, r: AutocannonResult): string {
   return `${name.padEnd(8)} ${r.requests.average.toFixed(0).padStart(8)} req/s   p50 ${r.latency.p50.toFixed(2).padStart(6)} ms   p90 ${r.latency.p90.toFixed(2).padStart(6)} ms   p99 ${r.latency.p99.toFixed(2).padStart(6)} ms   non-2xx ${r.non2xx}  errors ${r.errors}`;
 }
 
-/** CPU seconds (user + system) a child has used; Linux /proc only, undefined elsewhere. */
-function cpuSeconds(child: ChildProcess): number | undefined {
+/** CPU seconds (user + system) of a process; Linux /proc only, undefined elsewhere. */
+function cpuSeconds(pid: number | undefined): number | undefined {
   try {
-    const fields = readFileSync(`/proc/${child.pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
     return (Number(fields[11]) + Number(fields[12])) / 100;
   } catch {
     return undefined;
   }
 }
 
-function cpuPerRequest(
-  child: ChildProcess,
-  run: () => Promise<AutocannonResult>,
-): Promise<[AutocannonResult, number | undefined]> {
-  const before = cpuSeconds(child);
-  return run().then((r) => {
-    const after = cpuSeconds(child);
-    const us =
-      before === undefined || after === undefined
-        ? undefined
-        : ((after - before) * 1e6) / r.requests.total;
-    return [r, us];
+interface Measured {
+  result: AutocannonResult;
+  /** The measured process's CPU per request in microseconds. */
+  cpuUs: number | undefined;
+  workerCpuUs: number | undefined;
+}
+
+async function measure(
+  url: string,
+  body: string,
+  proxyPid: number | undefined,
+  workerPid: number | undefined,
+): Promise<Measured> {
+  await load(url, body, warmup);
+  const p0 = cpuSeconds(proxyPid);
+  const w0 = cpuSeconds(workerPid);
+  const result = await load(url, body, duration);
+  const p1 = cpuSeconds(proxyPid);
+  const w1 = cpuSeconds(workerPid);
+  const per = (a?: number, b?: number) =>
+    a === undefined || b === undefined || result.requests.total === 0
+      ? undefined
+      : ((b - a) * 1e6) / result.requests.total;
+  return { result, cpuUs: per(p0, p1), workerCpuUs: per(w0, w1) };
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createNetServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as AddressInfo).port;
+      srv.close(() => resolve(port));
+    });
   });
 }
 
+async function waitForPort(port: number, child: ChildProcess, name: string): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    if (child.exitCode !== null) throw new Error(`${name} exited with ${child.exitCode}`);
+    const ok = await new Promise<boolean>((resolve) => {
+      const s = connect(port, '127.0.0.1');
+      s.once('connect', () => {
+        s.destroy();
+        resolve(true);
+      });
+      s.once('error', () => resolve(false));
+    });
+    if (ok) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`${name} did not listen on ${port}`);
+}
+
+interface RefProxy {
+  name: string;
+  url: string;
+  child: ChildProcess;
+}
+
+/** nginx in the foreground, one process, round robin over keep-alive upstream connections. */
+async function startNginx(workerUrl: string, dir: string): Promise<RefProxy | undefined> {
+  const bin = '/usr/sbin/nginx';
+  if (!existsSync(bin)) return undefined;
+  const port = await freePort();
+  const upstream = new URL(workerUrl).host;
+  const conf = join(dir, 'nginx.conf');
+  writeFileSync(
+    conf,
+    `daemon off; master_process off; worker_processes 1; pid ${dir}/nginx.pid;
+error_log ${dir}/nginx-error.log error;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/nginx-body; proxy_temp_path ${dir}/nginx-proxy;
+  fastcgi_temp_path ${dir}/nginx-fcgi; uwsgi_temp_path ${dir}/nginx-uwsgi; scgi_temp_path ${dir}/nginx-scgi;
+  upstream workers { server ${upstream}; keepalive 128; }
+  server {
+    listen 127.0.0.1:${port};
+    client_max_body_size 64m; client_body_buffer_size 512k;
+    location / {
+      proxy_pass http://workers; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+`,
+  );
+  const child = spawn(bin, ['-c', conf, '-p', dir, '-e', join(dir, 'nginx-error.log')], {
+    stdio: 'ignore',
+  });
+  await waitForPort(port, child, 'nginx');
+  return { name: 'nginx', url: `http://127.0.0.1:${port}`, child };
+}
+
+/** HAProxy in the foreground, one thread, round robin, connections reused. */
+async function startHaproxy(workerUrl: string, dir: string): Promise<RefProxy | undefined> {
+  const bin = '/usr/sbin/haproxy';
+  if (!existsSync(bin)) return undefined;
+  const port = await freePort();
+  const upstream = new URL(workerUrl).host;
+  const conf = join(dir, 'haproxy.cfg');
+  writeFileSync(
+    conf,
+    `global
+  nbthread 1
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 120s
+  timeout server 120s
+  option http-keep-alive
+frontend bench
+  bind 127.0.0.1:${port}
+  default_backend workers
+backend workers
+  balance roundrobin
+  http-reuse always
+  server w1 ${upstream}
+`,
+  );
+  const child = spawn(bin, ['-f', conf, '-db'], { stdio: 'ignore' });
+  await waitForPort(port, child, 'haproxy');
+  return { name: 'haproxy', url: `http://127.0.0.1:${port}`, child };
+}
+
+const fmt = (v: number | undefined, digits = 0): string =>
+  v === undefined || !Number.isFinite(v) ? '-' : v.toFixed(digits);
+
 const children: ChildProcess[] = [];
+const tmp = mkdtempSync(join(tmpdir(), 'kvroute-bench-'));
 try {
   const worker = await startProcess(
     'mock worker',
@@ -186,81 +378,161 @@ try {
     bundleDir ?? join(repoRoot, 'apps/mock-worker'),
   );
   children.push(worker.child);
+  const profDir = values['cpu-prof'];
   const router = await startProcess(
     'router',
     [
+      ...(profDir ? ['--cpu-prof', '--cpu-prof-dir', profDir] : []),
       bundleDir ? join(bundleDir, 'kvroute-router.mjs') : join(routerRoot, 'src/server.ts'),
       '--worker-urls',
       worker.url,
       '--port',
       '0',
       '--load-balance-method',
-      'prefix_match',
+      values.method,
     ],
     bundleDir ?? routerRoot,
   );
   children.push(router.child);
+  const refs: RefProxy[] = [];
+  for (const name of wantProxies) {
+    const start = name === 'nginx' ? startNginx : name === 'haproxy' ? startHaproxy : undefined;
+    if (!start) throw new Error(`--proxies: unknown proxy '${name}' (nginx, haproxy)`);
+    const p = await start(worker.url, tmp);
+    if (p) {
+      refs.push(p);
+      children.push(p.child);
+    } else console.log(`${name}: not installed, skipped`);
+  }
 
   console.log(
-    `kvroute router proxy benchmark: ${connections} connections, ${duration}s per run (+${warmup}s warm-up), ${values.stream ? 'streaming' : 'non-streaming'} chat, body ${body.length} bytes, ${bundleDir ? 'esbuild bundles' : 'tsx sources'}`,
+    `kvroute proxy benchmark: ${connections} connections, ${duration}s per run (+${warmup}s warm-up), method ${values.method}, ${bundleDir ? 'esbuild bundles' : 'tsx sources'}; reference: ${refs.map((r) => r.name).join(', ') || 'none'}`,
   );
   console.log(
     `machine: ${cpus().length} CPUs, load average ${loadavg()
       .map((l) => l.toFixed(2))
-      .join(' ')}`,
+      .join(' ')} (autocannon, the worker and the proxy share them: compare within a row)`,
   );
-  await load(worker.url, warmup);
-  const [direct, workerCpuDirect] = await cpuPerRequest(worker.child, () =>
-    load(worker.url, duration),
-  );
-  await load(router.url, warmup);
-  const routerCpuBefore = cpuSeconds(router.child);
-  const [routed, workerCpuRouted] = await cpuPerRequest(worker.child, () =>
-    load(router.url, duration),
-  );
-  const routerCpuAfter = cpuSeconds(router.child);
-
-  console.log(row('direct', direct));
-  console.log(row('router', routed));
-  const addedP50 = routed.latency.p50 - direct.latency.p50;
-  const addedP99 = routed.latency.p99 - direct.latency.p99;
-  const ratio = routed.requests.average / direct.requests.average;
-  const verdict = (ok: boolean): string => (ok ? 'met' : 'MISSED');
-  console.log(
-    `added latency at saturation: p50 ${addedP50.toFixed(2)} ms, p99 ${addedP99.toFixed(2)} ms (target <= 2 ms: ${verdict(addedP99 <= 2)})`,
-  );
-  console.log(
-    `throughput ratio ${(ratio * 100).toFixed(1)}% of direct (target >= 50%: ${verdict(ratio >= 0.5)})`,
-  );
-  // At saturation, closed-loop latency is mostly queueing (Little's law: connections /
-  // throughput), so it doubles when throughput halves whatever the per-request cost. The
-  // router's own added latency shows at a rate both can sustain: half the routed throughput.
-  const rate = Math.max(50, Math.round(routed.requests.average / 2));
-  const directAtRate = await load(worker.url, duration, rate);
-  const routedAtRate = await load(router.url, duration, rate);
-  console.log(`at a fixed ${rate} req/s (same ${connections} connections):`);
-  console.log(row('direct', directAtRate));
-  console.log(row('router', routedAtRate));
-  const fixedP99 = routedAtRate.latency.p99 - directAtRate.latency.p99;
-  console.log(
-    `added latency at ${rate} req/s: p50 ${(routedAtRate.latency.p50 - directAtRate.latency.p50).toFixed(2)} ms, p99 ${fixedP99.toFixed(2)} ms (target <= 2 ms: ${verdict(fixedP99 <= 2)})`,
-  );
-  const seqDirect = await sequential(worker.url, 2000);
-  const seqRouted = await sequential(router.url, 2000);
-  const seqP99 = seqRouted.p99 - seqDirect.p99;
-  console.log(
-    `one request at a time: direct p50 ${seqDirect.p50.toFixed(3)} ms p99 ${seqDirect.p99.toFixed(3)} ms, router p50 ${seqRouted.p50.toFixed(3)} ms p99 ${seqRouted.p99.toFixed(3)} ms: added p50 ${(seqRouted.p50 - seqDirect.p50).toFixed(3)} ms, p99 ${seqP99.toFixed(3)} ms (target <= 2 ms: ${verdict(seqP99 <= 2)})`,
-  );
-  if (routerCpuBefore !== undefined && routerCpuAfter !== undefined) {
-    const routerUs = ((routerCpuAfter - routerCpuBefore) * 1e6) / routed.requests.total;
+  const head = [
+    'body',
+    'mode',
+    'target',
+    'req/s',
+    'x direct',
+    'CPU us/req',
+    'worker us/req',
+    'p99 ms',
+  ];
+  console.log(head.map((h, i) => (i < 3 ? h.padEnd(8) : h.padStart(13))).join(''));
+  const kvCpu = new Map<string, number | undefined>();
+  const nginxCpu = new Map<string, number | undefined>();
+  const kvRatio = new Map<string, number>();
+  let failed = 0;
+  for (const mode of modes) {
+    for (const kb of sizes) {
+      const body = chatBody(kb, mode === 'stream');
+      const direct = await measure(worker.url, body, undefined, worker.child.pid);
+      const targets: [string, string, number | undefined][] = [
+        ['kvroute', router.url, router.child.pid],
+        ...refs.map((r): [string, string, number | undefined] => [r.name, r.url, r.child.pid]),
+      ];
+      const results: [string, Measured][] = [['direct', direct]];
+      for (const [name, url, pid] of targets) {
+        results.push([name, await measure(url, body, pid, worker.child.pid)]);
+      }
+      for (const [name, m] of results) {
+        failed += m.result.non2xx + m.result.errors;
+        const ratio = m.result.requests.average / direct.result.requests.average;
+        console.log(
+          [
+            `${kb} KB`.padEnd(8),
+            mode.padEnd(8),
+            name.padEnd(8),
+            fmt(m.result.requests.average).padStart(13),
+            fmt(ratio, 2).padStart(13),
+            (name === 'direct' ? '' : fmt(m.cpuUs)).padStart(13),
+            fmt(m.workerCpuUs).padStart(13),
+            fmt(m.result.latency.p99, 1).padStart(13),
+          ].join(''),
+        );
+        const key = `${mode}:${kb}`;
+        if (name === 'kvroute') {
+          kvCpu.set(key, m.cpuUs);
+          kvRatio.set(key, ratio);
+        }
+        if (name === 'nginx') nginxCpu.set(key, m.cpuUs);
+      }
+      const kv = results.find(([n]) => n === 'kvroute')![1];
+      const ratios = results
+        .filter(([n]) => n !== 'direct' && n !== 'kvroute')
+        .map(
+          ([n, m]) =>
+            `${n}: CPU ${fmt((kv.cpuUs ?? Number.NaN) / (m.cpuUs ?? Number.NaN), 2)}x, throughput ${fmt(kv.result.requests.average / m.result.requests.average, 2)}x`,
+        );
+      if (ratios.length > 0) console.log(`  kvroute vs ${ratios.join('; ')}`);
+    }
+  }
+  const verdict = (ok: boolean | undefined): string =>
+    ok === undefined ? 'not measured' : ok ? 'met' : 'MISSED';
+  console.log('targets:');
+  for (const mode of modes) {
+    const at = (kb: number) => kvCpu.get(`${mode}:${kb}`);
+    const small = at(1);
+    const ng = nginxCpu.get(`${mode}:1`);
+    const x = small !== undefined && ng !== undefined ? small / ng : undefined;
     console.log(
-      `CPU per request: router ${routerUs.toFixed(0)} us, worker ${workerCpuRouted?.toFixed(0)} us behind the router / ${workerCpuDirect?.toFixed(0)} us direct (less sensitive to other load than req/s)`,
+      `  ${mode}: CPU/request at 1 KB ${fmt(small)} us = ${fmt(x, 2)}x nginx's ${fmt(ng)} us (target <= 2x: ${verdict(x === undefined ? undefined : x <= 2)})`,
+    );
+    const r1 = kvRatio.get(`${mode}:1`);
+    console.log(
+      `  ${mode}: throughput at 1 KB ${fmt(r1, 2)}x direct at ${connections} connections (target >= 0.7x: ${verdict(r1 === undefined ? undefined : r1 >= 0.7)})`,
+    );
+    const c120 = at(120);
+    const c136 = at(136);
+    if (small !== undefined && c120 !== undefined) {
+      const perKb = (c120 - small) / 119;
+      console.log(
+        `  ${mode}: CPU per extra KB (1 -> 120 KB) ${fmt(perKb, 2)} us (target <= 3 us: ${verdict(perKb <= 3)})`,
+      );
+    }
+    if (c120 !== undefined && c136 !== undefined) {
+      const step = c136 / c120;
+      console.log(
+        `  ${mode}: CPU at 136 KB / at 120 KB ${fmt(step, 2)} (target <= 1.3: ${verdict(step <= 1.3)})`,
+      );
+    }
+  }
+
+  if (values.latency) {
+    // At saturation, closed-loop latency is mostly queueing (Little's law: connections /
+    // throughput), so it doubles when throughput halves whatever the per-request cost. The
+    // router's own added latency shows at a rate both can sustain: half the routed throughput.
+    const body = chatBody(1, false);
+    const routed = await load(router.url, body, duration);
+    const rate = Math.max(50, Math.round(routed.requests.average / 2));
+    const directAtRate = await load(worker.url, body, duration, rate);
+    const routedAtRate = await load(router.url, body, duration, rate);
+    console.log(`at a fixed ${rate} req/s (same ${connections} connections, 1 KB):`);
+    console.log(row('direct', directAtRate));
+    console.log(row('router', routedAtRate));
+    const fixedP99 = routedAtRate.latency.p99 - directAtRate.latency.p99;
+    console.log(
+      `added latency at ${rate} req/s: p50 ${(routedAtRate.latency.p50 - directAtRate.latency.p50).toFixed(2)} ms, p99 ${fixedP99.toFixed(2)} ms (target <= 2 ms: ${verdict(fixedP99 <= 2)})`,
+    );
+    const seqDirect = await sequential(worker.url, body, 1000);
+    const seqRouted = await sequential(router.url, body, 1000);
+    const seqP99 = seqRouted.p99 - seqDirect.p99;
+    console.log(
+      `one request at a time: direct p50 ${seqDirect.p50.toFixed(3)} ms p99 ${seqDirect.p99.toFixed(3)} ms, router p50 ${seqRouted.p50.toFixed(3)} ms p99 ${seqRouted.p99.toFixed(3)} ms: added p50 ${(seqRouted.p50 - seqDirect.p50).toFixed(3)} ms, p99 ${seqP99.toFixed(3)} ms (target <= 2 ms: ${verdict(seqP99 <= 2)})`,
     );
   }
-  const all = [direct, routed, directAtRate, routedAtRate];
-  if (all.some((r) => r.non2xx + r.errors > 0)) {
-    console.log('warning: some requests failed; the figures above include them');
-  }
+  if (failed > 0) console.log(`warning: ${failed} requests failed; the figures above include them`);
+  console.log(
+    `load average after: ${loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ')}`,
+  );
 } finally {
   for (const c of children) c.kill('SIGTERM');
+  rmSync(tmp, { recursive: true, force: true });
 }

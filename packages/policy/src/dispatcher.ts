@@ -9,14 +9,15 @@ import {
 import { NoHealthyRankError, PolicyConfigError, RoutedRankError } from './errors.ts';
 import { type LoadTracker, requestTokens } from './load-tracker.ts';
 import { methodNames, methodRegistry } from './registry.ts';
-import type {
-  Decision,
-  DispatchContext,
-  Method,
-  MethodContext,
-  RankState,
-  RouteRequest,
-  TicketOutcome,
+import {
+  type Decision,
+  type DispatchContext,
+  type Method,
+  type MethodContext,
+  promptLength,
+  type RankState,
+  type RouteRequest,
+  type TicketOutcome,
 } from './types.ts';
 
 /**
@@ -73,6 +74,8 @@ export interface Dispatcher {
   readonly method: string;
   /** The method options as merged from the config (top level, then `options`), before defaults. */
   readonly options: Readonly<Record<string, unknown>>;
+  /** Leading prompt tokens the method reads (see Method.maxPromptTokens); Infinity: all. */
+  readonly maxPromptTokens: number;
   /**
    * Decides and accounts: the host's way to route a request. Close the ticket when the
    * request completes, is aborted or fails.
@@ -264,6 +267,7 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
   return {
     method: name as string,
     options,
+    maxPromptTokens: method.maxPromptTokens ?? Number.POSITIVE_INFINITY,
     dispatch: decide,
     begin(request, tracker, ctx) {
       const view = ctx?.view ?? tracker.ranks;
@@ -273,7 +277,7 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
         );
       }
       const decision = decide(request, view, ctx);
-      const tokens = requestTokens(request.inputIds?.length ?? 0, request.maxNewTokens);
+      const tokens = requestTokens(promptLength(request), request.maxNewTokens);
       const claim = tracker.claim(decision.rank, tokens);
       let open = true;
       const ticket: DispatchTicket = {

@@ -64,3 +64,4 @@ export type {
   RouteRequest,
   TicketOutcome,
 } from './types.ts';
+export { promptLength } from './types.ts';

@@ -15,8 +15,13 @@ export interface RankState {
 }
 
 export interface RouteRequest {
-  /** The prompt's token ids in the order the engine sees them. Integers in [0, 2^32). */
+  /**
+   * The prompt's token ids in the order the engine sees them. Integers in [0, 2^32). A host may
+   * pass only the first `Method.maxPromptTokens` of them (and the length in promptTokens).
+   */
   inputIds?: ArrayLike<number>;
+  /** The whole prompt's length in tokens when inputIds holds only its leading part. */
+  promptTokens?: number;
   /** Cache-affinity key (session, conversation, agent id). */
   routingKey?: string;
   /** Explicit rank (SGLang's `routed_dp_rank`): wins over every method. */
@@ -108,6 +113,11 @@ export type TicketOutcome = 'completed' | 'aborted' | 'failed';
  */
 export interface Method {
   readonly name: string;
+  /**
+   * The most leading prompt tokens select/commit read (a prefix length, an index cap); hosts
+   * need not tokenize past it. 0: none (load-only methods); undefined: all of them.
+   */
+  readonly maxPromptTokens?: number;
   select(ctx: MethodContext): Decision;
   /**
    * Called with the FINAL decision of every dispatch (also when an explicit routed rank or
@@ -129,3 +139,8 @@ export interface Method {
 export type MethodFactory = ((options: Record<string, unknown>) => Method) & {
   readonly optionNames?: readonly string[];
 };
+
+/** The prompt's length in tokens: `promptTokens` when the host capped inputIds, else their count. */
+export function promptLength(request: RouteRequest): number {
+  return request.promptTokens ?? request.inputIds?.length ?? 0;
+}

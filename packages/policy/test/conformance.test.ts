@@ -9,6 +9,7 @@ import {
   methodNames,
   methodRegistry,
   NoHealthyRankError,
+  promptLength,
   type RankState,
   RoutedRankError,
   type RouteRequest,
@@ -58,6 +59,30 @@ function run(
 }
 
 describe.each(methodNames())('conformance: %s', (method) => {
+  it('decides the same when the host passes only the prompt tokens it declares using', () => {
+    // Small windows and caps, so prompts of the stream run past them.
+    const known = new Set(methodRegistry[method]?.optionNames ?? []);
+    const small: Record<string, number> = { window: 32, prefixLength: 256, maxPrefixTokens: 256 };
+    const options = Object.fromEntries(Object.entries(small).filter(([k]) => known.has(k)));
+    const decide = (capped: boolean): Decision[] => {
+      const dispatcher = createDispatcher({ method, options });
+      const cap = dispatcher.maxPromptTokens;
+      expect(cap).toBeGreaterThanOrEqual(0);
+      const tracker = createLoadTracker(6);
+      const requests = requestStream(3, 300).map((r) => {
+        const ids = r.inputIds;
+        if (!capped || !ids || ids.length <= cap) return r;
+        return { ...r, inputIds: Array.from(ids).slice(0, cap), promptTokens: ids.length };
+      });
+      return requests.map((request, i) => {
+        const d = dispatcher.dispatch(request, tracker.ranks, { nowMs: i * 10 });
+        tracker.onDispatch(d.rank, promptLength(request) + 16);
+        return d;
+      });
+    };
+    expect(decide(true)).toEqual(decide(false));
+  });
+
   it('is deterministic: the same inputs give the same decisions', () => {
     const requests = requestStream(1, 300);
     for (const affinity of [false, true]) {

@@ -154,18 +154,19 @@ describe('cache_aware with an events index', () => {
     const ranks = makeRanks(4);
     const prompt = randomIds(prng(5), 64);
     // The learned index would send this prefix back to where it first went...
-    const first = d.dispatch({ inputIds: prompt }, ranks, { kvIndex: index });
+    const first = d.dispatch({ inputIds: prompt }, ranks, { kvIndex: index, nowMs: 0 });
     // ...but the engines say rank (first+1)%4 holds it (another replica routed it there) and
     // the first rank evicted it.
     const holder = (first.rank + 1) % 4;
     for (let r = 0; r < 4; r++) index.setLive(r, true);
     engineStore(index, holder, prompt, 1);
-    const d2 = d.dispatch({ inputIds: prompt }, ranks, { kvIndex: index });
+    // (Past pendingMs: what it sent itself no longer counts as held.)
+    const d2 = d.dispatch({ inputIds: prompt }, ranks, { kvIndex: index, nowMs: 60_000 });
     expect(d2).toEqual({ rank: holder, reason: 'cache-hit', matchedTokens: 64 });
     // Events stale for every rank: back to the learned index (which saw both decisions).
     for (let r = 0; r < 4; r++) index.setLive(r, false);
     index.clearRank(holder);
-    const d3 = d.dispatch({ inputIds: prompt }, ranks, { kvIndex: index });
+    const d3 = d.dispatch({ inputIds: prompt }, ranks, { kvIndex: index, nowMs: 120_000 });
     expect(d3.reason).toBe('cache-hit');
     expect([first.rank, holder]).toContain(d3.rank);
     const stats = d.stats().method ?? {};
@@ -181,12 +182,32 @@ describe('cache_aware with an events index', () => {
     engineStore(index, 2, prompt.slice(0, 20), 1);
     const ranks = makeRanks(3);
     for (let i = 0; i < 3; i++) {
-      expect(d.dispatch({ inputIds: prompt }, ranks, { kvIndex: index })).toEqual({
+      const ctx = { kvIndex: index, nowMs: i * 60_000 };
+      expect(d.dispatch({ inputIds: prompt }, ranks, ctx)).toEqual({
         rank: 2,
         reason: 'cache-hit',
         matchedTokens: 20,
       });
     }
+  });
+
+  it('counts prefixes it just sent as held until the engine reports them (pendingMs)', () => {
+    const d = createDispatcher({ method: 'cache_aware', window: 4, pendingMs: 1000 });
+    const index = new KvBlockIndex();
+    index.store(0, [1], null, [9, 9, 9, 9], 4); // sets the block size
+    for (let r = 0; r < 4; r++) index.setLive(r, true);
+    const ranks = makeRanks(4);
+    const prompt = randomIds(prng(8), 40);
+    // A burst before any BlockStored for this prompt: all to the first one's rank.
+    const first = d.dispatch({ inputIds: prompt }, ranks, { kvIndex: index, nowMs: 0 });
+    for (let i = 1; i < 4; i++) {
+      expect(
+        d.dispatch({ inputIds: [...prompt, i] }, ranks, { kvIndex: index, nowMs: 10 * i }),
+      ).toMatchObject({ rank: first.rank, reason: 'cache-hit', matchedTokens: 40 });
+    }
+    // Past pendingMs with no event confirming it, the prefix is no longer assumed held.
+    const late = d.dispatch({ inputIds: prompt }, ranks, { kvIndex: index, nowMs: 5000 });
+    expect(late.reason).toBe('cache-miss-least-load');
   });
 
   it('never picks an unhealthy or overloaded holder and stays deterministic', () => {

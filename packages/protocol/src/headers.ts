@@ -58,7 +58,10 @@ export interface RoutingHints {
  * Header and body hints combined. Headers win over body fields: a proxy or gateway in front
  * of the client sets headers, and it knows better than the body the client wrote.
  */
-export function routingHints(parsed: ParsedRequest, headers: HeaderSource): RoutingHints {
+export function routingHints(
+  parsed: Pick<ParsedRequest, 'routingKey' | 'routedRank' | 'bootstrapRoom'>,
+  headers: HeaderSource,
+): RoutingHints {
   const out: RoutingHints = {};
   const key = routingKeyFromHeaders(headers) ?? parsed.routingKey;
   if (key !== undefined) out.routingKey = key;

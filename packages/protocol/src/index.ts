@@ -68,8 +68,19 @@ export {
   parseResponsesRequest,
   rerankDocumentText,
 } from './parse-inputs.ts';
-export { buildRouteRequest, type ProtocolRouteRequest } from './route-request.ts';
+export {
+  buildRouteRequest,
+  type ProtocolRouteRequest,
+  routeRequestFromScan,
+} from './route-request.ts';
 export { approximateTokenIds, canonicalChatText, messageText } from './routing-text.ts';
+export {
+  type ScannedRequest,
+  type ScanOptions,
+  scanRequest,
+  topLevelSpans,
+  withRoutedRank,
+} from './scan.ts';
 export {
   SSE_DONE,
   SSE_DONE_DATA,

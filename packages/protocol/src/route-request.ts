@@ -2,6 +2,7 @@
 // (same field names as @kvroute/policy's RouteRequest) so this package needs no policy import.
 import { type HeaderSource, routingHints } from './headers.ts';
 import { DEFAULT_MAX_TOKENS, type ParsedRequest } from './parse.ts';
+import type { ScannedRequest } from './scan.ts';
 import type { RoutingTokenizer } from './tokenizer.ts';
 
 export interface ProtocolRouteRequest {
@@ -13,6 +14,11 @@ export interface ProtocolRouteRequest {
   bootstrapRoom?: number;
   /** Output tokens for load accounting: the client's limit or DEFAULT_MAX_TOKENS[kind]. */
   maxTokens: number;
+  /**
+   * The whole prompt's length in routing tokens when `inputIds` holds only its leading
+   * tokens (scanRequest with a prefix cap); absent: `inputIds.length`.
+   */
+  promptTokens?: number;
 }
 
 /** Tokenizes the prompt and merges header/body routing hints (headers win). */
@@ -49,5 +55,25 @@ function concatIds(parts: Uint32Array[]): Uint32Array {
     out.set(p, at);
     at += p.length;
   }
+  return out;
+}
+
+/** The RouteRequest of a scanned body (scan.ts), with header hints merged (headers win). */
+export function routeRequestFromScan(
+  scanned: ScannedRequest,
+  headers: HeaderSource = {},
+): ProtocolRouteRequest {
+  const hints = routingHints(scanned, headers);
+  const out: ProtocolRouteRequest = {
+    inputIds: scanned.inputIds,
+    maxTokens: scanned.maxTokens ?? DEFAULT_MAX_TOKENS[scanned.kind],
+    promptTokens: scanned.promptTokens,
+  };
+  if (hints.routingKey !== undefined) out.routingKey = hints.routingKey;
+  if (hints.routedRank !== undefined) {
+    out.routedRank = hints.routedRank;
+    if (hints.routedRankSource !== undefined) out.routedRankSource = hints.routedRankSource;
+  }
+  if (hints.bootstrapRoom !== undefined) out.bootstrapRoom = hints.bootstrapRoom;
   return out;
 }

@@ -14,7 +14,7 @@ import {
 import { chatRoutingIds, createHttpDriver, endpointUrl, getJson } from './http-driver.ts';
 import { describePolicy, parseValidateArgs, VALIDATE_USAGE } from './options.ts';
 import { mapInputIds, restrictPlan, scalePlan } from './plan.ts';
-import { loadRecord, openRecord, type RecordWriter } from './record.ts';
+import { loadRecord, openRecord, type RecordHeader, type RecordWriter } from './record.ts';
 import { renderComparison } from './render.ts';
 import { buildReport, type ValidateReport } from './report.ts';
 import { drivePlan, planSize } from './runner.ts';
@@ -105,9 +105,17 @@ export async function runValidate(
   if (opts.profile !== undefined) backend.loadProfile({ profile: opts.profile });
   if (opts.policyChosen) backend.checkPolicy(opts.policy);
   let plan: SimPlan;
+  let recorded: RecordHeader | undefined;
   if (opts.replay !== undefined) {
     const rec = loadRecord(path(opts.replay));
     plan = { ...rec.plan, events: [] };
+    recorded = rec.header;
+    say(
+      `validate: warning: the target's caches may still be warm from the recorded run; flush them (SGLang: POST /flush_cache) or restart the workers, or the observed hit rate runs high`,
+    );
+    notes.push(
+      "replayed a recording: the target's caches may still hold its prompts from the recorded run unless they were flushed",
+    );
   } else {
     plan = backend.buildPlan(opts.scenario!, opts.scenarioOptions, opts.seed);
   }
@@ -132,15 +140,22 @@ export async function runValidate(
 
   // What the flags leave open, a kvroute worker says about itself (a single worker's
   // policy is its internal DP dispatcher; behind a router, pass --policy and --ranks).
-  const policy = { ...opts.policy };
-  if (!opts.policyChosen && info.loadBalanceMethod !== undefined) {
+  const recordedPolicy = recorded?.policy;
+  const policy =
+    !opts.policyChosen && recordedPolicy !== undefined ? { ...recordedPolicy } : { ...opts.policy };
+  if (!opts.policyChosen && recordedPolicy !== undefined) {
+    notes.push(`policy ${describePolicy(policy)}: the one the recording was predicted with`);
+  } else if (!opts.policyChosen && info.loadBalanceMethod !== undefined) {
     policy.method = info.loadBalanceMethod;
     notes.push(`policy ${policy.method}: the load_balance_method the target reports`);
   } else if (!opts.policyChosen) {
     notes.push(`policy ${policy.method}: the default; pass --policy to match the target's`);
   }
   backend.checkPolicy(policy);
-  const policyLabel = opts.policyLabel ?? describePolicy(policy);
+  const policyLabel =
+    opts.policyChosen || recordedPolicy === undefined
+      ? (opts.policyLabel ?? describePolicy(policy))
+      : describePolicy(policy);
   let timeScale = opts.timeScale;
   if (!opts.timeScaleChosen && info.timeScale !== undefined) {
     if (info.timeScale > 0) {
@@ -155,7 +170,13 @@ export async function runValidate(
   let profileWhich: { profile: string } | { profileFile: string };
   if (opts.profileFile !== undefined) profileWhich = { profileFile: path(opts.profileFile) };
   else if (opts.profile !== undefined) profileWhich = { profile: opts.profile };
-  else if (info.profile !== undefined && backend.profileNames().includes(info.profile)) {
+  else if (recorded?.profileFile !== undefined) {
+    profileWhich = { profileFile: recorded.profileFile };
+    notes.push(`profile file ${recorded.profileFile}: the one the recording was predicted with`);
+  } else if (recorded?.profile !== undefined && backend.profileNames().includes(recorded.profile)) {
+    profileWhich = { profile: recorded.profile };
+    notes.push(`profile ${recorded.profile}: the one the recording was predicted with`);
+  } else if (info.profile !== undefined && backend.profileNames().includes(info.profile)) {
     profileWhich = { profile: info.profile };
     notes.push(`profile ${info.profile}: the cost profile the target reports`);
   } else {
@@ -216,6 +237,9 @@ export async function runValidate(
         api: opts.api,
         timeScale,
         startedAt: new Date().toISOString(),
+        policy,
+        profile: profile.name,
+        ...('profileFile' in profileWhich ? { profileFile: profileWhich.profileFile } : {}),
       },
       plan,
     );

@@ -18,6 +18,11 @@ export interface RecordHeader {
   api?: string;
   timeScale?: number;
   startedAt?: string;
+  /** The routing policy the prediction used (method plus options), reused by --replay. */
+  policy?: Record<string, unknown> & { method: string };
+  /** The cost profile the prediction used: a built-in name, or the file it came from. */
+  profile?: string;
+  profileFile?: string;
 }
 
 export interface RecordLine {

@@ -203,6 +203,38 @@ describe('kvroute-sim validate (fake target, fake simulator)', () => {
     expect(c2.err()).toMatch(/hit rate/);
   });
 
+  it("--replay predicts with the recording's policy and profile and warns that caches may be warm", async () => {
+    target = await startFakeTarget({ dpSize: 3 });
+    const dir = mkdtempSync(join(tmpdir(), 'kvroute-validate-cmd-'));
+    const { backend, calls } = fakeBackend();
+    const c = captureIo(dir);
+    const args = ['--target', target.url, '--scenario', 'fake', '--policy', 'prefix_match'];
+    expect(
+      await runValidate(
+        [...args, '--window', '4', '--profile', 'fake-profile', '--record', 'sent.jsonl'],
+        c.io,
+        backend,
+      ),
+    ).toBe(0);
+    const header = JSON.parse(readFileSync(join(dir, 'sent.jsonl'), 'utf8').split('\n')[0]!);
+    expect(header.policy).toEqual({ method: 'prefix_match', window: 4 });
+    expect(header.profile).toBe('fake-profile');
+
+    // No --policy, no --profile: both come from the recording, not from defaults.
+    const c2 = captureIo(dir);
+    const code = await runValidate(
+      ['--target', target.url, '--replay', 'sent.jsonl', '--json', '-'],
+      c2.io,
+      backend,
+    );
+    expect(code).toBe(0);
+    expect(calls[1]!.opts).toMatchObject({ policy: { method: 'prefix_match', window: 4 } });
+    const report = JSON.parse(c2.out()) as ValidateReport;
+    expect(report.profile).toBe('fake-profile');
+    expect(report.notes.join('\n')).toContain('the one the recording was predicted with');
+    expect(c2.err()).toMatch(/warning: the target's caches may still be warm/);
+  });
+
   it('--requests cuts the plan round by round for both sides', async () => {
     target = await startFakeTarget({ dpSize: 3 });
     const { backend, calls } = fakeBackend();

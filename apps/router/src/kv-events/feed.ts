@@ -44,6 +44,26 @@ interface RankFeed {
 
 const LAG_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
+/** Applies one decoded batch of a rank's stream to the index (the ingest path the bench times). */
+export function applyKvEventBatch(index: KvBlockIndex, rank: number, batch: KvEventBatch): void {
+  for (const ev of batch.events) {
+    switch (ev.type) {
+      case 'BlockStored':
+        // Offloaded tiers (medium CPU/disk) are not where a prefill can reuse KV directly.
+        if (ev.medium !== null && ev.medium !== 'GPU') continue;
+        index.store(rank, ev.blockHashes, ev.parentBlockHash, ev.tokenIds, ev.blockSize, ev.loraId);
+        break;
+      case 'BlockRemoved':
+        if (ev.medium !== null && ev.medium !== 'GPU') continue;
+        index.remove(rank, ev.blockHashes);
+        break;
+      case 'AllBlocksCleared':
+        index.clearRank(rank);
+        break;
+    }
+  }
+}
+
 export function kvEventsEnabled(s: KvEventsSettings): boolean {
   return s.endpoint !== undefined || s.endpoints.length > 0;
 }
@@ -281,30 +301,7 @@ export class KvEventsFeed implements KvIndexView {
     const f = this.feeds.get(rank);
     if (f) f.waitingSince = 0;
     if (!replayed) this.lag.observe(Math.max(0, this.now() / 1000 - batch.ts));
-    const index = this.index;
-    for (const ev of batch.events) {
-      switch (ev.type) {
-        case 'BlockStored':
-          // Offloaded tiers (medium CPU/disk) are not where a prefill can reuse KV directly.
-          if (ev.medium !== null && ev.medium !== 'GPU') continue;
-          index.store(
-            rank,
-            ev.blockHashes,
-            ev.parentBlockHash,
-            ev.tokenIds,
-            ev.blockSize,
-            ev.loraId,
-          );
-          break;
-        case 'BlockRemoved':
-          if (ev.medium !== null && ev.medium !== 'GPU') continue;
-          index.remove(rank, ev.blockHashes);
-          break;
-        case 'AllBlocksCleared':
-          index.clearRank(rank);
-          break;
-      }
-    }
+    applyKvEventBatch(this.index, rank, batch);
   }
 
   /** Counters of one rank's stream (tests, admin). */

@@ -24,6 +24,7 @@ import {
   buildRouteRequest,
   describeError,
   type ParsedRequest,
+  type ProtocolRouteRequest,
   parseJsonBody,
   parseRequest,
   payloadTooLarge,
@@ -31,6 +32,10 @@ import {
   type RequestLimits,
   type RoutingTokenizer,
   routedRankParam,
+  routeRequestFromScan,
+  scanRequest,
+  topLevelSpans,
+  withRoutedRank,
 } from '@kvroute/protocol';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Agent } from 'undici';
@@ -229,23 +234,16 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     if (raw.length === 0) {
       throw badRequest('Request body is empty: expected a JSON object', { code: 'invalid_json' });
     }
-    const limits = ctx.limits();
-    const body = parseJsonBody(raw, limits);
-    const parsed: ParsedRequest = parseRequest(kind, body, limits);
-    // Also the policy's RouteRequest as is: same field names, absent hints left out.
-    const routeRequest = buildRouteRequest(parsed, tokenizer, req.headers);
+    const { routeRequest, stream, routedRankSpans } = readRequest(req, kind, raw, ctx.limits());
     const routed = routeRequest.routedRank;
     if (routed !== undefined) {
       checkRoutedRank(routed, routedRankParam(routeRequest.routedRankSource));
     }
-    // The policy's request also carries max new tokens: its dispatch ticket weighs the load.
+    // The policy's request also carries max new tokens: its dispatch ticket weighs the load
+    // (promptTokens when the scan passed only the prefix the method reads).
     const policyRequest = { ...routeRequest, maxNewTokens: routeRequest.maxTokens };
-    const firstByteMs = firstByteTimeoutMs(
-      config,
-      routeRequest.inputIds.length,
-      routeRequest.maxTokens,
-      parsed.stream,
-    );
+    const promptTokens = routeRequest.promptTokens ?? routeRequest.inputIds.length;
+    const firstByteMs = firstByteTimeoutMs(config, promptTokens, routeRequest.maxTokens, stream);
 
     // One timer for the whole request, across retries; it aborts whichever attempt is current.
     let call: ForwardCall | undefined;
@@ -312,14 +310,10 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         kvIndex?.noteDispatch(rank);
         const rankLabel = String(rank);
 
-        let outBody = raw;
-        if (slot.dpRank !== undefined) {
-          outBody = Buffer.from(JSON.stringify({ ...body, routed_dp_rank: slot.dpRank }));
-        } else if (body.routed_dp_rank !== undefined) {
-          // The client's override chose a router rank; a replica must not read it as its own.
-          const { routed_dp_rank: _ignored, ...rest } = body;
-          outBody = Buffer.from(JSON.stringify(rest));
-        }
+        // The client's bytes, except routed_dp_rank: a DP worker gets the router's choice
+        // spliced in, and a client override (which chose a router rank) is cut so a replica
+        // does not read it as its own.
+        const outBody = withRoutedRank(raw, routedRankSpans, slot.dpRank);
 
         // Whether a failure now could be retried: a routed request never is, and a retry needs
         // another healthy rank, one left of --max-retries, and room in the retry budget.
@@ -353,9 +347,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           decide: (status) => (status >= 500 && canRetryAfter() ? 'discard' : 'pipe'),
           onFirstByte: () => {
             const m = metrics.rank(rankLabel);
-            (parsed.stream ? m.ttftStream : m.ttftPlain).observe(
-              (performance.now() - sentAt) / 1e3,
-            );
+            (stream ? m.ttftStream : m.ttftPlain).observe((performance.now() - sentAt) / 1e3);
           },
         });
         call = thisCall;
@@ -437,6 +429,46 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       clearTimeout(timer);
       res.off('close', onEarlyClose);
     }
+  }
+
+  /**
+   * What routing needs from the body. The approximate tokenizer reads it from the bytes, only
+   * as far as the method's declared prefix (protocol's scanRequest); a Hugging Face
+   * tokenizer renders the chat template over whole messages, so that path parses the body.
+   */
+  function readRequest(
+    req: IncomingMessage,
+    kind: RequestKind,
+    raw: Buffer,
+    limits: RequestLimits,
+  ): {
+    routeRequest: ProtocolRouteRequest;
+    stream: boolean;
+    routedRankSpans: [number, number][];
+  } {
+    const cap = dispatcher.maxPromptTokens;
+    if (tokenizer.kind === 'approximate') {
+      const scanned = scanRequest(kind, raw, { maxPromptTokens: cap, limits });
+      return {
+        routeRequest: routeRequestFromScan(scanned, req.headers),
+        stream: scanned.stream,
+        routedRankSpans: scanned.routedRankSpans,
+      };
+    }
+    const body = parseJsonBody(raw, limits);
+    const parsed: ParsedRequest = parseRequest(kind, body, limits);
+    // Also the policy's RouteRequest as is: same field names, absent hints left out.
+    const routeRequest = buildRouteRequest(parsed, tokenizer, req.headers);
+    if (routeRequest.inputIds.length > cap) {
+      routeRequest.promptTokens = routeRequest.inputIds.length;
+      routeRequest.inputIds = routeRequest.inputIds.subarray(0, cap);
+    }
+    return {
+      routeRequest,
+      stream: parsed.stream,
+      routedRankSpans:
+        body.routed_dp_rank === undefined ? [] : topLevelSpans(raw, 'routed_dp_rank'),
+    };
   }
 
   /** Ranks at --max-concurrent-per-rank, or undefined when none is (or there is no cap). */

@@ -65,9 +65,30 @@ export function chainedBlockKeys(
 ): number[] {
   out.length = 0;
   const blocks = Math.floor(Math.min(inputIds.length, maxTokens) / blockSize);
+  // blockKey inlined: this loop is the events path's per-decision hashing.
   let parent = root;
+  let pos = 0;
   for (let j = 0; j < blocks; j++) {
-    parent = blockKey(parent, inputIds, j * blockSize, (j + 1) * blockSize);
+    const lo = parent >>> 0;
+    const hi = Math.floor(parent / TWO_POW_32);
+    let h1 = lo ^ 0x9747b28c;
+    let h2 = (hi * 0x9e3779b1) ^ 0x5bd1e995;
+    const end = pos + blockSize;
+    for (; pos < end; pos++) {
+      const t = inputIds[pos] as number;
+      let k = Math.imul(t, 0xcc9e2d51);
+      k = (k << 15) | (k >>> 17);
+      k = Math.imul(k, 0x1b873593);
+      h1 ^= k;
+      h1 = (h1 << 13) | (h1 >>> 19);
+      h1 = (Math.imul(h1, 5) + 0xe6546b64) | 0;
+      let x = Math.imul(t ^ 0x7f4a7c15, 0x16a8802d);
+      x = (x << 17) | (x >>> 15);
+      h2 = (Math.imul(h2 ^ x, 0x01000193) + 0x165667b1) | 0;
+    }
+    const a = fmix32(h1 ^ blockSize ^ hi);
+    const b = fmix32((h2 ^ Math.imul(blockSize, 0x27d4eb2f) ^ lo) + a);
+    parent = a + (b & 0x1fffff) * TWO_POW_32;
     out.push(parent);
   }
   return out;

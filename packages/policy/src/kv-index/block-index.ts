@@ -250,6 +250,10 @@ export class KvBlockIndex implements KvIndexView {
     for (const r of ranks) out[r] = 0;
     const bs = this.blockSize;
     if (bs === undefined || ranks.length === 0) return;
+    if (this.holders.length === 1) {
+      this.matchOneWord(keys, ranks, out, bs);
+      return;
+    }
     const alive = this.alive;
     const words = this.holders.length;
     alive.length = words;
@@ -286,6 +290,34 @@ export class KvBlockIndex implements KvIndexView {
           a ^= low;
         }
       }
+    }
+  }
+
+  /** matchKeys for up to 32 ranks: one mask, one lookup per block. */
+  private matchOneWord(
+    keys: readonly number[],
+    ranks: readonly number[],
+    out: number[],
+    bs: number,
+  ): void {
+    const map = this.holders[0] as Map<number, number>;
+    let alive = 0;
+    for (const r of ranks) alive |= 1 << r;
+    let j = 0;
+    for (; j < keys.length && alive !== 0; j++) {
+      const still = alive & (map.get(keys[j] as number) ?? 0);
+      let gone = alive & ~still;
+      while (gone !== 0) {
+        const low = gone & -gone;
+        out[31 - Math.clz32(low)] = j * bs;
+        gone ^= low;
+      }
+      alive = still;
+    }
+    while (alive !== 0) {
+      const low = alive & -alive;
+      out[31 - Math.clz32(low)] = j * bs;
+      alive ^= low;
     }
   }
 

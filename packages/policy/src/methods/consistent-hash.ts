@@ -33,7 +33,13 @@ import { prefixKey, rendezvousScore, stringKey } from '../hashing/chained.ts';
 import { prefixKeyLength, validateTokenIds } from '../hashing/prefix-digest.ts';
 import { readInt, readNumber } from '../options.ts';
 import { leastLoaded } from '../pickers.ts';
-import type { Decision, Method, MethodContext, RankState } from '../types.ts';
+import {
+  type Decision,
+  type Method,
+  type MethodContext,
+  promptLength,
+  type RankState,
+} from '../types.ts';
 
 export interface ConsistentHashOptions {
   /** Tokens per window; the key is whole windows of the prefix. Default 256. */
@@ -104,6 +110,7 @@ export const createConsistentHash = defineMethod(
 
     return {
       name: NAME,
+      maxPromptTokens: prefixLength,
       select(ctx: MethodContext): Decision {
         const key = keyOf(ctx);
         if (key === undefined) {
@@ -111,7 +118,7 @@ export const createConsistentHash = defineMethod(
         }
         const healthy = ctx.healthy;
         const n = healthy.length;
-        const reqLoad = unit === 'tokens' ? (ctx.request.inputIds?.length ?? 0) : 1;
+        const reqLoad = unit === 'tokens' ? promptLength(ctx.request) : 1;
         let total = reqLoad;
         for (const r of healthy) total += unit === 'tokens' ? r.inFlightTokens : r.inFlightRequests;
         const bound = ((1 + epsilon) * total) / n + slack;

@@ -37,6 +37,7 @@ export const createFollowBootstrapRoom = defineMethod([], () => {
   let fallbacks = 0;
   return {
     name: 'follow_bootstrap_room',
+    maxPromptTokens: 0,
     select(ctx: MethodContext): Decision {
       const room = ctx.request.bootstrapRoom;
       if (room === undefined || room === null) {

@@ -56,6 +56,7 @@ export const createPrefixMatch = defineMethod(
     let fallbacks = 0;
     return {
       name: 'prefix_match',
+      maxPromptTokens: prefixLength,
       select(ctx: MethodContext): Decision {
         const ids = ctx.request.inputIds;
         const length = ids ? ids.length : 0;

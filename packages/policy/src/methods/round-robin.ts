@@ -15,6 +15,7 @@ export const createRoundRobin = defineMethod([], () => {
   let decisions = 0;
   return {
     name: 'round_robin',
+    maxPromptTokens: 0,
     select(ctx: MethodContext): Decision {
       const n = ctx.ranks.length;
       const start = cursor < n ? cursor : 0;

@@ -16,6 +16,7 @@ export const createTotalRequests = defineMethod(
   () =>
     ({
       name: 'total_requests',
+      maxPromptTokens: 0,
       select(ctx: MethodContext): Decision {
         const healthy = ctx.healthy;
         let min = Number.POSITIVE_INFINITY;

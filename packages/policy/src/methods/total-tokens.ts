@@ -15,6 +15,7 @@ export const createTotalTokens = defineMethod(
   () =>
     ({
       name: 'total_tokens',
+      maxPromptTokens: 0,
       select(ctx: MethodContext): Decision {
         const healthy = ctx.healthy;
         let minTokens = Number.POSITIVE_INFINITY;

@@ -55,6 +55,17 @@ export class RadixCache {
   readonly pageSize: number;
   private readonly root: RadixNode;
   private readonly leaves = new Set<RadixNode>();
+  /**
+   * Eviction candidates as a min-heap on lastAccess, kept across evict() calls: rebuilding it
+   * from every leaf on each call made a full cache cost O(leaves) per admitted request, which
+   * grew with trace length. Entries go stale (node touched, locked, no longer a leaf, gone)
+   * and are skipped when popped; a leaf's entry is pushed whenever it becomes an unlocked leaf
+   * or is touched, so every current candidate has one entry carrying its current lastAccess.
+   * Leaves' lastAccess values are distinct (each walk takes a new tick and touches one path),
+   * so the pop order is the order a fresh heap of the same leaves would give.
+   */
+  private heapNodes: RadixNode[] = [];
+  private heapTimes: number[] = [];
   private tick = 0;
   private size = 0;
   private evictableSize = 0;
@@ -162,7 +173,10 @@ export class RadixCache {
       while (m < lim && key[m] === ids[pos + m]) m++;
       m = this.floorPage(m);
       if (m === 0) break;
-      if (this.touch) child.lastAccess = t;
+      if (this.touch) {
+        child.lastAccess = t;
+        if (child.children.size === 0 && child.lockRef === 0) this.candidate(child);
+      }
       if (m < key.length) {
         node = this.split(child, m);
         pos += m;
@@ -212,6 +226,7 @@ export class RadixCache {
     if (node !== this.root && node.children.size === 0) this.leaves.delete(node);
     node.children.set(this.childKey(leaf.key, 0), leaf);
     this.leaves.add(leaf);
+    this.candidate(leaf);
     this.size += leaf.key.length;
     this.evictableSize += leaf.key.length;
     this.hooks?.stored?.(u.subarray(0, len), pos);
@@ -227,18 +242,19 @@ export class RadixCache {
   unlock(handle: RadixHandle): void {
     for (let n: RadixNode | null = handle; n !== null && n !== this.root; n = n.parent) {
       if (n.lockRef <= 0) throw new Error('RadixCache.unlock: node is not locked');
-      if (--n.lockRef === 0) this.evictableSize += n.key.length;
+      if (--n.lockRef === 0) {
+        this.evictableSize += n.key.length;
+        if (n.children.size === 0) this.candidate(n);
+      }
     }
   }
 
   /** Evicts least-recently-used unlocked leaves until `tokens` are freed; returns tokens freed. */
   evict(tokens: number): number {
     if (tokens <= 0 || this.evictableSize === 0) return 0;
-    const heap: RadixNode[] = [];
-    for (const leaf of this.leaves) if (leaf.lockRef === 0) heapPush(heap, leaf);
     let freed = 0;
     while (freed < tokens) {
-      const leaf = heapPop(heap);
+      const leaf = this.popCandidate();
       if (leaf === undefined) break;
       const parent = leaf.parent!;
       if (this.onEvict !== null || this.hooks?.evicted) {
@@ -255,11 +271,41 @@ export class RadixCache {
       this.evictedNodes++;
       if (parent !== this.root && parent.children.size === 0) {
         this.leaves.add(parent);
-        if (parent.lockRef === 0) heapPush(heap, parent);
+        if (parent.lockRef === 0) this.candidate(parent);
       }
     }
     this.evictedTokens += freed;
     return freed;
+  }
+
+  private candidate(node: RadixNode): void {
+    // Stale entries pile up with touches; past a bound, start again from the live leaves.
+    if (this.heapNodes.length > 4 * this.leaves.size + 1024) {
+      this.heapNodes = [];
+      this.heapTimes = [];
+      for (const leaf of this.leaves) {
+        if (leaf !== node && leaf.lockRef === 0) heapPush(this.heapNodes, this.heapTimes, leaf);
+      }
+    }
+    heapPush(this.heapNodes, this.heapTimes, node);
+  }
+
+  /** The unlocked leaf with the oldest lastAccess, skipping stale entries. */
+  private popCandidate(): RadixNode | undefined {
+    for (;;) {
+      const t = this.heapTimes[0];
+      const node = heapPop(this.heapNodes, this.heapTimes);
+      if (node === undefined) return undefined;
+      if (
+        node.parent !== null &&
+        node.children.size === 0 &&
+        node.lockRef === 0 &&
+        node.lastAccess === t &&
+        this.leaves.has(node)
+      ) {
+        return node;
+      }
+    }
   }
 
   private pathOf(node: RadixNode): Uint32Array {
@@ -277,38 +323,49 @@ export class RadixCache {
   reset(): void {
     this.root.children.clear();
     this.leaves.clear();
+    this.heapNodes = [];
+    this.heapTimes = [];
     this.size = 0;
     this.evictableSize = 0;
     this.hooks?.cleared?.();
   }
 }
 
-function heapPush(h: RadixNode[], n: RadixNode): void {
-  let i = h.length;
-  h.push(n);
+function heapPush(nodes: RadixNode[], times: number[], n: RadixNode): void {
+  const t = n.lastAccess;
+  let i = nodes.length;
+  nodes.push(n);
+  times.push(t);
   while (i > 0) {
     const p = (i - 1) >> 1;
-    if (h[p]!.lastAccess <= n.lastAccess) break;
-    h[i] = h[p]!;
+    if (times[p]! <= t) break;
+    nodes[i] = nodes[p]!;
+    times[i] = times[p]!;
     i = p;
   }
-  h[i] = n;
+  nodes[i] = n;
+  times[i] = t;
 }
 
-function heapPop(h: RadixNode[]): RadixNode | undefined {
-  const top = h[0];
-  const last = h.pop();
-  if (top === undefined || last === undefined || h.length === 0) return top;
+function heapPop(nodes: RadixNode[], times: number[]): RadixNode | undefined {
+  const top = nodes[0];
+  const last = nodes.pop();
+  const lastT = times.pop();
+  if (top === undefined || last === undefined || lastT === undefined || nodes.length === 0) {
+    return top;
+  }
   let i = 0;
   for (;;) {
     const l = 2 * i + 1;
-    if (l >= h.length) break;
+    if (l >= nodes.length) break;
     const r = l + 1;
-    const c = r < h.length && h[r]!.lastAccess < h[l]!.lastAccess ? r : l;
-    if (h[c]!.lastAccess >= last.lastAccess) break;
-    h[i] = h[c]!;
+    const c = r < nodes.length && times[r]! < times[l]! ? r : l;
+    if (times[c]! >= lastT) break;
+    nodes[i] = nodes[c]!;
+    times[i] = times[c]!;
     i = c;
   }
-  h[i] = last;
+  nodes[i] = last;
+  times[i] = lastT;
   return top;
 }

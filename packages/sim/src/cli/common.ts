@@ -1,6 +1,7 @@
 // Flags shared by run, sweep and replay, and their checks.
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
+import type { ProfileRef } from '../parallel/cell.ts';
 import {
   checkName,
   nameList,
@@ -59,6 +60,8 @@ export const SIM_FLAGS_HELP = `  --ranks N             rank count, for the simul
 export interface SimFlags {
   ranks?: number;
   profile: CostModel;
+  /** Where `profile` came from, so another thread or machine can load the same one. */
+  profileRef: ProfileRef;
   seed: string | number;
   scenarioOptions: Record<string, unknown>;
   /** Scenario options to show in reports instead of the resolved ones (paths as typed). */
@@ -73,19 +76,23 @@ export function defaultProfileName(scenario: string): string {
 }
 
 export function resolveProfile(p: Parsed, scenario: string, io: CliIo): CostModel {
+  const ref = resolveProfileRef(p, scenario, io);
+  if ('name' in ref) return getProfile(ref.name);
+  // A bad profile file is bad input (exit 2), whatever the loader's error class.
+  try {
+    return loadProfileFile(ref.file);
+  } catch (err) {
+    throw new UsageError(`--profile-file: ${(err as Error).message}`);
+  }
+}
+
+export function resolveProfileRef(p: Parsed, scenario: string, io: CliIo): ProfileRef {
   const name = str(p, 'profile');
   const file = str(p, 'profile-file');
   if (name !== undefined && file !== undefined)
     throw new UsageError('give either --profile or --profile-file, not both');
-  if (file !== undefined) {
-    // A bad profile file is bad input (exit 2), whatever the loader's error class.
-    try {
-      return loadProfileFile(resolve(io.cwd, file));
-    } catch (err) {
-      throw new UsageError(`--profile-file: ${(err as Error).message}`);
-    }
-  }
-  return getProfile(checkName('profile', name ?? defaultProfileName(scenario), profileNames()));
+  if (file !== undefined) return { file: resolve(io.cwd, file) };
+  return { name: checkName('profile', name ?? defaultProfileName(scenario), profileNames()) };
 }
 
 function scenarioHasOption(scenario: string, option: string): boolean {
@@ -126,6 +133,7 @@ export function readSimFlags(p: Parsed, scenario: string, io: CliIo): SimFlags {
   return {
     ...(ranks !== undefined ? { ranks } : {}),
     profile: resolveProfile(p, scenario, io),
+    profileRef: resolveProfileRef(p, scenario, io),
     seed: parseSeed(str(p, 'seed'), DEFAULT_SEED),
     scenarioOptions,
     ...(displayOptions ? { displayOptions } : {}),

@@ -16,6 +16,6 @@ export {
 export type { CliErr, CliIo, CliOut, Subcommand } from './command.ts';
 export { defaultProfileName } from './common.ts';
 export { isInputError, UsageError } from './errors.ts';
-export { globalUsage, runCli, runSubcommand } from './main.ts';
+export { dropLeadingDashDash, globalUsage, runCli, runSubcommand } from './main.ts';
 export { createProgress, type Progress } from './progress.ts';
 export { commands } from './registry.ts';

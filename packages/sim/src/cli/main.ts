@@ -19,8 +19,16 @@ export function globalUsage(): string {
   ].join('\n');
 }
 
-export async function runCli(argv: readonly string[], io: CliIo): Promise<number> {
-  const [name, ...rest] = argv;
+/**
+ * pnpm passes the `--` of `pnpm sim -- scenarios` (or `pnpm start -- --ranks 8`) through to
+ * the program; a leading one is the separator the user meant for pnpm, not an argument.
+ */
+export function dropLeadingDashDash(argv: readonly string[]): readonly string[] {
+  return argv[0] === '--' ? argv.slice(1) : argv;
+}
+
+export async function runCli(args: readonly string[], io: CliIo): Promise<number> {
+  const [name, ...rest] = dropLeadingDashDash(args);
   if (name === undefined) {
     io.stderr.write(globalUsage());
     return 2;
@@ -54,6 +62,7 @@ export async function runSubcommand(
   argv: readonly string[],
   io: CliIo,
 ): Promise<number> {
+  argv = dropLeadingDashDash(argv);
   if (!cmd.ownsHelp && (argv.includes('--help') || argv.includes('-h'))) {
     io.stdout.write(cmd.usage);
     return 0;

@@ -39,6 +39,11 @@ export const commands: readonly CommandEntry[] = [
     () => import('./commands/scenarios.ts'),
   ),
   lazy('profiles', 'list the cost profiles, one per line', () => import('./commands/profiles.ts')),
+  lazy(
+    'merge',
+    "combine 'sweep --shard K/N' results into the report one sweep run gives",
+    () => import('./commands/merge.ts'),
+  ),
   {
     name: 'validate',
     summary: 'send a scenario to a live endpoint and compare what it did with the prediction',

@@ -1,6 +1,10 @@
 // Runs the simulations a command asked for and shapes the results into reports, driving the
 // progress bar. The engine and the metrics are sim-core's; this file only sequences them.
-import { chooseBest } from '../report/sweep-choice.ts';
+
+import { RECOMMENDED } from '../compare/policy-comparison.ts';
+import type { CellJob, CellResult, ProfileRef } from '../parallel/cell.ts';
+import { runCells } from '../parallel/pool.ts';
+import { chooseBest, sweepNotes } from '../report/sweep-choice.ts';
 import type {
   PolicySamples,
   RunReport,
@@ -11,7 +15,7 @@ import type {
 import type { CliIo } from './command.ts';
 import type { PolicySpec } from './policies.ts';
 import { createProgress } from './progress.ts';
-import { buildWorkload, type CostModel, runComparisonDetailed } from './sim-api.ts';
+import { type CostModel, runComparisonDetailed } from './sim-api.ts';
 
 export interface CompareInput {
   command: 'run' | 'replay';
@@ -80,69 +84,155 @@ export interface SweepInput {
   seed: string | number;
   ranks?: number;
   profile: CostModel;
+  /** How a worker thread (or a shard on another machine) loads the same profile. */
+  profileRef: ProfileRef;
   policy: string;
   /** The dispatcher's affinity config for every cell; undefined when off. */
   affinity?: Record<string, unknown>;
   windows: readonly number[];
   prefixLengths: readonly number[];
   objective: SweepObjective;
+  /** Worker threads (default: one per core). */
+  workers?: number;
 }
 
-export function sweep(io: CliIo, input: SweepInput): { report: SweepReport } {
-  // One plan for the whole grid: every cell sees exactly the same requests.
-  const plan = buildWorkload(input.scenario, input.scenarioOptions, input.seed);
+/** What a sweep's report is assembled from besides its cells: written into shard files. */
+export interface SweepSpec {
+  scenario: string;
+  scenarioOptions: Record<string, unknown>;
+  displayOptions?: Record<string, unknown>;
+  seed: string | number;
+  ranks?: number;
+  profile: string;
+  profileRef: ProfileRef;
+  policy: string;
+  affinity?: Record<string, unknown>;
+  windows: number[];
+  prefixLengths: number[];
+  objective: SweepObjective;
+}
+
+export const SHARD_FORMAT = 'kvroute-sim-sweep-shard/v1';
+
+export interface SweepShard {
+  format: typeof SHARD_FORMAT;
+  shard: { index: number; count: number };
+  sweep: SweepSpec;
+  /** Cells in the whole grid. */
+  total: number;
+  cells: { index: number; result: CellResult }[];
+}
+
+export function sweepSpec(input: SweepInput): SweepSpec {
+  return {
+    scenario: input.scenario,
+    scenarioOptions: input.scenarioOptions,
+    ...(input.displayOptions ? { displayOptions: input.displayOptions } : {}),
+    seed: input.seed,
+    ...(input.ranks !== undefined ? { ranks: input.ranks } : {}),
+    profile: input.profile.name,
+    profileRef: input.profileRef,
+    policy: input.policy,
+    ...(input.affinity !== undefined ? { affinity: input.affinity } : {}),
+    windows: [...input.windows],
+    prefixLengths: [...input.prefixLengths],
+    objective: input.objective,
+  };
+}
+
+/** The grid's (window, prefix length) pairs in report order; pairs the policy rejects are left out. */
+export function sweepPairs(spec: SweepSpec): { window: number; prefixLength: number }[] {
   const pairs: { window: number; prefixLength: number }[] = [];
-  for (const prefixLength of input.prefixLengths) {
-    for (const window of input.windows)
+  for (const prefixLength of spec.prefixLengths) {
+    for (const window of spec.windows)
       if (prefixLength >= window) pairs.push({ window, prefixLength });
   }
+  return pairs;
+}
+
+/** The method a sweep's verdict compares with: the recommended default, with its defaults. */
+export const REFERENCE_METHOD = RECOMMENDED;
+
+/**
+ * One cell job per pair, then the reference (the recommended default method); every cell
+ * builds the same plan, so all see the same requests.
+ */
+export function sweepJobs(spec: SweepSpec): CellJob[] {
+  const affinity = spec.affinity !== undefined ? { affinity: spec.affinity } : {};
+  const job = (policy: CellJob['policy']): CellJob => ({
+    scenario: spec.scenario,
+    scenarioOptions: spec.scenarioOptions,
+    seed: spec.seed,
+    ...(spec.ranks !== undefined ? { ranks: spec.ranks } : {}),
+    profile: spec.profileRef,
+    policy,
+  });
+  return [
+    ...sweepPairs(spec).map(({ window, prefixLength }) =>
+      job({ method: spec.policy, window, prefixLength, ...affinity }),
+    ),
+    job({ method: REFERENCE_METHOD, ...affinity }),
+  ];
+}
+
+/** Cell indices shard `index` (1-based) of `count` runs: every count-th, a deterministic share. */
+export function shardIndices(total: number, index: number, count: number): number[] {
+  const out: number[] = [];
+  for (let i = index - 1; i < total; i += count) out.push(i);
+  return out;
+}
+
+export async function runSweepCells(
+  io: CliIo,
+  jobs: readonly CellJob[],
+  workers: number | undefined,
+): Promise<CellResult[]> {
   const progress = createProgress(io);
-  const grid: SweepCell[] = [];
-  let ranks = input.ranks ?? plan.ranks;
   try {
-    pairs.forEach(({ window, prefixLength }, i) => {
-      const affinity = input.affinity !== undefined ? { affinity: input.affinity } : {};
-      const { result } = runComparisonDetailed({
-        scenario: input.scenario,
-        plan,
-        policies: [{ method: input.policy, window, prefixLength, ...affinity }],
-        ranks: input.ranks,
-        profile: input.profile,
-        seed: input.seed,
-        onProgress: (f) =>
-          progress.update(
-            (i + f) / pairs.length,
-            `window=${window} prefix-length=${prefixLength} (${i + 1}/${pairs.length})`,
-          ),
-      });
-      ranks = result.ranks;
-      const summary = result.policies[0]!;
-      const options: Record<string, unknown> = { window, prefixLength, ...affinity };
-      grid.push({ window, prefixLength, result: { ...summary, options } });
+    return await runCells(jobs, {
+      ...(workers !== undefined ? { workers } : {}),
+      onDone: (done, total) => progress.update(done / total, `${done}/${total} cells`),
     });
   } finally {
     progress.done();
   }
-  const { best, reason } = chooseBest(grid, input.objective);
+}
+
+export async function sweep(io: CliIo, input: SweepInput): Promise<{ report: SweepReport }> {
+  const spec = sweepSpec(input);
+  const results = await runSweepCells(io, sweepJobs(spec), input.workers);
+  return { report: assembleSweep(spec, results) };
+}
+
+/** The report from every cell's result, in grid order: one run, or merged shards. */
+export function assembleSweep(spec: SweepSpec, results: readonly CellResult[]): SweepReport {
+  const pairs = sweepPairs(spec);
+  if (results.length !== pairs.length + 1 || pairs.length === 0) {
+    throw new Error(`sweep: ${results.length} results for ${pairs.length} cells and the reference`);
+  }
+  const reference = results[pairs.length]!.summary;
+  const affinity = spec.affinity !== undefined ? { affinity: spec.affinity } : {};
+  const grid: SweepCell[] = pairs.map(({ window, prefixLength }, i) => {
+    const options: Record<string, unknown> = { window, prefixLength, ...affinity };
+    return { window, prefixLength, result: { ...results[i]!.summary, options } };
+  });
+  const last = results[results.length - 1]!;
+  const { best, reason } = chooseBest(grid, spec.objective);
   return {
-    report: {
-      format: 'kvroute-sim-sweep/v1',
-      command: 'sweep',
-      scenario: input.scenario,
-      scenarioOptions: {
-        ...(plan.options ?? input.scenarioOptions),
-        ...(input.displayOptions ?? {}),
-      },
-      ranks,
-      profile: input.profile.name,
-      seed: input.seed,
-      policy: input.policy,
-      objective: input.objective,
-      windows: input.windows.filter((w) => pairs.some((p) => p.window === w)),
-      prefixLengths: input.prefixLengths.filter((l) => pairs.some((p) => p.prefixLength === l)),
-      grid,
-      best: { window: best.window, prefixLength: best.prefixLength },
-      reason,
-    },
+    format: 'kvroute-sim-sweep/v1',
+    command: 'sweep',
+    scenario: spec.scenario,
+    scenarioOptions: { ...results[0]!.scenarioOptions, ...(spec.displayOptions ?? {}) },
+    ranks: last.ranks,
+    profile: spec.profile,
+    seed: spec.seed,
+    policy: spec.policy,
+    objective: spec.objective,
+    windows: spec.windows.filter((w) => pairs.some((p) => p.window === w)),
+    prefixLengths: spec.prefixLengths.filter((l) => pairs.some((p) => p.prefixLength === l)),
+    grid,
+    best: { window: best.window, prefixLength: best.prefixLength },
+    reason: reason + sweepNotes(best, reference, spec.objective),
+    reference,
   };
 }

@@ -48,7 +48,8 @@ export async function main(argv: string[], io: CompareIo = processIo): Promise<n
   };
   try {
     ({ values } = parseArgs({
-      args: argv,
+      // pnpm passes the `--` of `pnpm compare -- --quick` through; it is not an argument.
+      args: argv[0] === '--' ? argv.slice(1) : argv,
       options: {
         quick: { type: 'boolean' },
         'out-dir': { type: 'string' },

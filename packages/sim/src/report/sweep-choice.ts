@@ -3,7 +3,7 @@
 // request that sets p99), so cells within a small tolerance of the best count as tied and
 // are separated by secondary metrics instead of by float noise.
 import { fmtMs, fmtNum, fmtPct } from './format.ts';
-import type { SweepCell, SweepObjective, SweepReport } from './types.ts';
+import type { PolicyReport, SweepCell, SweepObjective, SweepReport } from './types.ts';
 
 /** Relative tolerance for TTFT objectives, absolute (in hit-rate points) for hit rate. */
 const TTFT_TIE = 0.01;
@@ -43,6 +43,52 @@ function compareCells(objective: SweepObjective): (a: SweepCell, b: SweepCell) =
 
 function nanLast(x: number): number {
   return Number.isFinite(x) ? x : Number.POSITIVE_INFINITY;
+}
+
+/**
+ * What the grid alone does not say: ranks the chosen setting leaves without prefill work (the
+ * policy funnels every prompt elsewhere), and how the recommended default method, run on the
+ * same workload, compares with the chosen cell.
+ */
+export function sweepNotes(
+  best: SweepCell,
+  reference: PolicyReport | undefined,
+  objective: SweepObjective,
+): string {
+  const parts: string[] = [];
+  const ranks = best.result.perRank ?? [];
+  const idle = ranks.filter((r) => r.prefillTokens === 0).map((r) => r.rank);
+  if (ranks.length > 0 && idle.length > 0) {
+    const shown = idle.slice(0, 8).join(', ') + (idle.length > 8 ? ', ...' : '');
+    parts.push(
+      `At ${at(best)}, ${idle.length} of ${ranks.length} ranks prefill nothing (rank${idle.length > 1 ? 's' : ''} ${shown}): the setting sends every prompt's work to the other ${ranks.length - idle.length}.`,
+    );
+  }
+  if (reference !== undefined) {
+    const [name, value, ref] =
+      objective === 'hit-rate'
+        ? ['hit rate', fmtPct(hit(best)), fmtPct(reference.hitRate)]
+        : objective === 'ttft-p99'
+          ? ['TTFT p99', `${fmtMs(p99(best))} ms`, `${fmtMs(reference.ttftMs.p99)} ms`]
+          : ['mean TTFT', `${fmtMs(mean(best))} ms`, `${fmtMs(reference.ttftMs.mean)} ms`];
+    const bestKey = primary(objective)(best);
+    const refKey =
+      objective === 'hit-rate'
+        ? -reference.hitRate
+        : objective === 'ttft-p99'
+          ? reference.ttftMs.p99
+          : reference.ttftMs.mean;
+    const verdict =
+      nanLast(refKey) < nanLast(bestKey)
+        ? `better than every setting of this grid`
+        : nanLast(refKey) > nanLast(bestKey)
+          ? `behind the chosen setting`
+          : `level with the chosen setting`;
+    parts.push(
+      `The recommended default, ${reference.policy} with its default options, gets ${name} ${ref} on the same workload (chosen: ${value}; hit rate ${fmtPct(reference.hitRate)}, imbalance ${fmtNum(reference.imbalance)}): ${verdict}.`,
+    );
+  }
+  return parts.length > 0 ? ` ${parts.join(' ')}` : '';
 }
 
 /** Whether `c` is the cell the report names as best (reports carry the best's coordinates). */

@@ -80,7 +80,7 @@ export function sweepColumns(report: SweepReport, target: 'text' | 'html'): Colu
     'mean',
     'req/s',
     'imbalance',
-    ...(text ? [''] : []),
+    ...(text ? ['chosen'] : []),
   ];
   const rows = report.grid.map((c) => [
     String(c.window),

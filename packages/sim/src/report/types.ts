@@ -49,8 +49,10 @@ export interface SweepReport {
   /** Row-major: for each prefix length, for each window. */
   grid: SweepCell[];
   best: { window: number; prefixLength: number };
-  /** One or two sentences: why this cell won and what it trades away. */
+  /** Why this cell won, what it trades away, idle ranks, and how the reference compares. */
   reason: string;
+  /** The recommended default method with its default options on the same workload. */
+  reference?: PolicyReport;
 }
 
 /**

@@ -86,7 +86,7 @@ export function traceTokens(line: TraceLine, blockTokens: number, salt: number):
 export const replay: ScenarioDefinition = {
   name: 'replay',
   description:
-    'replay a Mooncake-format JSONL trace (default: ../shared/traces/mooncake-conversation.jsonl); hash blocks map to synthetic token blocks',
+    'replay a Mooncake-format JSONL trace (default: the Mooncake conversation trace in packages/sim/data/traces); hash blocks map to synthetic token blocks',
   defaults: {
     file: '',
     speedup: 1,

@@ -20,7 +20,8 @@ Replays a Mooncake-format JSONL trace (one {"timestamp", "input_length", "output
 "hash_ids"} object per line; 512-token hash blocks become synthetic token blocks) under each
 policy and prints the comparison table. The same as 'run --scenario replay --set file=FILE'.
 
-  FILE                  the trace, e.g. ../shared/traces/mooncake-conversation.jsonl
+  FILE                  path: the trace, e.g. packages/sim/data/traces/mooncake-conversation.jsonl
+                        (shipped with the package; relative to where you run the command)
   --policies LIST       comma-separated methods (default ${DEFAULT_POLICIES})
   --speedup X           compress time: arrivals X times faster than recorded (default 1)
   --skip-invalid        skip malformed lines and report how many, instead of failing
@@ -29,7 +30,7 @@ policy and prints the comparison table. The same as 'run --scenario replay --set
 ${SIM_FLAGS_HELP}
 
 example:
-  kvroute-sim replay ../shared/traces/mooncake-conversation.jsonl --ranks 16 --speedup 8 \\
+  kvroute-sim replay packages/sim/data/traces/mooncake-conversation.jsonl --ranks 16 --speedup 8 \\
     --policies round_robin,prefix_match,cache_aware
 `;
 
@@ -58,7 +59,7 @@ export const command: Subcommand = {
     }
     const given = p.positionals[0]!;
     // Relative to where the user is; failing that, the trace loader also tries the repo root
-    // (so the README's ../shared/traces/... works from the package directory too).
+    // (so the README's packages/sim/data/traces/... works from the package directory too).
     const fromCwd = resolve(io.cwd, given);
     const file = existsSync(fromCwd) ? fromCwd : given;
     const speedupRaw = str(p, 'speedup');

@@ -1,12 +1,21 @@
 import { methodNames, methodRegistry } from '@kvroute/policy';
+import { defaultWorkers } from '../../parallel/pool.ts';
 import type { SweepObjective } from '../../report/types.ts';
-import { checkName, parseCommandArgs, positiveIntList, str } from '../args.ts';
+import { checkName, parseCommandArgs, positiveInt, positiveIntList, str } from '../args.ts';
 import type { Subcommand } from '../command.ts';
 import { readSimFlags, requireScenario, SIM_FLAGS_HELP, SIM_OPTIONS } from '../common.ts';
 import { emitSweepReport } from '../emit-report.ts';
 import { UsageError } from '../errors.ts';
 import { affinityConfig } from '../policies.ts';
-import { sweep } from '../simulate.ts';
+import { writeShard } from '../shards.ts';
+import {
+  runSweepCells,
+  SHARD_FORMAT,
+  shardIndices,
+  sweep,
+  sweepJobs,
+  sweepSpec,
+} from '../simulate.ts';
 
 export const OBJECTIVES: readonly SweepObjective[] = ['ttft-p99', 'ttft-mean', 'hit-rate'];
 const DEFAULT_WINDOWS = '64,128,256,512';
@@ -32,6 +41,11 @@ Pairs whose prefix length is below the window are skipped (the policy rejects th
   --prefix-length LIST  prefix lengths in tokens (default ${DEFAULT_PREFIX_LENGTHS})
   --objective OBJ       ${OBJECTIVES.join(' | ')} (default ttft-p99); near-ties (1% on TTFT,
                         0.1 points on hit rate) are broken by the other metrics
+  --jobs N              integer: cells run at once on worker threads (default: one per core,
+                        ${defaultWorkers()} here); results are the same bytes for any N
+  --shard K/N           run only shard K of N (every N-th cell from the K-th) and write the
+                        shard's results as JSON to --json FILE (default stdout); combine the N
+                        files with 'kvroute-sim merge' into the report one run would give
 ${SIM_FLAGS_HELP}
 
 example:
@@ -48,6 +62,8 @@ export const command: Subcommand = {
       scenario: { type: 'string' },
       policy: { type: 'string' },
       objective: { type: 'string' },
+      jobs: { type: 'string' },
+      shard: { type: 'string' },
       ...SIM_OPTIONS,
     });
     const scenario = requireScenario(p);
@@ -77,7 +93,9 @@ export const command: Subcommand = {
     // The grid owns window and prefix-length; strip them before the shared parsing.
     const shared = { ...p, values: { ...p.values, window: undefined, 'prefix-length': undefined } };
     const flags = readSimFlags(shared, scenario, io);
-    const { report } = sweep(io, {
+    const jobsRaw = str(p, 'jobs');
+    const workers = jobsRaw !== undefined ? positiveInt('jobs', jobsRaw) : undefined;
+    const input = {
       scenario,
       scenarioOptions: flags.scenarioOptions,
       displayOptions: flags.displayOptions,
@@ -89,8 +107,47 @@ export const command: Subcommand = {
       windows,
       prefixLengths,
       objective,
-    });
+      profileRef: flags.profileRef,
+      ...(workers !== undefined ? { workers } : {}),
+    };
+    const shardRaw = str(p, 'shard');
+    if (shardRaw !== undefined) {
+      const { index, count } = parseShard(shardRaw);
+      if (flags.outputs.csv !== undefined || flags.outputs.html !== undefined) {
+        throw new UsageError(
+          '--shard writes shard results (--json); render them after kvroute-sim merge',
+        );
+      }
+      const spec = sweepSpec(input);
+      const jobs = sweepJobs(spec);
+      const mine = shardIndices(jobs.length, index, count);
+      const results = await runSweepCells(
+        io,
+        mine.map((i) => jobs[i]!),
+        workers,
+      );
+      writeShard(io, flags.outputs.json ?? '-', {
+        format: SHARD_FORMAT,
+        shard: { index, count },
+        sweep: spec,
+        total: jobs.length,
+        cells: mine.map((i, k) => ({ index: i, result: results[k]! })),
+      });
+      return 0;
+    }
+    const { report } = await sweep(io, input);
     await emitSweepReport(io, flags.outputs, report);
     return 0;
   },
 };
+
+/** `K/N` with 1 <= K <= N. */
+export function parseShard(raw: string): { index: number; count: number } {
+  const m = /^(\d+)\/(\d+)$/.exec(raw.trim());
+  const index = m ? Number(m[1]) : Number.NaN;
+  const count = m ? Number(m[2]) : Number.NaN;
+  if (!m || count < 1 || index < 1 || index > count) {
+    throw new UsageError(`--shard: expected K/N with 1 <= K <= N (e.g. 2/8), got '${raw}'`);
+  }
+  return { index, count };
+}

@@ -1,0 +1,237 @@
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import {
+  approximateTokenizer,
+  buildRouteRequest,
+  DEFAULT_LIMITS,
+  isProtocolError,
+  parseJsonBody,
+  parseRequest,
+  type RequestKind,
+  routeRequestFromScan,
+  scanRequest,
+  withRoutedRank,
+} from '../src/index.ts';
+
+/** The full path: parse the whole body, tokenize the whole prompt. */
+function full(kind: RequestKind, text: string) {
+  const parsed = parseRequest(kind, parseJsonBody(Buffer.from(text)));
+  return { parsed, route: buildRouteRequest(parsed, approximateTokenizer) };
+}
+
+function errorOf(fn: () => unknown): unknown {
+  try {
+    fn();
+  } catch (err) {
+    return isProtocolError(err) ? err.toJSON() : err;
+  }
+  return undefined;
+}
+
+/** Same ids (up to the cap), counts, hints and limits as the full path, or the same error. */
+function agree(kind: RequestKind, text: string, caps = [undefined, 1, 3, 16, 64, 1000]) {
+  // Past the cap, a tools / tool_calls value counts its raw bytes (whitespace included).
+  const minified =
+    !/"tool(s|_calls)"\s*:\s*\[/.test(text) ||
+    !/[\n ]/.test(text.replace(/"(?:[^"\\]|\\.)*"/g, ''));
+  const fullErr = errorOf(() => full(kind, text));
+  for (const cap of caps) {
+    const opts = cap === undefined ? {} : { maxPromptTokens: cap };
+    if (fullErr !== undefined) {
+      expect(errorOf(() => scanRequest(kind, Buffer.from(text), opts))).toEqual(fullErr);
+      continue;
+    }
+    const { parsed, route } = full(kind, text);
+    const s = scanRequest(kind, Buffer.from(text), opts);
+    const want = Array.from(route.inputIds).slice(0, cap ?? Number.POSITIVE_INFINITY);
+    expect(Array.from(s.inputIds), `${text.slice(0, 80)} cap ${cap}`).toEqual(want);
+    if (cap === undefined || minified) expect(s.promptTokens).toBe(route.inputIds.length);
+    else expect(s.promptTokens).toBeGreaterThanOrEqual(route.inputIds.length);
+    expect(s.stream).toBe(parsed.stream);
+    expect(s.routingKey).toBe(parsed.routingKey);
+    expect(s.routedRank).toBe(parsed.routedRank);
+    expect(s.bootstrapRoom).toBe(parsed.bootstrapRoom);
+    const r = routeRequestFromScan(s, {});
+    expect(r.maxTokens).toBe(route.maxTokens);
+  }
+}
+
+const fixture = JSON.parse(
+  readFileSync(new URL('../../../test/fixtures/routing-tokenizer.json', import.meta.url), 'utf8'),
+) as { cases: Record<string, unknown>[] };
+
+describe('scanRequest reads what routing needs, as the full path does', () => {
+  it('gives the shared fixture ids for every chat, text and ids case', () => {
+    let n = 0;
+    for (const c of fixture.cases) {
+      let kind: RequestKind;
+      let body: Record<string, unknown>;
+      if (c.kind === 'text') {
+        kind = 'generate';
+        body = { text: c.text };
+      } else {
+        kind = c.kind as RequestKind;
+        body = c.body as Record<string, unknown>;
+      }
+      const sent = typeof c.body_json === 'string' ? c.body_json : JSON.stringify(body);
+      const s = scanRequest(kind, Buffer.from(sent));
+      expect(Array.from(s.inputIds), String(c.name)).toEqual(c.ids);
+      // Pretty-printed and \u-escaped bodies carry the same request.
+      const pretty = JSON.stringify(body, null, 2).replace(
+        /[\u0080-\uffff]/g,
+        (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`,
+      );
+      expect(Array.from(scanRequest(kind, Buffer.from(pretty)).inputIds)).toEqual(c.ids);
+      agree(kind, pretty);
+      n++;
+    }
+    expect(n).toBeGreaterThan(5);
+  });
+
+  it('chat: escapes, unicode, parts, tool_calls, tools in any order, hints and limits', () => {
+    const cases = [
+      { messages: [{ role: 'user', content: 'hello\n"world"\t\\ é € 😀 \u0001' }] },
+      {
+        model: 'm',
+        stream: true,
+        stream_options: { include_usage: true },
+        max_completion_tokens: 9,
+        max_tokens: 4,
+        messages: [
+          { role: 'system', content: 'S'.repeat(37), name: 'x', extra: { deep: [1, { a: 'b' }] } },
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: 'a\nb' },
+              { type: 'image_url', image_url: { url: 'data:...' } },
+              { type: 'text', text: 'c' },
+            ],
+          },
+          { role: 'assistant', content: null, tool_calls: [{ id: '1', function: { b: 2, a: 1 } }] },
+          { role: 'tool', tool_calls: null },
+        ],
+        tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }],
+        routing_key: 'sess-1',
+        routed_dp_rank: 2,
+        bootstrap_room: 7,
+        temperature: 0.5,
+      },
+      { tools: [], messages: [{ role: 'user', content: [] }] },
+      { tools: null, messages: [{ role: 'u', content: '😀'.repeat(50) }] },
+      { messages: [{ role: 'user', content: 'x'.repeat(5000) }], unknown: { a: [[[]]] } },
+    ];
+    for (const body of cases) {
+      agree('chat', JSON.stringify(body));
+      agree('chat', JSON.stringify(body, null, 1));
+    }
+    // Surrogate pairs and lone surrogates written as escapes.
+    agree('chat', '{"messages":[{"role":"user","content":"a\\ud83d\\ude00b\\ud800c\\u00e9"}]}');
+    // Duplicate keys: the last one counts, as in JSON.parse.
+    agree('chat', '{"stream":true,"stream":false,"messages":[{"role":"user","content":"x"}]}');
+    agree('chat', '{"messages":[{"role":"a","role":"b","content":"x","content":"y"}]}');
+  });
+
+  it('completions and generate: text, ids, batches of one, text xor input_ids', () => {
+    agree('completion', JSON.stringify({ prompt: 'hello world, a prompt', max_tokens: 3 }));
+    agree('completion', JSON.stringify({ prompt: [1, 2, 3, 4294967295, 0] }));
+    agree('completion', JSON.stringify({ prompt: [[5, 6, 7]] }));
+    agree('completion', JSON.stringify({ prompt: ['one'] }));
+    agree('completion', JSON.stringify({ prompt: [['a'], ['b']] }));
+    agree('completion', JSON.stringify({ prompt: ['one', 'two'], max_tokens: 4 }));
+    agree('completion', '{"prompt":[1.0, 2e1, -0]}');
+    agree(
+      'generate',
+      JSON.stringify({ input_ids: [9, 8, 7], sampling_params: { max_new_tokens: 5 } }),
+    );
+    agree('generate', JSON.stringify({ text: 'abc\u00e9', rid: 'r1', stream: true }));
+    agree('generate', JSON.stringify({ text: 'a', input_ids: [1] }));
+    agree('generate', JSON.stringify({ input_ids: Array.from({ length: 3000 }, (_, i) => i * 7) }));
+  });
+
+  it('refuses what the full parser refuses, with its error', () => {
+    const bad: [RequestKind, string][] = [
+      ['chat', ''],
+      ['chat', 'not json'],
+      ['chat', '[1]'],
+      ['chat', '{"messages":[]}'],
+      ['chat', '{"messages":"x"}'],
+      ['chat', '{"messages":[{"content":"x"}]}'],
+      ['chat', '{"messages":[{"role":""}]}'],
+      ['chat', '{"messages":[{"role":"u","content":[{"type":"text"}]}]}'],
+      ['chat', '{"messages":[{"role":"u","content":[{"text":"x"}]}]}'],
+      ['chat', '{"messages":[{"role":"u","tool_calls":{}}]}'],
+      ['chat', '{"messages":[{"role":"u"}],"tools":[1]}'],
+      ['chat', '{"messages":[{"role":"u"}],"stream":"yes"}'],
+      ['chat', '{"messages":[{"role":"u"}],"max_tokens":0}'],
+      ['chat', '{"messages":[{"role":"u"}],"max_tokens":1.5}'],
+      ['chat', '{"messages":[{"role":"u"}],"routed_dp_rank":-1}'],
+      ['chat', '{"messages":[{"role":"u"}]} trailing'],
+      ['chat', '{"messages":[{"role":"u"}],}'],
+      ['completion', '{"prompt":[]}'],
+      ['completion', '{"prompt":[1,-2]}'],
+      ['completion', '{"prompt":[1,4294967296]}'],
+      ['completion', '{"prompt":{}}'],
+      ['generate', '{"input_ids":"abc"}'],
+      ['generate', '{"text":[1,2]}'],
+      ['generate', '{}'],
+      ['generate', '{"text":"a","sampling_params":{"max_new_tokens":"x"}}'],
+    ];
+    for (const [kind, text] of bad) {
+      const want = errorOf(() => full(kind, text === '' ? ' ' : text));
+      expect(want, text).toBeDefined();
+      const got = errorOf(() => scanRequest(kind, Buffer.from(text)));
+      if (text === '') expect(got).toMatchObject({ error: { code: 'invalid_json' } });
+      else expect(got, text).toEqual(want);
+    }
+  });
+
+  it('caps JSON nesting with a 400 naming where', () => {
+    const deep = `{"messages":[{"role":"u"}],"tools":[{"a":${'['.repeat(80)}${']'.repeat(80)}}]}`;
+    const err = errorOf(() => scanRequest('chat', Buffer.from(deep)));
+    expect(err).toMatchObject({
+      error: { code: 'nesting_too_deep', param: expect.stringMatching(/^tools\[0\]\.a/) },
+    });
+    expect(
+      errorOf(() =>
+        scanRequest('chat', Buffer.from(deep), {
+          limits: { ...DEFAULT_LIMITS, maxJsonDepth: 100 },
+        }),
+      ),
+    ).toBeUndefined();
+  });
+
+  it('decodes no more of a long prompt than the cap needs, and still counts all of it', () => {
+    const long = 'word '.repeat(40_000); // 200 KB: past V8's large-object threshold
+    const text = JSON.stringify({ messages: [{ role: 'user', content: long }] });
+    const s = scanRequest('chat', Buffer.from(text), { maxPromptTokens: 4096 });
+    expect(s.inputIds.length).toBe(4096);
+    expect(s.promptTokens).toBe(full('chat', text).route.inputIds.length);
+    expect(Array.from(s.inputIds)).toEqual(
+      Array.from(full('chat', text).route.inputIds.subarray(0, 4096)),
+    );
+  });
+});
+
+describe('withRoutedRank', () => {
+  const cases = [
+    '{"prompt":"x","routed_dp_rank":3}',
+    '{"routed_dp_rank":3,"prompt":"x"}',
+    '{ "a": 1 , "routed_dp_rank" : 3 , "prompt" : "x" }',
+    '{"prompt":"x" ,\n "routed_dp_rank":3\n}',
+    '{"routed_dp_rank":1,"prompt":"x","routed_dp_rank":2}',
+    '{"prompt":"x"}',
+  ];
+  it('cuts the client routed_dp_rank and splices the rank in, leaving every other byte', () => {
+    for (const text of cases) {
+      const raw = Buffer.from(text);
+      const spans = scanRequest('completion', raw).routedRankSpans;
+      const { routed_dp_rank: _drop, ...rest } = JSON.parse(text);
+      expect(JSON.parse(withRoutedRank(raw, spans, undefined).toString()), text).toEqual(rest);
+      const set = JSON.parse(withRoutedRank(raw, spans, 5).toString());
+      expect(set, text).toEqual({ ...rest, routed_dp_rank: 5 });
+    }
+    const raw = Buffer.from('{"prompt":"x"}');
+    expect(withRoutedRank(raw, [], undefined)).toBe(raw);
+    expect(withRoutedRank(Buffer.from('{ }'), [], 1).toString()).toBe('{"routed_dp_rank":1 }');
+  });
+});

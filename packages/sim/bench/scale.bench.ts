@@ -1,0 +1,130 @@
+// Simulator scaling in trace length: the Mooncake conversation trace once and N times over
+// (default 10), on 1,024 ranks of h200-llama-3.1-8b, each run in its own process so peak RSS
+// is that run's. Copy k of the trace starts when copy k-1 ends and its hash ids are shifted
+// past the previous copy's (id 0, the shared system prompt, stays shared), so the longer trace
+// is more conversations of the same service, not the same ones again. Prints wall and CPU
+// seconds, peak RSS and the ratios to the 1x run against the targets (<= 1.1 x N time,
+// <= 2x memory), plus the load average, since the machine may be shared. No assertions.
+//   pnpm --filter @kvroute/sim exec tsx bench/scale.bench.ts [--factor 10] [--ranks 1024] [--policy round_robin]
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { getProfile } from '../src/cost/profiles.ts';
+import { simulatePlan } from '../src/simulate.ts';
+import { buildWorkload } from '../src/workloads/registry.ts';
+import { defaultTracePath } from '../src/workloads/replay.ts';
+
+const args = process.argv.slice(2);
+const flag = (name: string, fallback: string) => {
+  const i = args.indexOf(`--${name}`);
+  return i >= 0 && args[i + 1] !== undefined ? args[i + 1]! : fallback;
+};
+const factor = Number(flag('factor', '10'));
+const ranks = Number(flag('ranks', '1024'));
+const policy = flag('policy', 'round_robin');
+
+interface ChildResult {
+  requests: number;
+  wallS: number;
+  cpuS: number;
+  peakRssMiB: number;
+  events: number;
+}
+
+/** The trace `times` times over, written as JSONL. */
+function repeatTrace(source: string, times: number, out: string): void {
+  const lines = readFileSync(source, 'utf8')
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .map((l) => JSON.parse(l) as { timestamp: number; hash_ids: number[] });
+  let maxId = 0;
+  for (const l of lines) for (const h of l.hash_ids) maxId = Math.max(maxId, h);
+  const span = lines[lines.length - 1]!.timestamp + 1000;
+  const text: string[] = [];
+  for (let k = 0; k < times; k++) {
+    for (const l of lines) {
+      text.push(
+        JSON.stringify({
+          ...l,
+          timestamp: l.timestamp + k * span,
+          hash_ids: l.hash_ids.map((h) => (h === 0 ? 0 : h + k * (maxId + 1))),
+        }),
+      );
+    }
+  }
+  writeFileSync(out, `${text.join('\n')}\n`);
+}
+
+const child = args.indexOf('--child');
+if (child >= 0) {
+  const file = args[child + 1]!;
+  const t0 = performance.now();
+  const c0 = process.cpuUsage();
+  const plan = buildWorkload('replay', { file, ranks }, 1);
+  const run = simulatePlan(plan, {
+    policy: { method: policy },
+    ranks,
+    profile: getProfile('h200-llama-3.1-8b'),
+    seed: 1,
+  });
+  const cpu = process.cpuUsage(c0);
+  const out: ChildResult = {
+    requests: run.summary.requests,
+    wallS: (performance.now() - t0) / 1000,
+    cpuS: (cpu.user + cpu.system) / 1e6,
+    peakRssMiB: process.resourceUsage().maxRSS / 1024,
+    events: run.summary.events,
+  };
+  console.log(JSON.stringify(out));
+} else {
+  const dir = mkdtempSync(join(tmpdir(), 'kvroute-scale-'));
+  const self = fileURLToPath(import.meta.url);
+  const runOne = (file: string): ChildResult => {
+    const r = spawnSync(
+      process.execPath,
+      [...process.execArgv, self, '--child', file, '--ranks', String(ranks), '--policy', policy],
+      { encoding: 'utf8', maxBuffer: 1 << 24 },
+    );
+    if (r.status !== 0) {
+      console.error(r.stderr);
+      process.exit(1);
+    }
+    return JSON.parse(r.stdout.trim().split('\n').pop()!) as ChildResult;
+  };
+  try {
+    const longer = join(dir, `trace-x${factor}.jsonl`);
+    repeatTrace(defaultTracePath(), factor, longer);
+    console.log(
+      `Mooncake conversation trace x1 and x${factor}, ${ranks} ranks, ${policy}, h200-llama-3.1-8b; load average before: ${loadavg()[0]!.toFixed(1)}`,
+    );
+    console.log('trace  requests   events   wall s    CPU s  peak RSS');
+    const rows: [string, ChildResult][] = [
+      ['x1', runOne(defaultTracePath())],
+      [`x${factor}`, runOne(longer)],
+    ];
+    for (const [name, r] of rows) {
+      console.log(
+        [
+          name.padEnd(5),
+          String(r.requests).padStart(9),
+          String(r.events).padStart(8),
+          r.wallS.toFixed(1).padStart(8),
+          r.cpuS.toFixed(1).padStart(8),
+          `${r.peakRssMiB.toFixed(0)} MiB`.padStart(10),
+        ].join(' '),
+      );
+    }
+    const [a, b] = [rows[0]![1], rows[1]![1]];
+    const cpuRatio = b.cpuS / a.cpuS;
+    const wallRatio = b.wallS / a.wallS;
+    const memRatio = b.peakRssMiB / a.peakRssMiB;
+    const timeLimit = 1.1 * factor;
+    console.log(
+      `x${factor}/x1: CPU ${cpuRatio.toFixed(2)}x, wall ${wallRatio.toFixed(2)}x (target <= ${timeLimit.toFixed(0)}x: ${cpuRatio <= timeLimit ? 'met' : 'MISSED'} on CPU), memory ${memRatio.toFixed(2)}x (target <= 2x: ${memRatio <= 2 ? 'met' : 'MISSED'}); load average after: ${loadavg()[0]!.toFixed(1)}`,
+    );
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,116 @@
+// Runs grid cells on every core with worker_threads. Cells go to whichever worker is free,
+// results come back in job order, so the output does not depend on scheduling. With one
+// worker (or one job) everything runs in this thread, through the same CellContext.
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { availableParallelism } from 'node:os';
+import { pathToFileURL } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { CellContext, type CellJob, type CellResult } from './cell.ts';
+
+export interface RunCellsOptions {
+  /** Worker threads; default: one per core. 1 runs in this thread. */
+  workers?: number;
+  /** Called as each cell finishes, with how many have. */
+  onDone?(done: number, total: number): void;
+}
+
+const SMALL_GRID = 4;
+
+export function defaultWorkers(): number {
+  return Math.max(1, availableParallelism());
+}
+
+export async function runCells(
+  jobs: readonly CellJob[],
+  opts: RunCellsOptions = {},
+): Promise<CellResult[]> {
+  // Starting a worker (a thread plus the module graph) costs more than a small cell, so a
+  // grid of a few cells runs here unless workers were asked for.
+  const workers = Math.min(
+    opts.workers ?? (jobs.length < SMALL_GRID ? 1 : defaultWorkers()),
+    jobs.length,
+  );
+  if (workers <= 1) {
+    const context = new CellContext();
+    const out: CellResult[] = [];
+    for (const job of jobs) {
+      out.push(context.run(job));
+      opts.onDone?.(out.length, jobs.length);
+      // Let a progress bar draw and signals arrive between cells.
+      await new Promise((r) => setImmediate(r));
+    }
+    return out;
+  }
+  const results: (CellResult | undefined)[] = new Array(jobs.length);
+  let next = 0;
+  let done = 0;
+  const pool = Array.from({ length: workers }, () => startWorker());
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const feed = (w: Worker) => {
+        if (next >= jobs.length) return;
+        const index = next++;
+        w.postMessage({ index, job: jobs[index] });
+      };
+      for (const w of pool) {
+        w.on('message', (msg: { index: number; result?: CellResult; error?: WorkerError }) => {
+          if (msg.error) {
+            reject(toError(msg.error));
+            return;
+          }
+          results[msg.index] = msg.result;
+          done++;
+          opts.onDone?.(done, jobs.length);
+          if (done === jobs.length) resolve();
+          else feed(w);
+        });
+        w.on('error', reject);
+        w.on('exit', (code) => {
+          if (done < jobs.length) reject(new Error(`sweep worker exited with code ${code}`));
+        });
+        feed(w);
+      }
+    });
+  } finally {
+    await Promise.all(pool.map((w) => w.terminate()));
+  }
+  return results as CellResult[];
+}
+
+interface WorkerError {
+  message: string;
+  name: string;
+  code?: unknown;
+  stack?: string;
+}
+
+/** Rebuilt with its name and code, so the CLI still tells bad input (exit 2) from a bug. */
+function toError(e: WorkerError): Error {
+  const err = new Error(e.message) as Error & { code?: unknown };
+  err.name = e.name;
+  if (e.code !== undefined) err.code = e.code;
+  if (e.stack) err.stack = e.stack;
+  return err;
+}
+
+function startWorker(): Worker {
+  const here = import.meta.url;
+  if (!here.endsWith('.ts')) return new Worker(new URL('./cell-worker.js', here));
+  // Running from TypeScript source (tsx, vitest): a worker thread starts without the
+  // parent's loader, so register tsx's there before loading the worker module.
+  const tsxApi = tsxEsmApi(here);
+  const entry = new URL('./cell-worker.ts', here).href;
+  const code = `import(${JSON.stringify(tsxApi)}).then((m) => { (m.register ?? m.default.register)(); return import(${JSON.stringify(entry)}); });`;
+  return new Worker(code, { eval: true });
+}
+
+/** tsx's ESM register API, resolved from this file (the ESM entry: its CJS twin cannot
+ * register ESM hooks when imported). */
+function tsxEsmApi(from: string): string {
+  const resolveEsm = (import.meta as { resolve?: (s: string) => string }).resolve;
+  if (typeof resolveEsm === 'function') return resolveEsm('tsx/esm/api');
+  const cjs = createRequire(from).resolve('tsx/esm/api');
+  const esm = cjs.replace(/\.cjs$/, '.mjs');
+  return pathToFileURL(existsSync(esm) ? esm : cjs).href;
+}

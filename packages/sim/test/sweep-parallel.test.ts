@@ -1,0 +1,137 @@
+// Sweeps run their cells on worker threads and can be split into shards run anywhere: the
+// results must be the bytes one serial run writes.
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { runCli } from '../src/cli/main.ts';
+
+const dir = mkdtempSync(join(tmpdir(), 'kvroute-sim-shards-'));
+
+async function cli(args: string[]) {
+  let stdout = '';
+  let stderr = '';
+  const code = await runCli(args, {
+    stdout: { write: (s: string) => (stdout += s) },
+    stderr: { write: (s: string) => (stderr += s), isTTY: false },
+    cwd: dir,
+  });
+  return { code, stdout, stderr };
+}
+
+const SWEEP = [
+  'sweep',
+  '--scenario',
+  'seed-concurrent',
+  '--ranks',
+  '4',
+  '--set',
+  'requestsPerAgent=3',
+  '--window',
+  '64,256',
+  '--prefix-length',
+  '512,2048',
+];
+const read = (f: string) => readFileSync(join(dir, f), 'utf8');
+
+describe('sweep on worker threads and in shards', () => {
+  it('gives the same bytes serially, on 2 workers, and as 3 merged shards', async () => {
+    expect((await cli([...SWEEP, '--jobs', '1', '--json', 'serial.json'])).code).toBe(0);
+    const serialText = (await cli([...SWEEP, '--jobs', '1'])).stdout;
+    expect(serialText).toContain('chosen');
+    expect((await cli([...SWEEP, '--jobs', '2', '--json', 'parallel.json'])).code).toBe(0);
+    expect(read('parallel.json')).toBe(read('serial.json'));
+
+    for (const k of [3, 1, 2]) {
+      const r = await cli([...SWEEP, '--jobs', '1', '--shard', `${k}/3`, '--json', `s${k}.json`]);
+      expect(r.code, r.stderr).toBe(0);
+    }
+    const merged = await cli(['merge', 's2.json', 's3.json', 's1.json', '--json', 'merged.json']);
+    expect(merged.code, merged.stderr).toBe(0);
+    expect(read('merged.json')).toBe(read('serial.json'));
+    expect(merged.stdout).toBe(serialText);
+  }, 120_000);
+
+  it('refuses a missing shard, a shard given twice and a shard of another sweep', async () => {
+    const missing = await cli(['merge', 's1.json', 's3.json']);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain('missing shard 2/3');
+    const twice = await cli(['merge', 's1.json', 's1.json', 's2.json', 's3.json']);
+    expect(twice.code).toBe(2);
+    expect(twice.stderr).toContain('given twice');
+    const other = await cli([
+      ...SWEEP.slice(0, -2),
+      '--prefix-length',
+      '1024',
+      '--jobs',
+      '1',
+      '--shard',
+      '2/3',
+      '--json',
+      'other.json',
+    ]);
+    expect(other.code).toBe(0);
+    const mixed = await cli(['merge', 's1.json', 'other.json', 's3.json']);
+    expect(mixed.code).toBe(2);
+    expect(mixed.stderr).toContain('a different sweep');
+    const bad = await cli([...SWEEP, '--shard', '4/3']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--shard: expected K/N');
+  }, 120_000);
+});
+
+describe('what a new user trips on', () => {
+  it('accepts and drops a leading -- (pnpm passes it through)', async () => {
+    const r = await cli(['--', 'scenarios']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('seed-sequential');
+    const sub = await cli(['profiles', '--']);
+    expect(sub.code).toBe(0);
+    const flagged = await cli(['scenarios', '--', '--help']);
+    expect(flagged.code).toBe(0);
+  });
+
+  it("replay's help and the scenario list point at the trace the package ships", async () => {
+    const help = await cli(['replay', '--help']);
+    expect(help.stdout).toContain('packages/sim/data/traces/mooncake-conversation.jsonl');
+    expect(help.stdout).not.toContain('../shared');
+    expect((await cli(['scenarios'])).stdout).not.toContain('../shared');
+  });
+});
+
+describe("sweep's verdict", () => {
+  it('names ranks that prefill nothing and compares with the recommended default', async () => {
+    const r = await cli([
+      'sweep',
+      '--scenario',
+      'seed-sequential',
+      '--ranks',
+      '4',
+      '--set',
+      'requests=6',
+      '--window',
+      '64,128',
+      '--prefix-length',
+      '1024',
+      '--json',
+      '-',
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    const j = JSON.parse(r.stdout);
+    expect(j.reference.policy).toBe('cache_aware');
+    expect(j.reference.requests).toBe(6);
+    // One shared prefix, sequential requests: prefix_match keeps all of them on one rank.
+    const best = j.grid.find(
+      (c: { window: number; prefixLength: number }) =>
+        c.window === j.best.window && c.prefixLength === j.best.prefixLength,
+    );
+    const idle = best.result.perRank.filter(
+      (x: { prefillTokens: number }) => x.prefillTokens === 0,
+    );
+    expect(idle.length).toBe(3);
+    expect(j.reason).toContain('3 of 4 ranks prefill nothing');
+    expect(j.reason).toMatch(
+      /The recommended default, cache_aware with its default options, gets TTFT p99 \d+ ms/,
+    );
+  });
+});
