@@ -2,12 +2,20 @@
 // also writes a JSON report there, which .ci/sum-results.mjs adds up into one
 // "N passed, N failed" line across packages.
 import { basename, join } from 'node:path';
+import { defaultServerConditions } from 'vite';
 import { defineConfig } from 'vitest/config';
+
+// Workspace packages export their TypeScript source under this condition (and compiled
+// dist/ otherwise), so tests run the code being edited without a build step.
+export const SOURCE_CONDITION = '@kvroute/source';
+const conditions = [SOURCE_CONDITION, ...defaultServerConditions];
 
 export function packageConfig(dir: string, overrides: { testTimeout?: number } = {}) {
   const reportDir = process.env.KVROUTE_TEST_REPORT_DIR;
   const name = basename(dir);
   return defineConfig({
+    resolve: { conditions },
+    ssr: { resolve: { conditions } },
     test: {
       include: ['test/**/*.test.ts'],
       testTimeout: overrides.testTimeout ?? 20_000,

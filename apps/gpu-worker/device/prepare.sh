@@ -17,26 +17,25 @@ mkdir -p "$dest"
 cd "$root"
 
 # ESM bundles still meet CommonJS packages that call require(); give them one.
-banner="import{createRequire}from'module';const require=createRequire(import.meta.url);"
+banner="import{createRequire as __kvrouteRequire}from'module';const require=__kvrouteRequire(import.meta.url);"
 
 echo "prepare: bundling the router" >&2
 # The router's own `bundle` script (pnpm --filter @kvroute/router bundle), pointed at $dest
-# instead of apps/router/dist: a dist/ bundle would make the router's bin prefer it over the
-# source on this machine, and a stale one would hide later source changes.
+# instead of apps/router/bundle.
 bundle_cmd="$(node -p "require('./apps/router/package.json').scripts.bundle")"
 case "$bundle_cmd" in
-  *--outfile=dist/kvroute-router.mjs*) ;;
+  *--outfile=bundle/kvroute-router.mjs*) ;;
   *) echo "prepare: apps/router's bundle script changed shape: $bundle_cmd" >&2; exit 1 ;;
 esac
-bundle_cmd="${bundle_cmd/--outfile=dist\/kvroute-router.mjs/--outfile=$dest/kvroute-router.mjs}"
+bundle_cmd="${bundle_cmd/--outfile=bundle\/kvroute-router.mjs/--outfile=$dest/kvroute-router.mjs}"
 (cd apps/router && eval "pnpm exec $bundle_cmd --log-level=warning")
 
 echo "prepare: bundling the sim CLI" >&2
 # esbuild is the router's devDependency; run it from there with paths relative to apps/router.
 (cd apps/router && pnpm exec esbuild ../../packages/sim/src/cli.ts --bundle --platform=node --format=esm \
-  --target=node20 --log-level=warning --outfile="$dest/kvroute-sim.mjs" "--banner:js=$banner")
+  --target=node20 --conditions=@kvroute/source --log-level=warning --outfile="$dest/kvroute-sim.mjs" "--banner:js=$banner")
 (cd apps/router && pnpm exec esbuild ../../packages/validate/src/cli.ts --bundle --platform=node --format=esm \
-  --target=node20 --log-level=warning --outfile="$dest/kvroute-validate.mjs" "--banner:js=$banner")
+  --target=node20 --conditions=@kvroute/source --log-level=warning --outfile="$dest/kvroute-validate.mjs" "--banner:js=$banner")
 
 if [ "${SKIP_NODE:-0}" != "1" ]; then
   node_bin="$(command -v node)"

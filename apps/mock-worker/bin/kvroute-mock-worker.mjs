@@ -1,6 +1,20 @@
 #!/usr/bin/env node
-// The package is consumed as TypeScript source: register tsx's loader, then run the server.
-import { register } from 'tsx/esm/api';
+// `kvroute-mock-worker`: as installed from npm, runs the compiled server.js in dist/ with plain node. In a
+// checkout of the repository (src/ present) it runs the TypeScript source through tsx, with
+// the other workspace packages resolved to their source too (the `@kvroute/source` export
+// condition), so the bin never runs a stale build.
+import { existsSync } from 'node:fs';
+import { register } from 'node:module';
 
-register();
-await import('../src/server.ts');
+const source = new URL('../src/server.ts', import.meta.url);
+if (existsSync(source)) {
+  const tsx = await import('tsx/esm/api');
+  tsx.register();
+  const hook =
+    'export async function resolve(s, c, next) {' +
+    " return next(s, { ...c, conditions: ['@kvroute/source', ...c.conditions] }); }";
+  register(`data:text/javascript,${encodeURIComponent(hook)}`);
+  await import(source.href);
+} else {
+  await import(new URL('../dist/server.js', import.meta.url).href);
+}

@@ -96,15 +96,18 @@ async function buildBundles(): Promise<string | undefined> {
   if (process.env.KVROUTE_BENCH_BUNDLE_DIR) return process.env.KVROUTE_BENCH_BUNDLE_DIR;
   if (values.tsx) return undefined;
   const { build } = await import('esbuild');
-  const outdir = join(routerRoot, 'dist', 'bench');
+  const outdir = join(routerRoot, 'bundle', 'bench');
   const common = {
     bundle: true,
     platform: 'node',
     format: 'esm',
     target: 'node20',
+    conditions: ['@kvroute/source'] as string[],
     logLevel: 'warning',
+    // A native addon (KV events): loaded from node_modules at run time, not bundled.
+    external: ['zeromq'] as string[],
     banner: {
-      js: "import{createRequire}from'module';const require=createRequire(import.meta.url);",
+      js: "import{createRequire as __kvrCreateRequire}from'module';const require=__kvrCreateRequire(import.meta.url);",
     },
   } as const;
   await build({
@@ -127,10 +130,14 @@ function startProcess(
   cwd: string,
 ): Promise<{ child: ChildProcess; url: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, bundleDir ? args : ['--import', 'tsx', ...args], {
-      cwd,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      process.execPath,
+      bundleDir ? args : ['--conditions=@kvroute/source', '--import', 'tsx', ...args],
+      {
+        cwd,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     let out = '';
     const onData = (d: Buffer): void => {
       out += d.toString();

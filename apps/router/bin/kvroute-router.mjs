@@ -1,23 +1,22 @@
 #!/usr/bin/env node
-// kvroute-router: runs the TypeScript source through tsx, as every package here does. Where
-// tsx is not installed (a machine that got only the single-file bundle from
-// `pnpm --filter @kvroute/router bundle`), it runs that bundle instead. Source first, so a
-// stale bundle left in dist/ never shadows the code being edited.
+// `kvroute-router`: as installed from npm, runs the compiled server.js in dist/ with plain node. In a
+// checkout of the repository (src/ present) it runs the TypeScript source through tsx, with
+// the other workspace packages resolved to their source too (the `@kvroute/source` export
+// condition), so the bin never runs a stale build.
+// Hosts without node_modules run the single-file bundle instead (`pnpm --filter
+// @kvroute/router bundle`).
 import { existsSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { register } from 'node:module';
 
-const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const bundle = join(root, 'dist', 'kvroute-router.mjs');
-let tsx;
-try {
-  tsx = await import('tsx/esm/api');
-} catch (err) {
-  if (!existsSync(bundle)) throw err;
-}
-if (tsx) {
+const source = new URL('../src/server.ts', import.meta.url);
+if (existsSync(source)) {
+  const tsx = await import('tsx/esm/api');
   tsx.register();
-  await import(pathToFileURL(join(root, 'src', 'server.ts')).href);
+  const hook =
+    'export async function resolve(s, c, next) {' +
+    " return next(s, { ...c, conditions: ['@kvroute/source', ...c.conditions] }); }";
+  register(`data:text/javascript,${encodeURIComponent(hook)}`);
+  await import(source.href);
 } else {
-  await import(pathToFileURL(bundle).href);
+  await import(new URL('../dist/server.js', import.meta.url).href);
 }

@@ -4,6 +4,7 @@
 import type { FastifyInstance } from 'fastify';
 import { helpText, type RouterConfig, redactConfig, resolveConfig } from './config.ts';
 import { RouterConfigError } from './errors.ts';
+import { loggerOptions, startupMessage } from './logging.ts';
 import { buildRouter, dispatcherConfig } from './router.ts';
 
 export interface RunningRouter {
@@ -57,7 +58,7 @@ export async function startRouter(
   let config = resolveConfig(argv, env);
   const mocks = config.mockWorkers > 0 ? await startMockWorkers(config) : undefined;
   if (mocks) config = { ...config, workerUrls: [...config.workerUrls, ...mocks.urls] };
-  const app = buildRouter(config, { logger: { level: config.logLevel } });
+  const app = buildRouter(config, { logger: loggerOptions(config.logLevel, config.logFormat) });
   try {
     await app.listen({ host: config.host, port: config.port });
     const ops = app.kvroute.adminApp;
@@ -83,7 +84,7 @@ export async function startRouter(
       tokenizer: app.kvroute.tokenizer.description,
       ranks: app.kvroute.table.info().map((r) => ({ rank: r.rank, url: r.url, dpRank: r.dpRank })),
     },
-    `kvroute-router listening on ${url}`,
+    startupMessage(url, config, app.kvroute.table.size, app.kvroute.table.workers().length),
   );
   return {
     app,

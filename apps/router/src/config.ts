@@ -105,6 +105,16 @@ export interface RouterConfig {
   /** Forward requests to paths the router does not know to a worker instead of a 404. */
   passThroughUnknown: boolean;
   logLevel: string;
+  /** 'json' (one object per line), 'pretty' (readable lines), 'auto' = pretty on a TTY. */
+  logFormat: 'auto' | 'json' | 'pretty';
+  /** Workers found by pod label through the Kubernetes API (src/discovery/). */
+  serviceDiscovery: boolean;
+  /** key=value label requirements the worker pods must all match. */
+  selector: string[];
+  /** Port of the workers' HTTP server in each discovered pod. */
+  serviceDiscoveryPort: number;
+  /** Namespace to watch; undefined = the pod's own namespace (service account), else default. */
+  serviceDiscoveryNamespace?: string;
   /** KV events: endpoint template with {host} (tcp://{host}:5557); see src/kv-events/feed.ts. */
   kvEventsEndpoint?: string;
   kvEventsReplayEndpoint?: string;
@@ -152,8 +162,8 @@ export const DEFAULT_CONFIG: RouterConfig = {
   maxRetries: 2,
   retryBackoffBaseMs: 25,
   retryBackoffMaxMs: 250,
-  retryBudgetPercent: 20,
-  retryMinConcurrency: 3,
+  retryBudgetPercent: 25,
+  retryMinConcurrency: 8,
   maxJsonDepth: 64,
   maxConcurrentRequests: 4096,
   maxConcurrentPerRank: 0,
@@ -164,7 +174,7 @@ export const DEFAULT_CONFIG: RouterConfig = {
   bodyTimeoutMs: 30_000,
   headersTimeoutMs: 10_000,
   maxConnections: 16_384,
-  bodyMemoryBytes: 128 * 1024 * 1024,
+  bodyMemoryBytes: 64 * 1024 * 1024,
   apiKeys: [],
   forwardClientAuth: false,
   adminHost: '127.0.0.1',
@@ -174,6 +184,10 @@ export const DEFAULT_CONFIG: RouterConfig = {
   mockDpSize: 1,
   passThroughUnknown: false,
   logLevel: 'info',
+  logFormat: 'auto',
+  serviceDiscovery: false,
+  selector: [],
+  serviceDiscoveryPort: 30000,
   kvEventsEndpoints: [],
   kvEventsReplayEndpoints: [],
   kvEventsTopic: '',
@@ -689,6 +703,38 @@ export const OPTIONS: readonly OptionSpec[] = [
     choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'],
     help: 'Log level',
   },
+  {
+    flag: 'log-format',
+    key: 'logFormat',
+    kind: 'string',
+    choices: ['auto', 'json', 'pretty'],
+    help: 'json: one JSON object per line; pretty: readable lines; auto: pretty on a terminal, else json',
+  },
+  {
+    flag: 'service-discovery',
+    key: 'serviceDiscovery',
+    kind: 'bool',
+    help: 'Find workers by pod label through the Kubernetes API (in-cluster service account, or KUBECONFIG)',
+  },
+  {
+    flag: 'selector',
+    key: 'selector',
+    kind: 'list',
+    help: 'Service discovery: label requirements key=value the worker pods must match (all of them)',
+  },
+  {
+    flag: 'service-discovery-port',
+    key: 'serviceDiscoveryPort',
+    kind: 'int',
+    min: 1,
+    help: "Service discovery: the workers' HTTP port in each pod",
+  },
+  {
+    flag: 'service-discovery-namespace',
+    key: 'serviceDiscoveryNamespace',
+    kind: 'string',
+    help: "Service discovery: namespace to watch (default: the router pod's own)",
+  },
 ];
 
 const BY_FLAG = new Map<string, OptionSpec>();
@@ -949,10 +995,20 @@ export function validateConfig(cfg: RouterConfig): RouterConfig {
   }
   if (new Set(urls).size !== urls.length)
     throw new RouterConfigError('--worker-urls: a URL is listed twice');
-  if (urls.length === 0 && cfg.mockWorkers === 0 && !cfg.adminToken) {
+  if (urls.length === 0 && cfg.mockWorkers === 0 && !cfg.adminToken && !cfg.serviceDiscovery) {
     throw new RouterConfigError(
-      'no workers: give --worker-urls URL... or --mock-workers N (or --admin-token to add them later)',
+      'no workers: give --worker-urls URL..., --service-discovery --selector k=v, or --mock-workers N (or --admin-token to add them later)',
     );
+  }
+  if (cfg.serviceDiscovery && cfg.selector.length === 0) {
+    throw new RouterConfigError(
+      "--service-discovery needs --selector key=value (the worker pods' labels), e.g. --selector app=sglang",
+    );
+  }
+  for (const req of cfg.selector) {
+    if (!/^[A-Za-z0-9][-A-Za-z0-9_./]*=[-A-Za-z0-9_.]*$/.test(req)) {
+      throw new RouterConfigError(`--selector: "${req}" is not a label requirement key=value`);
+    }
   }
   if (cfg.dpSize !== undefined && !cfg.dpAware)
     throw new RouterConfigError('--dp-size only applies with --dp-aware');

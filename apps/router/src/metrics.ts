@@ -2,7 +2,14 @@
 // routers in one process, as in tests, do not collide). Gauges that mirror state the router
 // already keeps (in-flight, health, affinity table) are read at scrape time through collect(),
 // so the request path pays nothing for them.
-import { Counter, Gauge, Histogram, type LabelValues, Registry } from 'prom-client';
+import {
+  Counter,
+  collectDefaultMetrics,
+  Gauge,
+  Histogram,
+  type LabelValues,
+  Registry,
+} from 'prom-client';
 
 export interface MetricsSources {
   /** Current per-rank state for the scrape-time gauges. */
@@ -28,6 +35,8 @@ export interface RouterMetrics {
   readonly promptTokens: Counter<'rank'>;
   readonly cachedTokens: Counter<'rank'>;
   readonly retries: Counter<'rank' | 'cause'>;
+  /** Client-seen duration of proxied requests, from the request to the last byte sent. */
+  readonly requestDuration: Histogram<'route' | 'status'>;
   /** Label-bound children for one rank, cached: the request path skips label hashing. */
   rank(rank: string): RankMetrics;
   /** The decision histogram bound to the dispatcher's method. */
@@ -54,7 +63,14 @@ export interface BoundCounter {
 }
 
 const DECISION_BUCKETS = [1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2];
-const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+// Up to an hour, as vLLM's and SGLang's TTFT histograms go: long prompts behind a queue on a
+// loaded fleet wait minutes, and a top bucket of 30 s would hide all of that in +Inf.
+const TTFT_BUCKETS = [
+  0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600,
+];
+const DURATION_BUCKETS = [
+  0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600,
+];
 
 // prom-client's label-bound children still validate the labels, rebuild the label hash string
 // and look it up on every call (about 1 us per histogram observe in a CPU profile of the bench),
@@ -164,6 +180,25 @@ function mirrorCounter(c: Counter, value: number | undefined): void {
 export function createRouterMetrics(sources: MetricsSources): RouterMetrics {
   const registry = new Registry();
   const registers = [registry];
+  // process_* and nodejs_* (CPU, memory, event loop lag, GC), as prom-client defines them.
+  collectDefaultMetrics({ register: registry });
+  // prom-client names these three gauges *_total, which Prometheus reserves for counters
+  // (`promtool check metrics` rejects them); their per-type families (nodejs_active_handles,
+  // ...) stay.
+  for (const name of [
+    'nodejs_active_handles_total',
+    'nodejs_active_requests_total',
+    'nodejs_active_resources_total',
+  ]) {
+    registry.removeSingleMetric(name);
+  }
+  const requestDuration = new Histogram({
+    name: 'kvroute_router_request_duration_seconds',
+    help: 'Proxied requests from arrival to the last byte sent to the client (end-to-end latency), by route and HTTP status',
+    labelNames: ['route', 'status'] as const,
+    buckets: DURATION_BUCKETS,
+    registers,
+  });
 
   const requests = new Counter({
     name: 'kvroute_router_requests_total',
@@ -302,6 +337,7 @@ export function createRouterMetrics(sources: MetricsSources): RouterMetrics {
     promptTokens,
     cachedTokens,
     retries,
+    requestDuration,
     rank(rank) {
       let m = byRank.get(rank);
       if (!m) {

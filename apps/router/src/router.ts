@@ -4,6 +4,7 @@
 // from /get_server_info) runs in onReady, so the builder stays synchronous.
 import { createServer, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import type { KubeConfig } from '@kubernetes/client-node';
 import { createDispatcher, type Dispatcher, type DispatcherConfig } from '@kvroute/policy';
 import {
   createHttpAgent,
@@ -19,6 +20,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Agent } from 'undici';
 import { Admission } from './admission.ts';
 import { loadApiKeys, type RouterConfig } from './config.ts';
+import { discoveryPlugin } from './discovery/plugin.ts';
 import { errorReply } from './error-reply.ts';
 import type { RouterError } from './errors.ts';
 import { HealthMonitor } from './health.ts';
@@ -41,6 +43,8 @@ export interface BuildRouterOptions {
   logger?: boolean | { level: string };
   /** A ready tokenizer (tests, embedders); default from config.tokenizer. */
   tokenizer?: RoutingTokenizer;
+  /** Service discovery's API credentials (tests); default: in-cluster or KUBECONFIG. */
+  kubeConfig?: KubeConfig;
 }
 
 /** What the router exposes to embedders and tests as `app.kvroute`. */
@@ -109,8 +113,17 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
         { connectionsCheckingInterval: 1_000 },
         (req, res) => {
           const kind = req.method === 'POST' ? kindForPath(req.url ?? '') : undefined;
-          if (kind) void serveProxy(req, res, kind, REQUEST_PATHS[kind]);
-          else handler(req, res);
+          if (kind) {
+            const route = REQUEST_PATHS[kind];
+            const start = performance.now();
+            res.once('close', () => {
+              metrics.requestDuration.observe(
+                { route, status: String(res.headersSent ? res.statusCode : 499) },
+                (performance.now() - start) / 1e3,
+              );
+            });
+            void serveProxy(req, res, kind, route);
+          } else handler(req, res);
         },
       );
       // What fastify sets on servers it creates itself (it leaves a factory's alone).
@@ -334,6 +347,12 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
   app.register(proxyPlugin, { handler: serveProxy });
   app.register(workersApiPlugin, { state });
   app.register(engineApiPlugin, { state });
+  if (config.serviceDiscovery) {
+    app.register(discoveryPlugin, {
+      state,
+      ...(opts.kubeConfig ? { kubeConfig: opts.kubeConfig } : {}),
+    });
+  }
   // Metrics and admin: on the main listener, or only on their own (--admin-port).
   const ops = config.adminPort === undefined ? app : buildOpsApp(config, log);
   ops.register(metricsPlugin, { metrics });

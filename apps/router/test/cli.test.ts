@@ -46,6 +46,7 @@ describe('kvroute-router CLI', () => {
     const child = spawn(
       process.execPath,
       [
+        '--conditions=@kvroute/source',
         '--import',
         'tsx',
         'src/server.ts',

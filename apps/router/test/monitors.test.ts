@@ -87,7 +87,8 @@ describe('HealthMonitor', () => {
       agent,
       {
         intervalMs: 0,
-        timeoutMs: 50,
+        // Nothing here hangs: a generous timeout keeps a loaded machine from failing the check.
+        timeoutMs: 2_000,
         failureThreshold: 3,
         successThreshold: 1,
         endpoint: '/health',

@@ -1,5 +1,5 @@
 // Fits the prefill coefficients of the h200-* profiles to the calibration's median_ms and
-// writes them to src/cost/h200-fit.ts. Run: pnpm --filter @kvroute/sim exec tsx scripts/fit-cost-model.ts
+// writes them to src/cost/h200-fit.ts. Run: pnpm --filter @kvroute/sim exec tsx --conditions=@kvroute/source scripts/fit-cost-model.ts
 //
 // Objective: mean absolute RELATIVE error, because the acceptance metric is relative (a 2 ms
 // miss at 12 ms matters as much as a 200 ms miss at 1.2 s). Plain least squares lets the

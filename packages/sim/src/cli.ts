@@ -1,4 +1,4 @@
-// Entry point of the `kvroute-sim` command (bin/kvroute-sim.mjs runs this through tsx).
+// Entry point of the `kvroute-sim` command (bin/kvroute-sim.mjs runs it, or its compiled form).
 // Everything else lives in ./cli/ so tests can drive runCli in-process.
 import { runCli } from './cli/main.ts';
 

@@ -4,8 +4,10 @@
 import type { DispatcherConfig } from '@kvroute/policy';
 import type { CostModel } from './cost/cost-model.ts';
 import { getProfile } from './cost/profiles.ts';
+import { type EngineSettings, type ResolvedEngine, resolveEngine } from './entities/presets.ts';
 import type { PolicyRunSummary, RequestRecord } from './metrics/types.ts';
 import { type RankOverrides, simulatePlan } from './simulate.ts';
+import { withRequestRate } from './workloads/load.ts';
 import { buildWorkload } from './workloads/registry.ts';
 import type { WorkloadPlan } from './workloads/types.ts';
 
@@ -23,6 +25,12 @@ export interface ComparisonOptions {
   window?: number;
   prefixLength?: number;
   rank?: RankOverrides;
+  /** Engine preset and settings (default: SGLang's); `rank` overrides win over them. */
+  engine?: EngineSettings;
+  /** Closed loop: at most this many requests in flight (benchmark --max-concurrency). */
+  maxConcurrency?: number;
+  /** Open loop: send the plan's requests as Poisson arrivals at this many requests/s. */
+  requestRate?: number;
   /** Progress over the whole comparison (0..1). */
   onProgress?(fraction: number): void;
   /** A plan built beforehand (e.g. to reuse one across a sweep); scenarioOptions then unused. */
@@ -35,6 +43,8 @@ export interface ComparisonResult {
   ranks: number;
   profile: string;
   seed: string | number;
+  /** The rank model every policy ran on (preset, admission, caps, KV pool). */
+  engine: ResolvedEngine & { maxConcurrency?: number; requestRate?: number };
   /** Replay: trace lines skipped with skipInvalid. */
   skippedLines?: number;
   policies: PolicyRunSummary[];
@@ -64,8 +74,12 @@ export function policyConfig(
 export function runComparisonDetailed(opts: ComparisonOptions): ComparisonRun {
   if (opts.policies.length === 0) throw new RangeError('policies: give at least one policy');
   const profile = typeof opts.profile === 'string' ? getProfile(opts.profile) : opts.profile;
-  const plan = opts.plan ?? buildWorkload(opts.scenario, opts.scenarioOptions ?? {}, opts.seed);
+  let plan = opts.plan ?? buildWorkload(opts.scenario, opts.scenarioOptions ?? {}, opts.seed);
+  if (opts.requestRate !== undefined) plan = withRequestRate(plan, opts.requestRate, opts.seed);
   const ranks = opts.ranks ?? plan.ranks;
+  const engine = resolveEngine(profile, opts.engine);
+  const { engine: _name, ...fromEngine } = engine;
+  const rank: RankOverrides = { ...fromEngine, ...(opts.rank ?? {}) };
   const summaries: PolicyRunSummary[] = [];
   const records: RequestRecord[][] = [];
   const n = opts.policies.length;
@@ -75,7 +89,8 @@ export function runComparisonDetailed(opts: ComparisonOptions): ComparisonRun {
       ranks,
       profile,
       seed: opts.seed,
-      rank: opts.rank,
+      rank,
+      ...(opts.maxConcurrency !== undefined ? { maxConcurrency: opts.maxConcurrency } : {}),
       onProgress: opts.onProgress ? (f) => opts.onProgress!((i + f) / n) : undefined,
     });
     summaries.push(run.summary);
@@ -87,6 +102,11 @@ export function runComparisonDetailed(opts: ComparisonOptions): ComparisonRun {
     ranks,
     profile: profile.name,
     seed: opts.seed,
+    engine: {
+      ...engine,
+      ...(opts.maxConcurrency !== undefined ? { maxConcurrency: opts.maxConcurrency } : {}),
+      ...(opts.requestRate !== undefined ? { requestRate: opts.requestRate } : {}),
+    },
     policies: summaries,
   };
   if (plan.skippedLines !== undefined) result.skippedLines = plan.skippedLines;

@@ -140,9 +140,10 @@ describe('run', () => {
     expect(csv).toHaveLength(3);
     expect(csv[1]).toMatch(/^seed-sequential,4,seed-qwen3-moe-dp16,1,round_robin,/);
     const html = readFileSync(join(dir, 'out/r.html'), 'utf8');
-    // TTFT distribution, TTFT per request, hit rate, per-rank load.
-    expect(html.match(/<svg/g)?.length).toBe(4);
+    // TTFT distribution, TTFT per request, hit rate, hit rate vs p99, per-rank load.
+    expect(html.match(/<svg/g)?.length).toBe(5);
     expect(html).toContain('TTFT of each request, in arrival order');
+    expect(html).toContain('Hit rate vs TTFT p99 per policy (red: the one-big-cache bound)');
     expect(html).not.toMatch(/<script/i);
     expect(html).not.toMatch(/\b(src|href)\s*=\s*["']?https?:/i);
   });
@@ -630,7 +631,11 @@ describe('listings and help', () => {
 describe('as a process', () => {
   const tsx = join(pkgDir, '../../node_modules/.bin/tsx');
   const run = (args: string[]) =>
-    spawnSync(tsx, ['src/cli.ts', ...args], { cwd: pkgDir, encoding: 'utf8', timeout: 60_000 });
+    spawnSync(tsx, ['--conditions=@kvroute/source', 'src/cli.ts', ...args], {
+      cwd: pkgDir,
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
 
   it('keeps stdout pure JSON with --json -, exits 0, and matches an in-process run byte for byte', async () => {
     const args = ['run', ...SMALL, '--policies', 'round_robin,prefix_match', '--json', '-'];

@@ -163,7 +163,22 @@ describe('policy comparison report', () => {
     // The HTML carries the same findings as the Markdown ("see findings" must resolve).
     expect(html).toContain('<h2>Findings</h2>');
     expect(html).toContain('<b>Recommended default: <code>cache_aware</code>.</b>');
-  });
+    // Load curves: each scenario at every multiplier, every load method, crossovers named.
+    expect(c.loadCurves.map((l) => l.id)).toEqual(['load-hot-prefix', 'load-agentic']);
+    for (const l of c.loadCurves) {
+      expect(l.points.map((p) => p.multiplier)).toEqual([0.5, 1, 2, 4]);
+      for (const p of l.points) expect(p.rows.length).toBe(4);
+      expect(
+        l.best
+          .filter((b) => b.metric === 'ttftP99')
+          .flatMap((b) => b.multipliers)
+          .sort(),
+      ).toEqual([0.5, 1, 2, 4]);
+    }
+    const loadText = renderMarkdown(c);
+    expect(loadText).toContain('## Across offered load');
+    expect(loadText).toMatch(/Best TTFT p99: `\w+` at x/);
+  }, 120_000);
 
   it('rejects unknown methods with the valid names (exit 2)', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'kvroute-compare-'));
@@ -235,6 +250,7 @@ describe('judgeTargets', () => {
     quick: false,
     busySpeedup: 2,
     busySearch: [],
+    loadCurves: [],
     targets: [],
     scenarios: [
       scen('hot-prefix', 'hot-prefix', [

@@ -243,7 +243,7 @@ describe('HTML', () => {
     }));
     const html = await renderRunHtml(report, samples);
     assertSelfContained(html);
-    expect(html.match(/<svg/g)?.length).toBe(3);
+    expect(html.match(/<svg/g)?.length).toBe(4);
     expect(html).toContain('TTFT distribution per policy');
     expect(html).toContain('Token hit rate per policy');
     expect(html).toContain('Per-rank load');
@@ -266,7 +266,7 @@ describe('HTML', () => {
       ttftByArrivalMs: [7400, 1290],
     }));
     const html = await renderRunHtml(report, samples);
-    expect(html.match(/<svg/g)?.length).toBe(4);
+    expect(html.match(/<svg/g)?.length).toBe(5);
     expect(html).toContain('TTFT of each request, in arrival order');
     const spec = ttftTimelineSpec(report.policies, samples) as {
       data: { values: { request: number; ttftMs: number }[] };
@@ -275,7 +275,25 @@ describe('HTML', () => {
       { policy: 'round_robin', request: 1, ttftMs: 7400 },
       { policy: 'round_robin', request: 2, ttftMs: 1290 },
     ]);
-    const many = Array.from({ length: MAX_TIMELINE_REQUESTS + 1 }, () => 1);
+    // Above MAX_TIMELINE_REQUESTS the chart no longer disappears: it bins by arrival time
+    // (p50 and p99 per bin) and marks the cluster's events.
+    const n = MAX_TIMELINE_REQUESTS + 1;
+    const many = Array.from({ length: n }, (_, k) => (k < n / 2 ? 100 : 900));
+    const arrivals = Array.from({ length: n }, (_, k) => k * 10);
+    const binned = ttftTimelineSpec(
+      report.policies,
+      [{ policy: 'round_robin', ttftMs: many, ttftByArrivalMs: many, arrivalMs: arrivals }],
+      [{ atMs: 5000, label: 'rank 3 down' }],
+    ) as unknown as {
+      title: string;
+      layer: { data: { values: { stat?: string; ttftMs?: number; label?: string }[] } }[];
+    };
+    expect(binned.title).toMatch(/TTFT over time: p50 and p99/);
+    const points = binned.layer[0]!.data.values;
+    expect(points.filter((v) => v.stat === 'p50').length).toBe(60);
+    expect(points.some((v) => v.ttftMs === 100) && points.some((v) => v.ttftMs === 900)).toBe(true);
+    expect(binned.layer[1]!.data.values).toEqual([{ timeS: 5, label: 'rank 3 down' }]);
+    // Too many requests and no arrival times to bin by: nothing honest to draw.
     expect(
       ttftTimelineSpec(report.policies, [
         { policy: 'round_robin', ttftMs: many, ttftByArrivalMs: many },
@@ -316,15 +334,27 @@ describe('TTFT chart axis', () => {
   it('switches to a log axis when TTFTs span more than 20x', async () => {
     const { ttftCdfSpec } = await import('../src/report/charts.ts');
     const policies = [policyReport('round_robin')];
-    const wide = ttftCdfSpec(policies, [{ policy: 'round_robin', ttftMs: [20, 100, 30000] }]) as {
-      encoding: { x: { scale?: { type: string }; title: string } };
+    type Cdf = {
+      layer: {
+        encoding: { x: { scale?: { type?: string; domain?: number[] }; title: string } };
+        data: { values: { stat?: string; ttftMs: number }[] };
+      }[];
     };
-    expect(wide.encoding.x.scale).toEqual({ type: 'log' });
-    expect(wide.encoding.x.title).toContain('log scale');
-    const narrow = ttftCdfSpec(policies, [{ policy: 'round_robin', ttftMs: [1290, 7400] }]) as {
-      encoding: { x: { scale?: unknown } };
-    };
-    expect(narrow.encoding.x.scale).toBeUndefined();
+    const wide = ttftCdfSpec(policies, [
+      { policy: 'round_robin', ttftMs: [20, 100, 30000] },
+    ]) as unknown as Cdf;
+    const x = wide.layer[0]!.encoding.x;
+    expect(x.scale?.type).toBe('log');
+    expect(x.title).toContain('log scale');
+    // The axis is fitted to the data, not a fixed 10-10,000 ms.
+    expect(x.scale?.domain).toEqual([20, 30000]);
+    // p50 and p99 of each policy are marked on the curve.
+    expect(wide.layer[1]!.data.values.map((v) => v.stat)).toEqual(['p50', 'p99']);
+    const narrow = ttftCdfSpec(policies, [
+      { policy: 'round_robin', ttftMs: [1290, 7400] },
+    ]) as unknown as Cdf;
+    expect(narrow.layer[0]!.encoding.x.scale?.type).toBeUndefined();
+    expect(narrow.layer[0]!.encoding.x.scale?.domain).toEqual([0, 7400]);
   });
 
   it('titles a replay by its trace file', () => {

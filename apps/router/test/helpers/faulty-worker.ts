@@ -45,6 +45,8 @@ export interface FaultyWorker {
   mode: FaultMode;
   /** Requests received on the inference route. */
   requests: number;
+  /** Date.now() of the first request answered in a faulty mode. */
+  firstFaultAt: number | undefined;
   /** Delay between streamed events in ms (slow-trickle uses 10x this). */
   eventGapMs: number;
   close(): Promise<void>;
@@ -66,6 +68,7 @@ export async function startFaultyWorker(mode: FaultMode = 'ok'): Promise<FaultyW
     url: '',
     mode,
     requests: 0,
+    firstFaultAt: undefined,
     eventGapMs: 5,
     close: async () => {
       for (const r of hung) r.destroy();
@@ -106,6 +109,7 @@ export async function startFaultyWorker(mode: FaultMode = 'ok'): Promise<FaultyW
     body: Record<string, unknown>,
   ): void => {
     worker.requests++;
+    if (worker.mode !== 'ok' && worker.mode !== 'slow-trickle') worker.firstFaultAt ??= Date.now();
     const stream = body.stream === true;
     const gap = worker.eventGapMs;
     switch (worker.mode) {

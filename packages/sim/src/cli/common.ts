@@ -14,6 +14,12 @@ import {
   strs,
 } from './args.ts';
 import type { CliIo } from './command.ts';
+import {
+  ENGINE_FLAGS_HELP,
+  ENGINE_OPTIONS,
+  type EngineFlags,
+  readEngineFlags,
+} from './engine-flags.ts';
 import { UsageError } from './errors.ts';
 import { checkTargets, type OutputTargets } from './outputs.ts';
 import { type PolicyFlags, type PolicySpec, parseAffinityFlag, parsePolicies } from './policies.ts';
@@ -41,6 +47,7 @@ export const SIM_OPTIONS: OptionSpec = {
   json: { type: 'string' },
   csv: { type: 'string' },
   html: { type: 'string' },
+  ...ENGINE_OPTIONS,
 };
 
 export const SIM_FLAGS_HELP = `  --ranks N             rank count, for the simulator and the scenario's own 'ranks' option
@@ -55,6 +62,7 @@ export const SIM_FLAGS_HELP = `  --ranks N             rank count, for the simul
   --json FILE|-         write the JSON report (schema in the package README); '-' = stdout only
   --csv FILE|-          write one CSV row per policy (sweep: per grid cell)
   --html FILE|-         write a self-contained HTML report with charts
+${ENGINE_FLAGS_HELP}
   -h, --help            this help`;
 
 export interface SimFlags {
@@ -68,6 +76,8 @@ export interface SimFlags {
   displayOptions?: Record<string, unknown>;
   policyFlags: PolicyFlags;
   outputs: OutputTargets;
+  /** Rank model and client load (--engine, --admission, --max-concurrency, ...). */
+  engine: EngineFlags;
 }
 
 /** Profile for scenarios run without --profile: the seed scenarios model the seed's deployment. */
@@ -139,6 +149,7 @@ export function readSimFlags(p: Parsed, scenario: string, io: CliIo): SimFlags {
     ...(displayOptions ? { displayOptions } : {}),
     policyFlags,
     outputs,
+    engine: readEngineFlags(p),
   };
 }
 

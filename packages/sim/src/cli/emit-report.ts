@@ -4,7 +4,7 @@ import { runToCsv, sweepToCsv } from '../report/csv.ts';
 import { renderRunHtml, renderSweepHtml } from '../report/html.ts';
 import { toJson } from '../report/json.ts';
 import { renderRunTable, renderSweepTable } from '../report/table.ts';
-import type { PolicySamples, RunReport, SweepReport } from '../report/types.ts';
+import type { PolicySamples, RunExtras, RunReport, SweepReport } from '../report/types.ts';
 import type { CliIo } from './command.ts';
 import { emit, type OutputTargets } from './outputs.ts';
 
@@ -13,12 +13,13 @@ export function emitRunReport(
   targets: OutputTargets,
   report: RunReport,
   samples: readonly PolicySamples[],
+  extras: () => RunExtras = () => ({}),
 ): Promise<void> {
   return emit(io, targets, {
     table: () => renderRunTable(report),
     json: () => toJson(report),
     csv: () => runToCsv(report),
-    html: () => renderRunHtml(report, samples),
+    html: () => renderRunHtml(report, samples, extras()),
   });
 }
 

@@ -40,6 +40,11 @@ export const commands: readonly CommandEntry[] = [
   ),
   lazy('profiles', 'list the cost profiles, one per line', () => import('./commands/profiles.ts')),
   lazy(
+    'fit',
+    'fit a cost profile to observed per-request timings and write it as a profile file',
+    () => import('./commands/fit.ts'),
+  ),
+  lazy(
     'merge',
     "combine 'sweep --shard K/N' results into the report one sweep run gives",
     () => import('./commands/merge.ts'),

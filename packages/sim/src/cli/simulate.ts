@@ -1,21 +1,26 @@
 // Runs the simulations a command asked for and shapes the results into reports, driving the
 // progress bar. The engine and the metrics are sim-core's; this file only sequences them.
 
+import { oneBigCacheBound } from '../compare/bound.ts';
 import { RECOMMENDED } from '../compare/policy-comparison.ts';
+import { hostTier } from '../entities/presets.ts';
 import type { CellJob, CellResult, ProfileRef } from '../parallel/cell.ts';
 import { runCells } from '../parallel/pool.ts';
 import { chooseBest, sweepNotes } from '../report/sweep-choice.ts';
 import type {
   PolicySamples,
+  RunExtras,
   RunReport,
   SweepCell,
   SweepObjective,
   SweepReport,
 } from '../report/types.ts';
+import type { ClusterEvent } from '../workloads/types.ts';
 import type { CliIo } from './command.ts';
+import type { EngineFlags } from './engine-flags.ts';
 import type { PolicySpec } from './policies.ts';
 import { createProgress } from './progress.ts';
-import { type CostModel, runComparisonDetailed } from './sim-api.ts';
+import { buildWorkload, type CostModel, runComparisonDetailed } from './sim-api.ts';
 
 export interface CompareInput {
   command: 'run' | 'replay';
@@ -27,22 +32,46 @@ export interface CompareInput {
   ranks?: number;
   profile: CostModel;
   policies: readonly PolicySpec[];
+  engine?: EngineFlags;
+}
+
+/** Plain data (it crosses worker threads and shard files): what engineOptions returns. */
+export type EngineOptions = ReturnType<typeof engineOptions>;
+
+/** The comparison options an EngineFlags asks for, resolved against the profile. */
+export function engineOptions(profile: CostModel, e: EngineFlags | undefined) {
+  if (e === undefined) return {};
+  const settings = { ...e.settings };
+  if (e.hostTokens !== undefined) {
+    settings.hostKv = hostTier(profile, e.hostTokens, {
+      ...(e.hostTokensPerMs !== undefined ? { tokensPerMs: e.hostTokensPerMs } : {}),
+      ...(e.hostEviction !== undefined ? { eviction: e.hostEviction } : {}),
+    });
+  }
+  return {
+    engine: settings,
+    ...(e.maxConcurrency !== undefined ? { maxConcurrency: e.maxConcurrency } : {}),
+    ...(e.requestRate !== undefined ? { requestRate: e.requestRate } : {}),
+  };
 }
 
 export function compare(
   io: CliIo,
   input: CompareInput,
-): { report: RunReport; samples: PolicySamples[] } {
+): { report: RunReport; samples: PolicySamples[]; extras: () => RunExtras } {
   const progress = createProgress(io);
   const n = input.policies.length;
   try {
+    const plan = buildWorkload(input.scenario, input.scenarioOptions, input.seed);
     const { result, records } = runComparisonDetailed({
       scenario: input.scenario,
       scenarioOptions: input.scenarioOptions,
+      plan,
       policies: input.policies.map((p) => p.config),
       ranks: input.ranks,
       profile: input.profile,
       seed: input.seed,
+      ...engineOptions(input.profile, input.engine),
       onProgress: (f) => {
         const i = Math.min(n - 1, Math.floor(f * n));
         progress.update(f, `${input.policies[i]?.method ?? ''} (${i + 1}/${n})`);
@@ -56,6 +85,7 @@ export function compare(
       ranks: result.ranks,
       profile: result.profile,
       seed: result.seed,
+      engine: result.engine,
       policies: result.policies.map((s, i) => ({
         ...s,
         options: input.policies[i]?.reportOptions ?? s.options,
@@ -69,9 +99,15 @@ export function compare(
         policy: s.policy,
         ttftMs: recs.map((r) => r.ttftMs),
         ttftByArrivalMs: byArrival.map((r) => r.ttftMs),
+        arrivalMs: byArrival.map((r) => r.arrivalMs),
       };
     });
-    return { report, samples };
+    // Only the HTML report draws these; the bound replays the whole plan once more.
+    const extras = (): RunExtras => ({
+      markers: plan.events.map((e) => ({ atMs: e.atMs, label: markerLabel(e) })),
+      boundHitRate: oneBigCacheBound(plan, input.profile.kvCapacityTokens * result.ranks).hitRate,
+    });
+    return { report, samples, extras };
   } finally {
     progress.done();
   }
@@ -94,6 +130,7 @@ export interface SweepInput {
   objective: SweepObjective;
   /** Worker threads (default: one per core). */
   workers?: number;
+  engine?: EngineFlags;
 }
 
 /** What a sweep's report is assembled from besides its cells: written into shard files. */
@@ -110,6 +147,8 @@ export interface SweepSpec {
   windows: number[];
   prefixLengths: number[];
   objective: SweepObjective;
+  /** Rank model and client load, resolved (engine flags). */
+  engine?: EngineOptions;
 }
 
 export const SHARD_FORMAT = 'kvroute-sim-sweep-shard/v1';
@@ -137,6 +176,7 @@ export function sweepSpec(input: SweepInput): SweepSpec {
     windows: [...input.windows],
     prefixLengths: [...input.prefixLengths],
     objective: input.objective,
+    ...(input.engine !== undefined ? { engine: engineOptions(input.profile, input.engine) } : {}),
   };
 }
 
@@ -166,6 +206,7 @@ export function sweepJobs(spec: SweepSpec): CellJob[] {
     ...(spec.ranks !== undefined ? { ranks: spec.ranks } : {}),
     profile: spec.profileRef,
     policy,
+    ...(spec.engine !== undefined ? { engine: spec.engine } : {}),
   });
   return [
     ...sweepPairs(spec).map(({ window, prefixLength }) =>
@@ -235,4 +276,10 @@ export function assembleSweep(spec: SweepSpec, results: readonly CellResult[]): 
     reason: reason + sweepNotes(best, reference, spec.objective),
     reference,
   };
+}
+
+function markerLabel(e: ClusterEvent): string {
+  if (e.kind === 'rank-down') return `rank ${e.rank} down`;
+  if (e.kind === 'rank-up') return `rank ${e.rank} back (cold)`;
+  return `scale to ${e.ranks} ranks`;
 }

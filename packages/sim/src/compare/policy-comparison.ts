@@ -12,6 +12,7 @@ import { buildWorkload } from '../workloads/registry.ts';
 import type { WorkloadPlan } from '../workloads/types.ts';
 import { type CacheBound, oneBigCacheBound } from './bound.ts';
 import { type KeysMoved, keysMoved } from './keys-moved.ts';
+import { type LoadCurve, loadCurve } from './load-curve.ts';
 
 /** Methods issue 5 added; the targets are judged on them. */
 export const NEW_METHODS = ['consistent_hash', 'cache_aware'] as const;
@@ -69,6 +70,8 @@ export interface PolicyComparison {
   busySpeedup: number | null;
   busySearch: { speedup: number; maxBusy: number }[];
   scenarios: ScenarioResult[];
+  /** Policies against offered load (0.5x to 4x each scenario's own pace), with crossovers. */
+  loadCurves: LoadCurve[];
   targets: TargetResult[];
 }
 
@@ -169,6 +172,24 @@ const QUICK: Record<string, Record<string, unknown>> = {
   replay: { limit: 400 },
 };
 
+/** Methods on the load curves: the load-only baselines and the cache-aware ones. */
+const LOAD_METHODS = [
+  'round_robin',
+  'total_tokens',
+  'prefix_match',
+  'consistent_hash',
+  'cache_aware',
+];
+const LOAD_MULTIPLIERS = [0.5, 1, 2, 4];
+const LOAD_SIZES: Record<string, Record<string, unknown>> = {
+  'hot-prefix': { requests: 1200 },
+  agentic: { sessions: 80 },
+};
+const LOAD_QUICK: Record<string, Record<string, unknown>> = {
+  'hot-prefix': { requests: 200, ratePerS: 30 },
+  agentic: { sessions: 10, turnsMax: 4 },
+};
+
 const BUSY_CANDIDATES = [1.25, 1.5, 1.75, 2, 2.5, 3, 4, 6, 8];
 const BUSY_TARGET = 0.7;
 
@@ -244,6 +265,28 @@ export function runPolicyComparison(opts: ComparisonOptions = {}): PolicyCompari
     scenarios.push(result);
   }
 
+  const loadCurves: LoadCurve[] = [];
+  const loadMethods = LOAD_METHODS.filter((m) => methods.includes(m));
+  for (const [scenario, title] of [
+    ['hot-prefix', 'Hot prefix against offered load'],
+    ['agentic', 'Agentic sessions against offered load (open loop)'],
+  ] as const) {
+    log(`load ${scenario}`);
+    const plan = buildWorkload(scenario, (quick ? LOAD_QUICK : LOAD_SIZES)[scenario] ?? {}, seed);
+    loadCurves.push(
+      loadCurve({
+        id: `load-${scenario}`,
+        title,
+        plan,
+        methods: loadMethods,
+        multipliers: LOAD_MULTIPLIERS,
+        profile,
+        seed,
+        log,
+      }),
+    );
+  }
+
   const comparison: PolicyComparison = {
     profile: PROFILE,
     seed,
@@ -252,6 +295,7 @@ export function runPolicyComparison(opts: ComparisonOptions = {}): PolicyCompari
     busySpeedup,
     busySearch,
     scenarios,
+    loadCurves,
     targets: [],
   };
   comparison.targets = judgeTargets(comparison);

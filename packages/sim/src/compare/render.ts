@@ -2,6 +2,7 @@
 // plus vega-lite charts rendered to inline SVG by the report module's renderSvg).
 import type { TopLevelSpec } from 'vega-lite';
 import { escapeHtml, renderSvg } from '../report/html.ts';
+import type { LoadCurve } from './load-curve.ts';
 import type { PolicyComparison, PolicyRow, ScenarioResult } from './policy-comparison.ts';
 import { NEW_METHODS, RECOMMENDED } from './policy-comparison.ts';
 
@@ -87,6 +88,71 @@ export const NOTES = `## Findings
 - Methods run with their defaults in every scenario (no per-scenario tuning); no routing-key affinity, so the methods alone are compared.
 `;
 
+const METRIC_NAMES = {
+  ttftP50: 'TTFT p50',
+  ttftP99: 'TTFT p99',
+  throughputRps: 'throughput',
+} as const;
+
+/** Policies against offered load: one table per scenario, the crossovers, where each wins. */
+export function loadMd(curves: readonly LoadCurve[]): string {
+  const out: string[] = ['## Across offered load', ''];
+  out.push(
+    "The same requests sent open loop (Poisson) at multiples of the scenario's own pace. A policy's advantage holds for the loads it was measured at; crossovers name where the best policy changes.",
+    '',
+  );
+  for (const c of curves) {
+    out.push(`### ${c.title}`, '');
+    out.push(`Own pace (x1): ${c.baseRateRps} requests/s.`, '');
+    const { header, rows } = loadTable(c);
+    out.push('Each cell: TTFT p50 / p99, throughput.', '');
+    out.push(mdTable(header, rows), '');
+    out.push(loadFindings(c), '');
+  }
+  return out.join('\n');
+}
+
+function loadTable(c: LoadCurve): { header: string[]; rows: string[][] } {
+  return {
+    header: ['load', ...c.points[0]!.rows.map((r) => r.policy)],
+    rows: c.points.map((p) => [
+      `x${p.multiplier} (${p.rateRps} req/s)`,
+      ...p.rows.map(
+        (r) =>
+          `${Math.round(r.ttftP50)} / ${Math.round(r.ttftP99)} ms, ${r.throughputRps.toFixed(2)} req/s`,
+      ),
+    ]),
+  };
+}
+
+/** Crossovers and the load range each metric's best policy holds for, as Markdown bullets. */
+function loadFindings(c: LoadCurve): string {
+  const out: string[] = [];
+  if (c.crossovers.length === 0) {
+    out.push('- No crossover: the best policy on each metric is the same at every load tried.');
+  } else {
+    for (const x of c.crossovers) {
+      out.push(
+        `- Crossover on ${METRIC_NAMES[x.metric]} between x${x.from} and x${x.to}: \`${x.before}\` is best below, \`${x.after}\` above.`,
+      );
+    }
+  }
+  for (const b of c.best) {
+    out.push(`- Best ${METRIC_NAMES[b.metric]}: \`${b.policy}\` at x${b.multipliers.join(', x')}.`);
+  }
+  return out.join('\n');
+}
+
+function loadHtml(curves: readonly LoadCurve[]): string {
+  if (curves.length === 0) return '';
+  return `<h2>Across offered load</h2><p>${escapeHtml("The same requests sent open loop (Poisson) at multiples of the scenario's own pace; each cell is TTFT p50 / p99 and throughput.")}</p>${curves
+    .map((c) => {
+      const { header, rows } = loadTable(c);
+      return `<h3>${escapeHtml(c.title)}</h3><p>${escapeHtml(`Own pace (x1): ${c.baseRateRps} requests/s.`)}</p>${htmlTable(header, rows)}${notesHtml(loadFindings(c))}`;
+    })
+    .join('\n')}`;
+}
+
 export function renderMarkdown(c: PolicyComparison): string {
   const out: string[] = [];
   out.push('# Policy comparison');
@@ -117,6 +183,7 @@ export function renderMarkdown(c: PolicyComparison): string {
   out.push('## Results by scenario');
   out.push('');
   for (const s of c.scenarios) out.push(scenarioMd(s));
+  if (c.loadCurves.length > 0) out.push(loadMd(c.loadCurves));
   out.push(NOTES);
   return `${out.join('\n')}\n`;
 }
@@ -204,6 +271,7 @@ export async function renderHtml(c: PolicyComparison): Promise<string> {
 <h2>Targets</h2>${targets}
 <h2>Charts</h2>${hit}${p99}
 <h2>Results by scenario</h2>${sections}
+${loadHtml(c.loadCurves)}
 ${notesHtml(NOTES)}
 </body></html>
 `;

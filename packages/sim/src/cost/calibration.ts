@@ -24,9 +24,12 @@ export function sharedDir(): string {
   return resolve(repoRoot(), '../shared');
 }
 
-/** Copies of the shared material committed in this package (packages/sim/data). */
+/**
+ * Copies of the shared material committed in this package (packages/sim/data), found from
+ * this file so the same path holds for src/ in the workspace and dist/ in an installed package.
+ */
 export function vendoredDataDir(): string {
-  return resolve(repoRoot(), 'packages/sim/data');
+  return resolve(dirname(fileURLToPath(import.meta.url)), '../../data');
 }
 
 /**

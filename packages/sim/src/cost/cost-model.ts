@@ -2,6 +2,7 @@
 // profiles and profiles written by the GPU worker's `--calibrate`, so a measured profile
 // and a fitted one are interchangeable.
 import { readFileSync } from 'node:fs';
+import type { MemoryModel } from './memory.ts';
 
 export interface CostModel {
   readonly name: string;
@@ -22,6 +23,8 @@ export interface CostModel {
    * occupies no step. Default 0.
    */
   readonly overheadMs?: number;
+  /** The memory model behind kvCapacityTokens, when the profile has one. */
+  readonly memory?: MemoryModel;
   /** One request's prefill chunk of `newTokens` on top of `cachedTokens`, alone on the GPU. */
   prefillMs(newTokens: number, cachedTokens: number): number;
   /**
@@ -82,6 +85,11 @@ export interface CostProfileSpec {
   dpAttention?: boolean;
   /** Optional, default 0: see CostModel.overheadMs. */
   overheadMs?: number;
+  /**
+   * Optional: the memory model kvCapacityTokens was derived from, so a run can re-derive
+   * it for another memory fraction or GPU (see memory.ts).
+   */
+  memory?: MemoryModel;
 }
 
 export const PROFILE_FORMAT = 'kvroute-cost-profile/v1';
@@ -101,6 +109,7 @@ export function costModelFromSpec(spec: CostProfileSpec): CostModel {
     chunkedPrefillSize: spec.chunkedPrefillSize,
     dpAttention: spec.dpAttention === true,
     overheadMs: spec.overheadMs ?? 0,
+    ...(spec.memory ? { memory: { ...spec.memory } } : {}),
     prefillMs(newTokens: number, cachedTokens: number): number {
       return Math.max(p.floorMs + variable(newTokens, cachedTokens), launch);
     },
@@ -178,6 +187,20 @@ export function parseProfileSpec(raw: unknown, where: string): CostProfileSpec {
   if (o.dpAttention !== undefined) {
     if (typeof o.dpAttention !== 'boolean') fail(where, 'dpAttention must be true or false');
     spec.dpAttention = o.dpAttention;
+  }
+  if (o.memory !== undefined) {
+    const m = o.memory as Record<string, unknown>;
+    if (typeof m !== 'object' || m === null) fail(where, 'memory must be an object');
+    const fields = [
+      'gpuMemoryBytes',
+      'memFraction',
+      'weightBytes',
+      'activationReserveBytes',
+      'kvBytesPerToken',
+    ] as const;
+    const memory = {} as MemoryModel;
+    for (const f of fields) memory[f] = num(`${where} memory`, m, f) as number;
+    spec.memory = memory;
   }
   const overhead = num(where, o, 'overheadMs', true);
   if (overhead !== undefined) {

@@ -13,6 +13,7 @@
 import type { CostModel, CostProfileSpec, DecodeCoefficients } from './cost-model.ts';
 import { costModelFromSpec } from './cost-model.ts';
 import { H200_PREFILL_FIT } from './h200-fit.ts';
+import { kvBytesPerToken, kvCapacityFromMemory, type MemoryModel } from './memory.ts';
 
 export const H200 = {
   memBytes: 141e9,
@@ -47,11 +48,6 @@ const SHAPES: Record<string, DenseShape> = {
   'qwen2.5-32b': { params: 32_763_876_352, layers: 64, kvHeads: 8, headDim: 128 },
 };
 
-/** bf16 K and V for every layer. */
-function kvBytesPerToken(s: { layers: number; kvHeads: number; headDim: number }): number {
-  return 2 * s.layers * s.kvHeads * s.headDim * 2;
-}
-
 /** Memory-bandwidth-bound decode: read the weights once per step, each sequence's KV once. */
 function denseDecode(s: DenseShape): DecodeCoefficients {
   const weightBytes = s.params * 2;
@@ -63,9 +59,15 @@ function denseDecode(s: DenseShape): DecodeCoefficients {
   };
 }
 
-function denseKvCapacity(s: DenseShape): number {
-  const pool = H200.memBytes * H200.memFractionStatic - s.params * 2;
-  return Math.floor(pool / kvBytesPerToken(s));
+/** SGLang on one H200: weights + KV in the static fraction, activations outside it. */
+function denseMemory(s: DenseShape): MemoryModel {
+  return {
+    gpuMemoryBytes: H200.memBytes,
+    memFraction: H200.memFractionStatic,
+    weightBytes: s.params * 2,
+    activationReserveBytes: 0,
+    kvBytesPerToken: kvBytesPerToken(s),
+  };
 }
 
 function denseProfile(shape: string): CostProfileSpec {
@@ -80,7 +82,8 @@ function denseProfile(shape: string): CostProfileSpec {
     source: 'shared/calibration/h200-prefill.jsonl + H200 datasheet',
     prefill,
     decode: denseDecode(s),
-    kvCapacityTokens: denseKvCapacity(s),
+    kvCapacityTokens: kvCapacityFromMemory(denseMemory(s)),
+    memory: denseMemory(s),
     chunkedPrefillSize: 8192,
   };
 }
@@ -156,11 +159,20 @@ function seedProfile(): CostProfileSpec {
       perSeqMs: 0.05,
       perKContextTokenMs: ((1000 * kvBytes) / H200.hbmBytesPerS) * 1e3,
     },
-    kvCapacityTokens: Math.floor(
-      (H200.memBytes * H200.memFractionStatic - q.weightBytesPerGpu) / kvBytes,
-    ),
+    kvCapacityTokens: kvCapacityFromMemory(seedMemory(kvBytes)),
+    memory: seedMemory(kvBytes),
     chunkedPrefillSize: chunk,
     dpAttention: true,
+  };
+}
+
+function seedMemory(kvBytes: number): MemoryModel {
+  return {
+    gpuMemoryBytes: H200.memBytes,
+    memFraction: H200.memFractionStatic,
+    weightBytes: SEED_QWEN3_SHAPE.weightBytesPerGpu,
+    activationReserveBytes: 0,
+    kvBytesPerToken: kvBytes,
   };
 }
 

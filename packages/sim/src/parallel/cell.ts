@@ -7,6 +7,7 @@ import type { DispatcherConfig } from '@kvroute/policy';
 import { runComparisonDetailed } from '../compare.ts';
 import { type CostModel, loadProfileFile } from '../cost/cost-model.ts';
 import { getProfile } from '../cost/profiles.ts';
+import type { EngineSettings } from '../entities/presets.ts';
 import type { PolicyRunSummary } from '../metrics/types.ts';
 import { buildWorkload } from '../workloads/registry.ts';
 import type { WorkloadPlan } from '../workloads/types.ts';
@@ -21,6 +22,8 @@ export interface CellJob {
   ranks?: number;
   profile: ProfileRef;
   policy: DispatcherConfig;
+  /** Rank model and client load (engine preset and settings, concurrency cap, request rate). */
+  engine?: { engine?: EngineSettings; maxConcurrency?: number; requestRate?: number };
 }
 
 export interface CellResult {
@@ -63,6 +66,7 @@ export class CellContext {
       ...(job.ranks !== undefined ? { ranks: job.ranks } : {}),
       profile,
       seed: job.seed,
+      ...(job.engine ?? {}),
     });
     return {
       summary: result.policies[0]!,

@@ -4,7 +4,7 @@
 import type { TopLevelSpec } from 'vega-lite';
 import { isBestCell } from './sweep-choice.ts';
 import { policyLabel } from './table.ts';
-import type { PolicyReport, PolicySamples, SweepReport } from './types.ts';
+import type { PolicyReport, PolicySamples, RunMarker, SweepReport } from './types.ts';
 
 const WIDTH = 560;
 
@@ -54,66 +54,266 @@ export function ttftCdfSpec(
     })),
   );
   // Real traffic has TTFTs from tens of ms to tens of seconds; on a linear axis the body of
-  // the distribution collapses against zero, so wide ranges get a log axis.
+  // the distribution collapses against zero, so wide ranges get a log axis. The axis spans
+  // the data (a fixed range left most of the width empty and squeezed the tail).
   const xs = values.map((v) => v.ttftMs).filter((x) => x > 0);
-  const log = xs.length > 0 && Math.max(...xs) / Math.min(...xs) > 20;
+  const lo = xs.length > 0 ? Math.min(...xs) : 1;
+  const hi = xs.length > 0 ? Math.max(...xs) : 1;
+  const log = xs.length > 0 && hi / lo > 20;
+  const x = log
+    ? {
+        field: 'ttftMs',
+        type: 'quantitative',
+        title: 'TTFT (ms, log scale)',
+        scale: { type: 'log', domain: [lo, hi], nice: false },
+      }
+    : {
+        field: 'ttftMs',
+        type: 'quantitative',
+        title: 'TTFT (ms)',
+        scale: { domain: [Math.min(0, lo), hi], nice: false },
+      };
+  // p50 and p99 of each policy (the table's figures) as marks on the curve.
+  const marks = policies.flatMap((p, i) =>
+    (
+      [
+        ['p50', p.ttftMs.p50, 0.5],
+        ['p99', p.ttftMs.p99, 0.99],
+      ] as const
+    )
+      .filter(([, v]) => Number.isFinite(v) && v > 0)
+      .map(([stat, v, f]) => ({ policy: labels[i], stat, ttftMs: v, fraction: f })),
+  );
   return {
-    title: 'TTFT distribution per policy (cumulative share of requests)',
+    title: 'TTFT distribution per policy (cumulative share of requests; dots: p50 and p99)',
     width: WIDTH,
     height: 260,
-    data: { values },
-    mark: { type: 'line', interpolate: 'step-after', strokeWidth: 2 },
-    encoding: {
-      x: log
-        ? {
-            field: 'ttftMs',
+    layer: [
+      {
+        data: { values },
+        mark: { type: 'line', interpolate: 'step-after', strokeWidth: 2 },
+        encoding: {
+          x,
+          y: {
+            field: 'fraction',
             type: 'quantitative',
-            title: 'TTFT (ms, log scale)',
-            scale: { type: 'log' },
-          }
-        : { field: 'ttftMs', type: 'quantitative', title: 'TTFT (ms)' },
-      y: {
-        field: 'fraction',
-        type: 'quantitative',
-        title: 'share of requests',
-        axis: { format: '%' },
+            title: 'share of requests',
+            axis: { format: '%' },
+          },
+          ...policyLines(labels),
+        },
       },
-      ...policyLines(labels),
-    },
-  };
+      {
+        data: { values: marks },
+        mark: { type: 'point', filled: true, size: 70 },
+        encoding: {
+          x,
+          y: { field: 'fraction', type: 'quantitative' },
+          color: { field: 'policy', type: 'nominal', scale: { domain: labels }, legend: null },
+          shape: {
+            field: 'stat',
+            type: 'nominal',
+            title: 'percentile',
+            legend: { orient: 'bottom' },
+          },
+        },
+      },
+    ],
+  } as TopLevelSpec;
 }
 
-/** Above this many requests per policy the per-request chart is unreadable (and the SVG huge). */
+/** Above this many requests per policy the per-request chart is unreadable: bin by time. */
 export const MAX_TIMELINE_REQUESTS = 1000;
+const TIME_BINS = 60;
+
+function nearestRank(sorted: readonly number[], q: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
+}
 
 /**
- * Each request's TTFT in arrival order: shows when a policy pays cold prefills (under
- * round_robin on N ranks, a shared prefix is found again only once every N requests).
- * Null when there is nothing to draw or too many requests to draw.
+ * TTFT over the run. Up to MAX_TIMELINE_REQUESTS requests: each request in arrival order
+ * (shows when a policy pays cold prefills). Beyond, with arrival times: p50 and p99 of the
+ * requests arriving in each of 60 time bins, with the cluster's events (a rank down, a
+ * scale-out, a policy switch) as labelled rules. Null when there is nothing to draw.
  */
 export function ttftTimelineSpec(
   policies: readonly PolicyReport[],
   samples: readonly PolicySamples[],
+  markers: readonly RunMarker[] = [],
 ): TopLevelSpec | null {
   const series = samples.map((s) => s.ttftByArrivalMs ?? []);
   const longest = Math.max(0, ...series.map((s) => s.length));
-  if (longest === 0 || longest > MAX_TIMELINE_REQUESTS) return null;
+  if (longest === 0) return null;
   const labels = policies.map(policyLabel);
-  const values = series.flatMap((ttfts, i) =>
-    ttfts.map((ttftMs, k) => ({ policy: labels[i] ?? samples[i]?.policy, request: k + 1, ttftMs })),
+  if (longest <= MAX_TIMELINE_REQUESTS) {
+    const values = series.flatMap((ttfts, i) =>
+      ttfts.map((ttftMs, k) => ({
+        policy: labels[i] ?? samples[i]?.policy,
+        request: k + 1,
+        ttftMs,
+      })),
+    );
+    return {
+      title: 'TTFT of each request, in arrival order',
+      width: WIDTH,
+      height: 240,
+      data: { values },
+      mark: { type: 'line', point: true, strokeWidth: 1.5 },
+      encoding: {
+        x: { field: 'request', type: 'quantitative', title: 'request (arrival order)' },
+        y: { field: 'ttftMs', type: 'quantitative', title: 'TTFT (ms)' },
+        ...policyLines(labels),
+      },
+    };
+  }
+  if (samples.some((s) => (s.arrivalMs?.length ?? 0) !== (s.ttftByArrivalMs?.length ?? 0))) {
+    return null;
+  }
+  const end = Math.max(
+    1,
+    ...samples.flatMap((s) => s.arrivalMs ?? []),
+    ...markers.map((m) => m.atMs),
   );
+  const width = end / TIME_BINS;
+  const values: { policy: string; stat: string; timeS: number; ttftMs: number }[] = [];
+  samples.forEach((s, i) => {
+    const bins: number[][] = Array.from({ length: TIME_BINS }, () => []);
+    const arrivals = s.arrivalMs ?? [];
+    (s.ttftByArrivalMs ?? []).forEach((t, k) => {
+      if (Number.isFinite(t))
+        bins[Math.min(TIME_BINS - 1, Math.floor(arrivals[k]! / width))]!.push(t);
+    });
+    bins.forEach((b, j) => {
+      if (b.length === 0) return;
+      b.sort((x, y) => x - y);
+      const timeS = ((j + 0.5) * width) / 1000;
+      const policy = labels[i] ?? s.policy;
+      values.push({ policy, stat: 'p99', timeS, ttftMs: nearestRank(b, 0.99) });
+      values.push({ policy, stat: 'p50', timeS, ttftMs: nearestRank(b, 0.5) });
+    });
+  });
+  const events = markers.map((m) => ({ timeS: m.atMs / 1000, label: m.label }));
   return {
-    title: 'TTFT of each request, in arrival order',
+    title: `TTFT over time: p50 and p99 of the requests arriving in each ${(width / 1000).toFixed(width < 10_000 ? 1 : 0)} s`,
+    width: WIDTH,
+    height: 260,
+    layer: [
+      {
+        data: { values },
+        mark: { type: 'line', strokeWidth: 1.5, point: { size: 12 } },
+        encoding: {
+          x: {
+            field: 'timeS',
+            type: 'quantitative',
+            title: 'arrival time (s)',
+            scale: { domain: [0, end / 1000], nice: false },
+          },
+          y: {
+            field: 'ttftMs',
+            type: 'quantitative',
+            title: 'TTFT (ms, log scale)',
+            scale: { type: 'log' },
+          },
+          color: policyColor(labels),
+          strokeDash: {
+            field: 'stat',
+            type: 'nominal',
+            title: 'percentile',
+            scale: { domain: ['p50', 'p99'] },
+            legend: { orient: 'bottom' },
+          },
+          detail: { field: 'stat', type: 'nominal' },
+        },
+      },
+      ...(events.length > 0
+        ? [
+            {
+              data: { values: events },
+              mark: { type: 'rule', color: '#c00', strokeWidth: 1.5 },
+              encoding: { x: { field: 'timeS', type: 'quantitative' } },
+            },
+            {
+              data: { values: events },
+              mark: { type: 'text', color: '#c00', align: 'left', dx: 3, y: 6, fontSize: 11 },
+              encoding: {
+                x: { field: 'timeS', type: 'quantitative' },
+                text: { field: 'label', type: 'nominal' },
+              },
+            },
+          ]
+        : []),
+    ],
+  } as TopLevelSpec;
+}
+
+/**
+ * The trade-off each policy makes: token hit rate against TTFT p99, with the hit rate one
+ * cache of all ranks' capacity would reach (no routing can pass it) as a rule.
+ */
+export function tradeOffSpec(
+  policies: readonly PolicyReport[],
+  boundHitRate?: number,
+): TopLevelSpec {
+  const labels = policies.map(policyLabel);
+  const values = policies.map((p, i) => ({
+    policy: labels[i],
+    hitRate: p.hitRate,
+    p99: p.ttftMs.p99,
+  }));
+  const x = {
+    field: 'hitRate',
+    type: 'quantitative',
+    title: 'token hit rate',
+    axis: { format: '%' },
+    scale: { domain: [0, 1] },
+  };
+  return {
+    title: `Hit rate vs TTFT p99 per policy${boundHitRate !== undefined ? ' (red: the one-big-cache bound)' : ''}`,
     width: WIDTH,
     height: 240,
-    data: { values },
-    mark: { type: 'line', point: true, strokeWidth: 1.5 },
-    encoding: {
-      x: { field: 'request', type: 'quantitative', title: 'request (arrival order)' },
-      y: { field: 'ttftMs', type: 'quantitative', title: 'TTFT (ms)' },
-      ...policyLines(labels),
-    },
-  };
+    layer: [
+      {
+        data: { values },
+        mark: { type: 'point', filled: true, size: 110 },
+        encoding: {
+          x,
+          y: { field: 'p99', type: 'quantitative', title: 'TTFT p99 (ms)', scale: { zero: true } },
+          color: policyColor(labels),
+        },
+      },
+      {
+        data: { values },
+        mark: { type: 'text', align: 'left', dx: 8, fontSize: 11 },
+        encoding: {
+          x,
+          y: { field: 'p99', type: 'quantitative' },
+          text: { field: 'policy', type: 'nominal' },
+        },
+      },
+      ...(boundHitRate !== undefined
+        ? [
+            {
+              data: {
+                values: [
+                  { hitRate: boundHitRate, label: `bound ${(boundHitRate * 100).toFixed(1)}%` },
+                ],
+              },
+              mark: { type: 'rule', color: '#c00', strokeDash: [4, 3], strokeWidth: 2 },
+              encoding: { x },
+            },
+            {
+              data: {
+                values: [
+                  { hitRate: boundHitRate, label: `bound ${(boundHitRate * 100).toFixed(1)}%` },
+                ],
+              },
+              mark: { type: 'text', color: '#c00', align: 'right', dx: -4, y: 8, fontSize: 11 },
+              encoding: { x, text: { field: 'label', type: 'nominal' } },
+            },
+          ]
+        : []),
+    ],
+  } as TopLevelSpec;
 }
 
 export function hitRateSpec(policies: readonly PolicyReport[]): TopLevelSpec {
@@ -223,7 +423,12 @@ export function sweepHeatmapSpec(report: SweepReport, metric: SweepMetric): TopL
             field: 'value',
             type: 'quantitative',
             title: METRIC_TITLES[metric],
-            scale: { scheme: higherIsBetter ? 'greens' : 'oranges', reverse: false },
+            // Anchored: hit rate on 0-100%, times from 0 ms, so a 1.5-point spread reads as
+            // the small difference it is instead of spanning the whole colour range.
+            scale: {
+              scheme: higherIsBetter ? 'greens' : 'oranges',
+              domain: higherIsBetter ? [0, 1] : [0, Math.max(1, ...values.map((v) => v.value))],
+            },
           },
           stroke: { condition: { test: 'datum.best', value: 'black' }, value: null },
           strokeWidth: { condition: { test: 'datum.best', value: 3 }, value: 0 },

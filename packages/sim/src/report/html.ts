@@ -8,12 +8,13 @@ import {
   hitRateSpec,
   rankLoadSpec,
   sweepHeatmapSpec,
+  tradeOffSpec,
   ttftCdfSpec,
   ttftTimelineSpec,
 } from './charts.ts';
 import { isBestCell } from './sweep-choice.ts';
 import { runColumns, sweepColumns } from './table.ts';
-import type { PolicySamples, RunReport, SweepReport } from './types.ts';
+import type { PolicySamples, RunExtras, RunReport, SweepReport } from './types.ts';
 
 export async function renderSvg(spec: TopLevelSpec): Promise<string> {
   const vgSpec = compile({ ...spec, config: { font: 'sans-serif', ...(spec.config ?? {}) } }).spec;
@@ -75,11 +76,12 @@ async function chart(spec: TopLevelSpec): Promise<string> {
 export async function renderRunHtml(
   report: RunReport,
   samples: readonly PolicySamples[],
+  extras: RunExtras = {},
 ): Promise<string> {
   const title = `kvroute-sim: ${report.scenario}`;
   const { header, rows } = runColumns(report, 'html');
   const meta = `${report.command === 'replay' ? 'Replay of' : 'Scenario'} <b>${escapeHtml(report.command === 'replay' ? String(report.scenarioOptions.file ?? report.scenario) : report.scenario)}</b>, ${report.ranks} ranks, cost profile <b>${escapeHtml(report.profile)}</b>, seed ${escapeHtml(String(report.seed))}.${report.skippedLines ? ` ${report.skippedLines} invalid trace lines skipped.` : ''} Times in ms of simulated time.`;
-  const timeline = ttftTimelineSpec(report.policies, samples);
+  const timeline = ttftTimelineSpec(report.policies, samples, extras.markers ?? []);
   const body = [
     `<h1>${escapeHtml(title)}</h1>`,
     `<p class="meta">${meta}</p>`,
@@ -89,6 +91,7 @@ export async function renderRunHtml(
     ...(timeline ? [await chart(timeline)] : []),
     '<h2>Cache hit rate</h2>',
     await chart(hitRateSpec(report.policies)),
+    await chart(tradeOffSpec(report.policies, extras.boundHitRate)),
     '<h2>Per-rank load</h2>',
     await chart(rankLoadSpec(report.policies)),
   ].join('\n');

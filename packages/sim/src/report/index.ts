@@ -5,6 +5,7 @@ export {
   hitRateSpec,
   rankLoadSpec,
   sweepHeatmapSpec,
+  tradeOffSpec,
   ttftCdfSpec,
   ttftTimelineSpec,
 } from './charts.ts';
@@ -17,6 +18,8 @@ export { policyLabel, renderRunTable, renderSweepTable } from './table.ts';
 export type {
   PolicyReport,
   PolicySamples,
+  RunExtras,
+  RunMarker,
   RunReport,
   SweepCell,
   SweepObjective,

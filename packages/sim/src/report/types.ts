@@ -2,6 +2,7 @@
 // are a public contract (documented in the package README, "JSON output"): add keys,
 // never rename or remove them.
 
+import type { ComparisonResult } from '../compare.ts';
 import type { PolicyRunSummary } from '../metrics/types.ts';
 
 export type { LatencyStats, RankSummary, SubsetLatency } from '../metrics/types.ts';
@@ -21,6 +22,8 @@ export interface RunReport {
   ranks: number;
   profile: string;
   seed: string | number;
+  /** The rank model and client load every policy ran with (preset resolved). */
+  engine?: ComparisonResult['engine'];
   policies: PolicyReport[];
   /** Replay only: trace lines skipped with --skip-invalid (0 without it). */
   skippedLines?: number;
@@ -64,4 +67,20 @@ export interface PolicySamples {
   ttftMs: number[];
   /** TTFT of each completed request in arrival order, for the per-request chart. */
   ttftByArrivalMs?: number[];
+  /** Arrival time (ms) of each request of ttftByArrivalMs, for the TTFT-over-time chart. */
+  arrivalMs?: number[];
+}
+
+/** Something that happened to the cluster during a run, drawn on time charts. */
+export interface RunMarker {
+  atMs: number;
+  /** e.g. 'rank 3 down', 'scale to 12 ranks', 'policy switch'. */
+  label: string;
+}
+
+/** What the HTML run report draws beyond the JSON report and the samples. */
+export interface RunExtras {
+  markers?: RunMarker[];
+  /** Hit rate of one cache with all ranks' capacity replaying the same requests. */
+  boundHitRate?: number;
 }

@@ -1,6 +1,7 @@
 // Scenario registry: names -> definitions. Other modules add scenarios with registerScenario
 // (issue 5's hot-prefix, rank-failure, scale-out live in their own files).
 import { agentic } from './agentic.ts';
+import { fitProbe } from './fit-probe.ts';
 import { hotPrefix } from './hot-prefix.ts';
 import { WorkloadOptionError } from './options.ts';
 import { rankFailure } from './rank-failure.ts';
@@ -27,6 +28,7 @@ for (const def of [
   hotPrefix,
   rankFailure,
   scaleOut,
+  fitProbe,
 ]) {
   registerScenario(def);
 }

@@ -71,7 +71,7 @@ export const command: Subcommand = {
       skipInvalid: bool(p, 'skip-invalid'),
     };
     const policies = readPolicies(p, flags);
-    const { report, samples } = compare(io, {
+    const { report, samples, extras } = compare(io, {
       command: 'replay',
       scenario: REPLAY_SCENARIO,
       scenarioOptions,
@@ -80,8 +80,9 @@ export const command: Subcommand = {
       ranks: flags.ranks,
       profile: flags.profile,
       policies,
+      engine: flags.engine,
     });
-    await emitRunReport(io, flags.outputs, report, samples);
+    await emitRunReport(io, flags.outputs, report, samples, extras);
     return 0;
   },
 };

@@ -42,7 +42,7 @@ export const command: Subcommand = {
     const scenario = requireScenario(p);
     const flags = readSimFlags(p, scenario, io);
     const policies = readPolicies(p, flags);
-    const { report, samples } = compare(io, {
+    const { report, samples, extras } = compare(io, {
       command: 'run',
       scenario,
       scenarioOptions: flags.scenarioOptions,
@@ -51,8 +51,9 @@ export const command: Subcommand = {
       ranks: flags.ranks,
       profile: flags.profile,
       policies,
+      engine: flags.engine,
     });
-    await emitRunReport(io, flags.outputs, report, samples);
+    await emitRunReport(io, flags.outputs, report, samples, extras);
     return 0;
   },
 };

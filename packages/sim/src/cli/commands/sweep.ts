@@ -1,13 +1,17 @@
 import { methodNames, methodRegistry } from '@kvroute/policy';
+import { basePace } from '../../compare/load-curve.ts';
 import { defaultWorkers } from '../../parallel/pool.ts';
+import { renderSweepTable } from '../../report/table.ts';
 import type { SweepObjective } from '../../report/types.ts';
 import { checkName, parseCommandArgs, positiveInt, positiveIntList, str } from '../args.ts';
 import type { Subcommand } from '../command.ts';
 import { readSimFlags, requireScenario, SIM_FLAGS_HELP, SIM_OPTIONS } from '../common.ts';
 import { emitSweepReport } from '../emit-report.ts';
 import { UsageError } from '../errors.ts';
+import { emit } from '../outputs.ts';
 import { affinityConfig } from '../policies.ts';
 import { writeShard } from '../shards.ts';
+import { buildWorkload } from '../sim-api.ts';
 import {
   runSweepCells,
   SHARD_FORMAT,
@@ -41,6 +45,10 @@ Pairs whose prefix length is below the window are skipped (the policy rejects th
   --prefix-length LIST  prefix lengths in tokens (default ${DEFAULT_PREFIX_LENGTHS})
   --objective OBJ       ${OBJECTIVES.join(' | ')} (default ttft-p99); near-ties (1% on TTFT,
                         0.1 points on hit rate) are broken by the other metrics
+  --load KIND:LIST      run the whole grid at several loads and name the best setting at each:
+                        rate:0.5,1,2,4 multiplies --request-rate (default: the scenario's own
+                        pace) as open-loop Poisson arrivals; concurrency:1,2,4 multiplies
+                        --max-concurrency (required). Table and --json only.
   --jobs N              integer: cells run at once on worker threads (default: one per core,
                         ${defaultWorkers()} here); results are the same bytes for any N
   --shard K/N           run only shard K of N (every N-th cell from the K-th) and write the
@@ -64,6 +72,7 @@ export const command: Subcommand = {
       objective: { type: 'string' },
       jobs: { type: 'string' },
       shard: { type: 'string' },
+      load: { type: 'string' },
       ...SIM_OPTIONS,
     });
     const scenario = requireScenario(p);
@@ -109,8 +118,13 @@ export const command: Subcommand = {
       objective,
       profileRef: flags.profileRef,
       ...(workers !== undefined ? { workers } : {}),
+      engine: flags.engine,
     };
+    const loadRaw = str(p, 'load');
     const shardRaw = str(p, 'shard');
+    if (shardRaw !== undefined && loadRaw !== undefined) {
+      throw new UsageError('--load and --shard cannot be combined');
+    }
     if (shardRaw !== undefined) {
       const { index, count } = parseShard(shardRaw);
       if (flags.outputs.csv !== undefined || flags.outputs.html !== undefined) {
@@ -135,8 +149,88 @@ export const command: Subcommand = {
       });
       return 0;
     }
-    const { report } = await sweep(io, input);
-    await emitSweepReport(io, flags.outputs, report);
+    if (loadRaw === undefined) {
+      const { report } = await sweep(io, input);
+      await emitSweepReport(io, flags.outputs, report);
+      return 0;
+    }
+    const m = /^(rate|concurrency):(.+)$/.exec(loadRaw);
+    if (m === null) {
+      throw new UsageError(`--load must be rate:LIST or concurrency:LIST, got '${loadRaw}'`);
+    }
+    const axis = m[1] as 'rate' | 'concurrency';
+    const multipliers = m[2]!.split(',').map((x) => {
+      const v = Number(x.trim());
+      if (!(v > 0) || !Number.isFinite(v) || x.trim() === '') {
+        throw new UsageError(`--load multipliers must be positive numbers, got '${x}'`);
+      }
+      return v;
+    });
+    if (flags.outputs.csv !== undefined || flags.outputs.html !== undefined) {
+      throw new UsageError('--load writes the table and --json only (no --csv or --html)');
+    }
+    let base: number;
+    if (axis === 'rate') {
+      base =
+        flags.engine.requestRate ??
+        basePace(
+          buildWorkload(scenario, flags.scenarioOptions, flags.seed),
+          flags.profile,
+          flags.seed,
+        );
+    } else {
+      if (flags.engine.maxConcurrency === undefined) {
+        throw new UsageError('--load concurrency:LIST multiplies --max-concurrency: give it');
+      }
+      base = flags.engine.maxConcurrency;
+    }
+    const points: {
+      multiplier: number;
+      value: number;
+      best: { window: number; prefixLength: number };
+      report: Awaited<ReturnType<typeof sweep>>['report'];
+    }[] = [];
+    for (const mult of multipliers) {
+      const value = axis === 'rate' ? base * mult : Math.max(1, Math.round(base * mult));
+      const engine =
+        axis === 'rate'
+          ? { ...flags.engine, requestRate: value }
+          : { ...flags.engine, maxConcurrency: value };
+      const { report } = await sweep(io, { ...input, engine });
+      points.push({ multiplier: mult, value, best: report.best, report });
+    }
+    const changes: string[] = [];
+    for (let i = 1; i < points.length; i++) {
+      const a = points[i - 1]!.best;
+      const b = points[i]!.best;
+      if (a.window !== b.window || a.prefixLength !== b.prefixLength) {
+        changes.push(
+          `the best setting changes between x${points[i - 1]!.multiplier} and x${points[i]!.multiplier}: window=${a.window} prefix-length=${a.prefixLength} below, window=${b.window} prefix-length=${b.prefixLength} above`,
+        );
+      }
+    }
+    const unit = axis === 'rate' ? 'requests/s' : 'in flight';
+    const doc = {
+      format: 'kvroute-sim-sweep-load/v1',
+      axis,
+      base,
+      points,
+      changes,
+    };
+    await emit(io, flags.outputs, {
+      table: () =>
+        `${points
+          .map(
+            (pt) =>
+              `== load x${pt.multiplier} (${Math.round(pt.value * 1000) / 1000} ${unit}) ==\n${renderSweepTable(pt.report)}`,
+          )
+          .join(
+            '\n',
+          )}\n${changes.length === 0 ? `the best setting is the same at every load tried (x${multipliers.join(', x')})` : changes.join('\n')}\n`,
+      json: () => `${JSON.stringify(doc, null, 2)}\n`,
+      csv: () => '',
+      html: async () => '',
+    });
     return 0;
   },
 };

@@ -1,0 +1,232 @@
+// Worker discovery by pod label against a fake Kubernetes API server: it serves a pod list
+// and a watch stream (test/fixtures/kubernetes/), and the router must add and remove workers
+// live as pods become Ready, terminate and go away. Mock workers stand in for the pods, on
+// the pods' loopback IPs and one shared port, as --service-discovery-port assumes.
+import { readFileSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { KubeConfig } from '@kubernetes/client-node';
+import { startMockWorker } from '@kvroute/mock-worker';
+import { afterEach, describe, expect, it } from 'vitest';
+import { resolveConfig } from '../src/config.ts';
+import { labelSelector, readyWorkerUrl } from '../src/discovery/pods.ts';
+import { buildRouter } from '../src/router.ts';
+
+const fixture = (name: string) =>
+  readFileSync(new URL(`./fixtures/kubernetes/${name}`, import.meta.url), 'utf8');
+const podList = JSON.parse(fixture('pod-list.json')) as { items: unknown[] };
+const events = fixture('watch-events.jsonl')
+  .split('\n')
+  .filter(Boolean)
+  .map((l) => JSON.parse(l) as { type: string; object: Parameters<typeof readyWorkerUrl>[0] });
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  while (cleanups.length) await cleanups.pop()!();
+});
+
+interface FakeApi {
+  url: string;
+  requests: URL[];
+  /** Sends one watch event to every open watch. */
+  send(event: unknown): void;
+  watching(): number;
+}
+
+async function fakeApiServer(): Promise<FakeApi> {
+  const requests: URL[] = [];
+  const watches = new Set<ServerResponse>();
+  const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const url = new URL(req.url ?? '/', 'http://x');
+    requests.push(url);
+    if (url.pathname !== '/api/v1/namespaces/llm/pods') {
+      res.writeHead(404, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ kind: 'Status', status: 'Failure', code: 404 }));
+      return;
+    }
+    if (url.searchParams.get('watch') === 'true') {
+      res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+      res.flushHeaders();
+      watches.add(res);
+      res.on('close', () => watches.delete(res));
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(podList));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  cleanups.push(async () => {
+    for (const w of watches) w.destroy();
+    server.closeAllConnections();
+    await new Promise<void>((r) => server.close(() => r()));
+  });
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    requests,
+    send: (event) => {
+      for (const w of watches) w.write(`${JSON.stringify(event)}\n`);
+    },
+    watching: () => watches.size,
+  };
+}
+
+function kubeConfigFor(server: string): KubeConfig {
+  const kc = new KubeConfig();
+  kc.loadFromOptions({
+    clusters: [{ name: 'fake', server, skipTLSVerify: true }],
+    users: [{ name: 'router', token: 'test-token' }],
+    contexts: [{ name: 'fake', cluster: 'fake', user: 'router', namespace: 'llm' }],
+    currentContext: 'fake',
+  });
+  return kc;
+}
+
+async function until(cond: () => boolean, what: string): Promise<void> {
+  for (let i = 0; i < 400; i++) {
+    if (cond()) return;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+/** Mock workers on 127.0.0.1..n, all on one port (the pods' shared container port). */
+async function podWorkers(n: number): Promise<number> {
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const first = await startMockWorker({ host: '127.0.0.1', port: 0, timeScale: 0 });
+    const port = Number(new URL(first.url).port);
+    const started = [first];
+    try {
+      for (let i = 2; i <= n; i++) {
+        started.push(await startMockWorker({ host: `127.0.0.${i}`, port, timeScale: 0 }));
+      }
+      for (const w of started) cleanups.push(() => w.close());
+      return port;
+    } catch {
+      // Another process holds that port on one of the addresses: try another port.
+      await Promise.all(started.map((w) => w.close()));
+    }
+  }
+  throw new Error('could not find one free port on 127.0.0.1-3');
+}
+
+describe('Kubernetes service discovery', () => {
+  it('reads a pod as a worker only while it runs, is Ready and is not being deleted', () => {
+    const [addedNotReady, ready, terminating] = events;
+    expect(readyWorkerUrl(addedNotReady!.object, 8000)).toBeUndefined();
+    expect(readyWorkerUrl(ready!.object, 8000)).toBe('http://127.0.0.2:8000');
+    expect(readyWorkerUrl(terminating!.object, 8000)).toBeUndefined();
+    expect(
+      readyWorkerUrl(
+        {
+          status: {
+            phase: 'Running',
+            podIP: 'fd00::1',
+            conditions: [{ type: 'Ready', status: 'True' }],
+          },
+        },
+        1,
+      ),
+    ).toBe('http://[fd00::1]:1');
+    expect(labelSelector(['app=sglang', 'tier=prefill'])).toBe('app=sglang,tier=prefill');
+  });
+
+  it('lists and watches pods by label, adding and removing workers live', async () => {
+    const api = await fakeApiServer();
+    const port = await podWorkers(3);
+    const config = resolveConfig([
+      '--service-discovery',
+      '--selector',
+      'app=sglang',
+      '--service-discovery-port',
+      String(port),
+      '--service-discovery-namespace',
+      'llm',
+      '--health-check-interval-ms',
+      '0',
+    ]);
+    const app = buildRouter(config, { kubeConfig: kubeConfigFor(api.url) });
+    cleanups.push(() => app.close());
+    await app.ready();
+    const urls = () =>
+      app.kvroute.table
+        .workers()
+        .filter((w) => !w.removed)
+        .map((w) => w.url)
+        .sort();
+
+    // The list: one Ready pod, added before the router reports ready.
+    expect(urls()).toEqual([`http://127.0.0.1:${port}`]);
+    const list = api.requests.find((u) => u.searchParams.get('watch') !== 'true');
+    expect(list?.searchParams.get('labelSelector')).toBe('app=sglang');
+    await until(() => api.watching() === 1, 'the watch to open');
+    const watch = api.requests.find((u) => u.searchParams.get('watch') === 'true');
+    expect(watch?.searchParams.get('labelSelector')).toBe('app=sglang');
+    expect(watch?.searchParams.get('resourceVersion')).toBe('1005');
+
+    // ADDED, not Ready yet: not a worker.
+    api.send(events[0]);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(urls()).toEqual([`http://127.0.0.1:${port}`]);
+
+    // MODIFIED to Ready: added, and it serves.
+    api.send(events[1]);
+    await until(() => urls().length === 2, 'the second pod to be added');
+    expect(urls()).toEqual([`http://127.0.0.1:${port}`, `http://127.0.0.2:${port}`]);
+
+    // The first pod terminates (deletionTimestamp), then is deleted: removed at the first sign.
+    api.send(events[2]);
+    await until(() => urls().length === 1, 'the terminating pod to be removed');
+    expect(urls()).toEqual([`http://127.0.0.2:${port}`]);
+    api.send(events[3]);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(urls()).toEqual([`http://127.0.0.2:${port}`]);
+
+    const res = await app.inject({
+      method: 'POST',
+      url: '/v1/chat/completions',
+      headers: { 'content-type': 'application/json' },
+      payload: { messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 },
+    });
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toMatchObject({ usage: { completion_tokens: 4 } });
+    // Served by a discovered worker: the router reports ready.
+    expect((await app.inject({ url: '/readiness' })).statusCode).toBe(200);
+  });
+
+  it('keeps serving its other workers while the API is unreachable, and says so in the log', async () => {
+    const lines: string[] = [];
+    const config = resolveConfig([
+      '--service-discovery',
+      '--selector',
+      'app=sglang',
+      '--service-discovery-namespace',
+      'llm',
+      '--health-check-interval-ms',
+      '0',
+      '--mock-workers',
+      '1',
+    ]);
+    // Nothing listens on port 9 of loopback: every list fails.
+    const app = buildRouter(
+      { ...config, mockWorkers: 0, workerUrls: ['http://127.0.0.1:9'] },
+      {
+        kubeConfig: kubeConfigFor('http://127.0.0.1:9'),
+        logger: { level: 'warn', stream: { write: (l: string) => lines.push(l) } } as never,
+      },
+    );
+    cleanups.push(() => app.close());
+    await app.ready();
+    expect(app.kvroute.table.workers().map((w) => w.url)).toEqual(['http://127.0.0.1:9']);
+    await until(
+      () => lines.some((l) => l.includes('service discovery: Kubernetes API error')),
+      'the error log',
+    );
+  });
+
+  it('refuses --service-discovery without a selector, and a selector that is not key=value', () => {
+    expect(() => resolveConfig(['--service-discovery'])).toThrow(/needs --selector key=value/);
+    expect(() => resolveConfig(['--service-discovery', '--selector', 'app:sglang'])).toThrow(
+      /"app:sglang" is not a label requirement/,
+    );
+  });
+});

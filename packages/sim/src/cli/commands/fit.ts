@@ -1,0 +1,111 @@
+import { writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { FitError, fitProfile } from '../../fit/fit.ts';
+import {
+  ObservationFormatError,
+  type ObservedRequest,
+  readObservations,
+} from '../../fit/observations.ts';
+import { checkName, parseCommandArgs, positiveInt, str, strs } from '../args.ts';
+import type { Subcommand } from '../command.ts';
+import { UsageError } from '../errors.ts';
+import { getProfile, profileNames } from '../sim-api.ts';
+
+const usage = `usage: kvroute-sim fit --input FILE [--input FILE ...] --out PROFILE.json [options]
+
+Fits a cost profile (prefill terms, decode terms, per-request overhead) to observed
+per-request timings, prints the fit error and writes a kvroute-cost-profile/v1 file that
+--profile-file loads.
+
+Input, one or more files of either kind:
+  - a 'kvroute-sim validate --record' file;
+  - a request trace, one JSON object per line with timestamp (send time, ms), input_length,
+    output_length, cached_tokens, ttft_ms, e2e_ms and optionally rank (or dp_rank).
+Prefill and overhead are fitted from requests that ran alone on an idle rank, decode from
+requests whose decode saw no prefill; record the 'fit-probe' scenario against the target
+(kvroute-sim validate --scenario fit-probe --record run.jsonl) to get both.
+
+  --input FILE              observations (repeatable)
+  --out FILE                where to write the profile ('-': stdout)
+  --chunked-prefill-size N  the target's prefill chunk (default: --base-profile's)
+  --kv-capacity N           KV pool per rank for the written profile (default: --base-profile's)
+  --base-profile NAME       built-in profile the two above default from (default h200-llama-3.1-8b)
+  --name NAME               profile name (default 'fitted')
+
+example:
+  kvroute-sim validate --target http://worker:30000 --scenario fit-probe --record probe.jsonl
+  kvroute-sim fit --input probe.jsonl --chunked-prefill-size 8192 --out my-gpu.json
+  kvroute-sim run --scenario agentic --profile-file my-gpu.json
+`;
+
+const pct = (v: number) => `${(v * 100).toFixed(1)}%`;
+
+export const command: Subcommand = {
+  name: 'fit',
+  summary: 'fit a cost profile to observed per-request timings and write it as a profile file',
+  usage,
+  async run(argv, io) {
+    const p = parseCommandArgs('fit', argv, {
+      input: { type: 'string', multiple: true },
+      out: { type: 'string' },
+      'chunked-prefill-size': { type: 'string' },
+      'kv-capacity': { type: 'string' },
+      'base-profile': { type: 'string' },
+      name: { type: 'string' },
+    });
+    const inputs = strs(p, 'input');
+    if (inputs.length === 0)
+      throw new UsageError('--input is required (a validate record or a request trace)');
+    const out = str(p, 'out');
+    if (out === undefined) throw new UsageError("--out is required (a file, or '-' for stdout)");
+    const base = getProfile(
+      checkName('base-profile', str(p, 'base-profile') ?? 'h200-llama-3.1-8b', profileNames()),
+    );
+    const chunkRaw = str(p, 'chunked-prefill-size');
+    const kvRaw = str(p, 'kv-capacity');
+    const requests: ObservedRequest[] = [];
+    let skipped = 0;
+    for (const file of inputs) {
+      try {
+        const r = readObservations(resolve(io.cwd, file));
+        for (const x of r.requests) requests.push(x);
+        skipped += r.skipped;
+      } catch (e) {
+        if (e instanceof ObservationFormatError) throw new UsageError(e.message);
+        throw e;
+      }
+    }
+    let fit: ReturnType<typeof fitProfile>;
+    try {
+      fit = fitProfile(requests, {
+        chunkedPrefillSize:
+          chunkRaw !== undefined
+            ? positiveInt('chunked-prefill-size', chunkRaw)
+            : base.chunkedPrefillSize,
+        kvCapacityTokens:
+          kvRaw !== undefined ? positiveInt('kv-capacity', kvRaw) : base.kvCapacityTokens,
+        name: str(p, 'name') ?? 'fitted',
+        source: `kvroute-sim fit of ${inputs.join(', ')}`,
+      });
+    } catch (e) {
+      if (e instanceof FitError) throw new UsageError(e.message);
+      throw e;
+    }
+    const text = `${JSON.stringify(fit.spec, null, 2)}\n`;
+    const log = out === '-' ? io.stderr : io.stdout;
+    const s = fit.spec;
+    log.write(
+      `${requests.length} requests read (${skipped} failed or unmeasured skipped)\n` +
+        `prefill + overhead: ${fit.prefill.rows} lone requests (${fit.prefill.excluded} not alone), TTFT error median ${pct(fit.prefill.medianAbsRelError)}, max ${pct(fit.prefill.maxAbsRelError)}\n` +
+        `  overheadMs ${s.overheadMs}  floorMs ${s.prefill.floorMs}  perTokenMs ${s.prefill.perTokenMs}  attnMsPerMTokenPairs ${s.prefill.attnMsPerMTokenPairs}  perKCachedTokenMs ${s.prefill.perKCachedTokenMs}\n` +
+        `decode: ${fit.decode.rows} decode windows (${fit.decode.excluded} with a prefill alongside or too short), step error median ${pct(fit.decode.medianAbsRelError)}, max ${pct(fit.decode.maxAbsRelError)}\n` +
+        `  floorMs ${s.decode.floorMs}  perSeqMs ${s.decode.perSeqMs}  perKContextTokenMs ${s.decode.perKContextTokenMs}\n`,
+    );
+    if (out === '-') io.stdout.write(text);
+    else {
+      writeFileSync(resolve(io.cwd, out), text);
+      log.write(`wrote ${out}\n`);
+    }
+    return 0;
+  },
+};

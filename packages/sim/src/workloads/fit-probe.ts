@@ -1,0 +1,88 @@
+// A workload designed to be fitted from (`kvroute-sim fit`): requests that run alone on an
+// idle worker, so each TTFT is one request's prefill plus the per-request overhead, and
+// bursts of requests that decode together, so decode step time is seen at several batch
+// sizes and contexts. Arrivals are spaced by gapMs (lone requests) and burstGapMs
+// (bursts) so the worker drains in between; make them longer than the target takes.
+import { optInt } from './options.ts';
+import { concat, stream } from './random.ts';
+import type { ScenarioDefinition, WorkloadRequest } from './types.ts';
+
+export const fitProbe: ScenarioDefinition = {
+  name: 'fit-probe',
+  description:
+    'lone requests (cold, and a short suffix on cached prefixes of several lengths) then bursts of 2-16 requests on a shared cached context, spaced so each runs on an idle worker: input for kvroute-sim fit',
+  defaults: {
+    singles: 24,
+    minTokens: 64,
+    maxTokens: 4096,
+    suffixTokens: 64,
+    singleOutputTokens: 8,
+    bursts: '2,4,8,16',
+    burstContextTokens: '512,3072',
+    burstSuffixTokens: 32,
+    burstOutputTokens: 32,
+    gapMs: 3000,
+    burstGapMs: 6000,
+    ranks: 1,
+  },
+  build(o, seed) {
+    const name = 'fit-probe';
+    const singles = optInt(name, o, 'singles', 0);
+    const minT = optInt(name, o, 'minTokens', 2);
+    const maxT = optInt(name, o, 'maxTokens', minT);
+    const suffix = optInt(name, o, 'suffixTokens', 1);
+    const singleOut = optInt(name, o, 'singleOutputTokens', 2);
+    const burstOut = optInt(name, o, 'burstOutputTokens', 2);
+    const gap = optInt(name, o, 'gapMs', 1);
+    const burstGap = optInt(name, o, 'burstGapMs', 1);
+    const ranks = optInt(name, o, 'ranks', 1);
+    const list = (key: string) =>
+      String(o[key])
+        .split(',')
+        .map((s) => optInt(name, { [key]: s.trim() }, key, 1));
+    const bursts = list('bursts');
+    const burstContexts = list('burstContextTokens');
+    const burstSuffix = optInt(name, o, 'burstSuffixTokens', 1);
+    const content = stream(seed, `${name}:content`);
+    const pick = stream(seed, `${name}:sizes`);
+    const requests: WorkloadRequest[] = [];
+    let t = 0;
+    const add = (ids: Uint32Array, out: number, at: number, key: string) =>
+      requests.push({
+        id: requests.length,
+        clientId: requests.length,
+        inputIds: ids,
+        outputTokens: out,
+        arrivalMs: at,
+        sessionKey: key,
+      });
+    // Lone requests: even ones cold, odd ones the previous prompt plus a short fresh suffix,
+    // so cached prefixes take every length the cold prompts had while the new tokens stay
+    // few: reading the cache then shows apart from attention over new tokens.
+    let prev: Uint32Array | null = null;
+    for (let i = 0; i < singles; i++) {
+      // Log-uniform sizes cover short (launch-bound) and long (compute-bound) prompts.
+      const n = Math.round(Math.exp(Math.log(minT) + pick() * (Math.log(maxT) - Math.log(minT))));
+      const ids: Uint32Array =
+        i % 2 === 1 && prev !== null ? concat([prev, content.tokens(suffix)]) : content.tokens(n);
+      add(ids, singleOut, t, `single-${i >> 1}`);
+      prev = ids;
+      t += gap;
+    }
+    // Bursts share a cached context (sent once alone first) and differ by a short suffix:
+    // their prefills are short and batch together, so their decode windows see no prefill,
+    // while the context they decode over is long enough to show its cost.
+    for (const len of burstContexts) {
+      const context = content.tokens(len);
+      add(context, 2, t, `burst-context-${len}`);
+      t += gap;
+      for (const b of bursts) {
+        for (let k = 0; k < b; k++) {
+          add(concat([context, content.tokens(burstSuffix)]), burstOut, t, `burst-${len}-${b}`);
+        }
+        t += burstGap;
+      }
+    }
+    return { scenario: name, mode: 'open', ranks, clients: [], requests, events: [] };
+  },
+};
