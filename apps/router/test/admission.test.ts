@@ -46,7 +46,12 @@ async function post(url: string, body: string, headers: Record<string, string> =
     headers: { 'content-type': 'application/json', ...headers },
     body,
   });
-  return { status: res.statusCode, headers: res.headers, json: (await res.body.json()) as any };
+  type ErrorBody = { error: { message: string; param: string | null; code: string | null } };
+  return {
+    status: res.statusCode,
+    headers: res.headers,
+    json: (await res.body.json()) as ErrorBody,
+  };
 }
 
 /** Raw HTTP over a socket: what undici would hide (100 Continue, half-close). */

@@ -53,10 +53,11 @@ describe('layers', () => {
 
   it('the sub-path exports name the model, the reports and the CLI', () => {
     const manifest = JSON.parse(readFileSync(join(pkg, 'package.json'), 'utf8')) as {
-      exports: Record<string, string>;
+      exports: Record<string, Record<string, string>>;
     };
     expect(Object.keys(manifest.exports).sort()).toEqual(['.', './cli', './model', './report']);
-    expect(manifest.exports['./model']).toBe('./src/model.ts');
+    expect(manifest.exports['./model']!['@kvroute/source']).toBe('./src/model.ts');
+    expect(manifest.exports['./model']!.default).toBe('./dist/model.js');
   });
 
   it('reports import nothing from the CLI, and nothing outside cli/ imports cli/', () => {

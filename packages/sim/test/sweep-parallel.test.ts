@@ -91,6 +91,18 @@ describe('what a new user trips on', () => {
     expect(flagged.code).toBe(0);
   });
 
+  it('--help gives every flag of run, sweep and replay a default (or says it is required)', async () => {
+    for (const cmd of ['run', 'sweep', 'replay']) {
+      const help = (await cli([cmd, '--help'])).stdout;
+      const flags = help.split('\n  --').slice(1);
+      expect(flags.length, cmd).toBeGreaterThan(10);
+      for (const block of flags) {
+        const text = block.split('\n\n')[0]!.split(/\n {2}-h/)[0]!;
+        expect(text, `${cmd} --${text}`).toMatch(/default|required/);
+      }
+    }
+  });
+
   it("replay's help and the scenario list point at the trace the package ships", async () => {
     const help = await cli(['replay', '--help']);
     expect(help.stdout).toContain('packages/sim/data/traces/mooncake-conversation.jsonl');

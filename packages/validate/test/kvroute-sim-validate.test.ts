@@ -22,11 +22,12 @@ describe('kvroute-sim validate', () => {
     expect(await runCli(['validate', '--help'], io)).toBe(0);
     expect(io.out()).toMatch(/^kvroute-sim validate --target URL/);
     expect(io.out()).toContain('--target');
-  });
+    // A child process through tsx: seconds on a loaded machine.
+  }, 60_000);
 
   it('reports bad input as exit 2 under the name the user typed', async () => {
     const io = captureIo();
     expect(await runCli(['validate', '--scenario', 'seed-sequential'], io)).toBe(2);
     expect(io.err()).toMatch(/^kvroute-sim validate: error: .*--target/);
-  });
+  }, 60_000);
 });

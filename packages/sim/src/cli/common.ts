@@ -50,18 +50,66 @@ export const SIM_OPTIONS: OptionSpec = {
   ...ENGINE_OPTIONS,
 };
 
-export const SIM_FLAGS_HELP = `  --ranks N             rank count, for the simulator and the scenario's own 'ranks' option
-                        (default: the scenario's, e.g. 16 for seed-sequential)
-  --profile NAME        cost profile (see 'kvroute-sim profiles'); default depends on the scenario
-  --profile-file FILE   a kvroute-cost-profile/v1 JSON file instead of a named profile
-  --seed S              seed of every random stream (default ${DEFAULT_SEED}); same seed, same bytes
+/** Router-side model flags (run and replay): replicas and where their cache index comes from. */
+export const ROUTER_OPTIONS: OptionSpec = {
+  replicas: { type: 'string' },
+  'index-source': { type: 'string' },
+  'event-lag-ms': { type: 'string' },
+};
+
+export const ROUTER_FLAGS_HELP = `  --replicas N          router replicas in front of the ranks, requests spread round-robin
+                        (default 1); each sees only its own decisions and in-flight counts
+  --index-source SRC    where the routers' cache index comes from: learned (default, from
+                        their own decisions), events (the ranks' KV events, shared by all
+                        replicas, after --event-lag-ms), oracle (the caches themselves)
+  --event-lag-ms L      KV event delivery lag for --index-source events (default 5)`;
+
+export interface RouterModelFlags {
+  replicas?: number;
+  indexSource?: 'learned' | 'events' | 'oracle';
+  eventLagMs?: number;
+}
+
+export function readRouterFlags(p: Parsed): RouterModelFlags {
+  const out: RouterModelFlags = {};
+  const replicas = str(p, 'replicas');
+  if (replicas !== undefined) out.replicas = positiveInt('replicas', replicas);
+  const source = str(p, 'index-source');
+  if (source !== undefined) {
+    out.indexSource = checkName('index-source', source, ['learned', 'events', 'oracle']) as
+      | 'learned'
+      | 'events'
+      | 'oracle';
+  }
+  const lag = str(p, 'event-lag-ms');
+  if (lag !== undefined) {
+    const n = Number(lag);
+    if (lag.trim() === '' || !Number.isFinite(n) || n < 0) {
+      throw new UsageError(`--event-lag-ms must be a number >= 0, got "${lag}"`);
+    }
+    if (source !== 'events') throw new UsageError('--event-lag-ms needs --index-source events');
+    out.eventLagMs = n;
+  }
+  return out;
+}
+
+export const SIM_FLAGS_HELP = `  --ranks N             integer >= 1: rank count, for the simulator and the scenario's own
+                        'ranks' option (default: the scenario's, e.g. 16 for seed-sequential)
+  --profile NAME        name: cost profile (see 'kvroute-sim profiles'); default
+                        seed-qwen3-moe-dp16 for seed-* scenarios, h200-llama-3.1-8b otherwise
+  --profile-file FILE   path: a kvroute-cost-profile/v1 JSON file instead of a named profile
+                        (default: none)
+  --seed S              integer or string: seed of every random stream (default ${DEFAULT_SEED});
+                        same seed, same bytes
   --set KEY=VALUE       scenario option, repeatable (e.g. --set requests=10 --set accumulate=true);
-                        an unknown KEY is an error listing the scenario's options
-  --affinity KIND       routing-key cache affinity for every policy: routing_key | none;
+                        true/false and numerals are typed, anything else is a string; an unknown
+                        KEY is an error listing the scenario's options (default: none)
+  --affinity KIND       routing-key cache affinity for every policy: routing_key | none (default none);
                         table options as KIND:key=value, e.g. routing_key:maxEntries=1000:ttlMs=60000
-  --json FILE|-         write the JSON report (schema in the package README); '-' = stdout only
-  --csv FILE|-          write one CSV row per policy (sweep: per grid cell)
-  --html FILE|-         write a self-contained HTML report with charts
+  --json FILE|-         path or '-': write the JSON report (schema in the package README);
+                        '-' = stdout only (default: not written)
+  --csv FILE|-          path or '-': one CSV row per policy (sweep: per grid cell) (default: not written)
+  --html FILE|-         path or '-': a self-contained HTML report with charts (default: not written)
 ${ENGINE_FLAGS_HELP}
   -h, --help            this help`;
 

@@ -37,13 +37,17 @@ export const ENGINE_FLAGS_HELP = `  --engine sglang|vllm  rank-model preset (def
                         preempt (vLLM: preempt and recompute); default from the preset
   --kv-capacity N       KV pool per rank in tokens (default: the profile's memory model)
   --mem-fraction F      re-derive the pool from the profile's memory model with this fraction
+                        (default: the profile's pool)
   --page-size N         radix cache page size (default: sglang 1, vllm 16)
   --chunked-prefill-size N  prefill token budget per step (default: the profile's)
   --host-kv-tokens N    a host-memory KV tier of N tokens per rank (write-back of evicted cache)
+                        (default 0: no host tier)
   --host-kv-tokens-per-ms R  its load-back rate (default: 25 GB/s over the profile's KV bytes/token)
   --host-kv-eviction lru|fifo  the host tier's eviction order (default lru)
   --max-concurrency C   closed loop at most C requests in flight (benchmark --max-concurrency)
-  --request-rate R      open loop: the scenario's requests as Poisson arrivals at R requests/s`;
+                        (default: the scenario's own loop)
+  --request-rate R      open loop: the scenario's requests as Poisson arrivals at R requests/s
+                        (default: the scenario's own arrivals)`;
 
 /** Host-to-device copy rate assumed when only the tier's size is given (PCIe 5 x16, ~25 GB/s). */
 export const DEFAULT_HOST_GBPS = 25;

@@ -101,8 +101,19 @@ function startWorker(): Worker {
   // parent's loader, so register tsx's there before loading the worker module.
   const tsxApi = tsxEsmApi(here);
   const entry = new URL('./cell-worker.ts', here).href;
-  const code = `import(${JSON.stringify(tsxApi)}).then((m) => { (m.register ?? m.default.register)(); return import(${JSON.stringify(entry)}); });`;
-  return new Worker(code, { eval: true });
+  // Workspace packages resolve to their TypeScript source too (the `@kvroute/source` export
+  // condition, as the bins and tests use), never to a possibly stale dist/.
+  const hook =
+    'export async function resolve(s, c, next) {' +
+    " return next(s, { ...c, conditions: ['@kvroute/source', ...c.conditions] }); }";
+  const code = [
+    `const { register } = await import('node:module');`,
+    `const tsx = await import(${JSON.stringify(tsxApi)});`,
+    `(tsx.register ?? tsx.default.register)();`,
+    `register(${JSON.stringify(`data:text/javascript,${encodeURIComponent(hook)}`)});`,
+    `await import(${JSON.stringify(entry)});`,
+  ].join('\n');
+  return new Worker(new URL(`data:text/javascript,${encodeURIComponent(code)}`));
 }
 
 /** tsx's ESM register API, resolved from this file (the ESM entry: its CJS twin cannot

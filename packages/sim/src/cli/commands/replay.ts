@@ -22,11 +22,14 @@ policy and prints the comparison table. The same as 'run --scenario replay --set
 
   FILE                  path: the trace, e.g. packages/sim/data/traces/mooncake-conversation.jsonl
                         (shipped with the package; relative to where you run the command)
-  --policies LIST       comma-separated methods (default ${DEFAULT_POLICIES})
-  --speedup X           compress time: arrivals X times faster than recorded (default 1)
-  --skip-invalid        skip malformed lines and report how many, instead of failing
-  --window W            prefix window in tokens, for every policy that reads it
-  --prefix-length L     most tokens hashed, for every policy that reads it
+  --policies LIST       comma-separated method names (default ${DEFAULT_POLICIES})
+  --speedup X           number > 0: arrivals X times faster than recorded (default 1)
+  --skip-invalid        switch: skip malformed lines and report how many, instead of failing
+                        (default off)
+  --window W            integer tokens: prefix window, for every policy that reads it
+                        (default: each method's own)
+  --prefix-length L     integer tokens: most tokens hashed, for every policy that reads it
+                        (default: each method's own)
 ${SIM_FLAGS_HELP}
 
 example:

@@ -2,7 +2,10 @@ import { parseCommandArgs } from '../args.ts';
 import type { Subcommand } from '../command.ts';
 import {
   DEFAULT_POLICIES,
+  ROUTER_FLAGS_HELP,
+  ROUTER_OPTIONS,
   readPolicies,
+  readRouterFlags,
   readSimFlags,
   requireScenario,
   SIM_FLAGS_HELP,
@@ -17,16 +20,20 @@ Simulates the scenario once per policy on the same pre-generated workload and pr
 comparison row per policy: token hit rate, TTFT p50/p90/p99/mean, cold and steady-state
 TTFT, throughput, per-rank imbalance, evicted tokens and queueing delay.
 
-  --scenario NAME       workload (see 'kvroute-sim scenarios')
-  --policies LIST       comma-separated methods (default ${DEFAULT_POLICIES});
+  --scenario NAME       name: workload (see 'kvroute-sim scenarios'); required
+  --policies LIST       comma-separated method names (default ${DEFAULT_POLICIES});
                         per-policy options as name:key=value, e.g. prefix_match:window=128
-  --window W            prefix window in tokens, for every policy that reads it
-  --prefix-length L     most tokens hashed, for every policy that reads it
+  --window W            integer tokens: prefix window, for every policy that reads it
+                        (default: each method's own)
+  --prefix-length L     integer tokens: most tokens hashed, for every policy that reads it
+                        (default: each method's own)
+${ROUTER_FLAGS_HELP}
 ${SIM_FLAGS_HELP}
 
 examples:
   kvroute-sim run --scenario seed-sequential --policies round_robin,total_tokens,prefix_match
   kvroute-sim run --scenario agentic --ranks 8 --set sessions=50 --json - | jq '.policies[].hitRate'
+  kvroute-sim run --scenario agentic --ranks 4 --policies cache_aware --replicas 3 --index-source events
 `;
 
 export const command: Subcommand = {
@@ -38,6 +45,7 @@ export const command: Subcommand = {
       scenario: { type: 'string' },
       policies: { type: 'string' },
       ...SIM_OPTIONS,
+      ...ROUTER_OPTIONS,
     });
     const scenario = requireScenario(p);
     const flags = readSimFlags(p, scenario, io);
@@ -51,6 +59,7 @@ export const command: Subcommand = {
       ranks: flags.ranks,
       profile: flags.profile,
       policies,
+      router: readRouterFlags(p),
       engine: flags.engine,
     });
     await emitRunReport(io, flags.outputs, report, samples, extras);

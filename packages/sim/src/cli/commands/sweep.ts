@@ -39,10 +39,11 @@ Runs the policy once per (window, prefix length) pair on the same workload, prin
 and names the best setting for the objective, with the reason and what it trades away.
 Pairs whose prefix length is below the window are skipped (the policy rejects them).
 
-  --scenario NAME       workload (see 'kvroute-sim scenarios')
-  --policy NAME         a method that reads window and prefixLength (default prefix_match)
-  --window LIST         windows in tokens (default ${DEFAULT_WINDOWS})
-  --prefix-length LIST  prefix lengths in tokens (default ${DEFAULT_PREFIX_LENGTHS})
+  --scenario NAME       name: workload (see 'kvroute-sim scenarios'); required
+  --policy NAME         name: a method that reads window and prefixLength (default prefix_match)
+  --window LIST         comma-separated integers: windows in tokens (default ${DEFAULT_WINDOWS})
+  --prefix-length LIST  comma-separated integers: prefix lengths in tokens
+                        (default ${DEFAULT_PREFIX_LENGTHS})
   --objective OBJ       ${OBJECTIVES.join(' | ')} (default ttft-p99); near-ties (1% on TTFT,
                         0.1 points on hit rate) are broken by the other metrics
   --load KIND:LIST      run the whole grid at several loads and name the best setting at each:
