@@ -29,6 +29,7 @@ import { LoadPoller } from './load-poller.ts';
 import { createRouterMetrics, type RouterMetrics } from './metrics.ts';
 import { OutlierDetector } from './outlier.ts';
 import { adminPlugin } from './plugins/admin.ts';
+import { engineApiPlugin, forwardToOneWorker } from './plugins/engine-api.ts';
 import { metricsPlugin } from './plugins/metrics.ts';
 import { workersApiPlugin } from './plugins/workers-api.ts';
 import { proxyPlugin } from './proxy/plugin.ts';
@@ -314,10 +315,13 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
 
-  app.setNotFoundHandler((req, reply) => {
-    const err = routeNotFound(req.method, req.url);
-    reply.code(err.status).send(err.toJSON());
-  });
+  if (config.passThroughUnknown) app.setNotFoundHandler(forwardToOneWorker(state));
+  else {
+    app.setNotFoundHandler((req, reply) => {
+      const err = routeNotFound(req.method, req.url);
+      reply.code(err.status).send(err.toJSON());
+    });
+  }
 
   app.setErrorHandler((err, req, reply) => {
     const { status, body } = errorReply(err, req.log, config.maxBodyBytes);
@@ -346,6 +350,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
 
   app.register(proxyPlugin, { handler: serveProxy });
   app.register(workersApiPlugin, { state });
+  app.register(engineApiPlugin, { state });
   if (config.serviceDiscovery) {
     app.register(discoveryPlugin, {
       state,
