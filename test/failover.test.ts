@@ -56,7 +56,9 @@ describe('a worker dies mid-run', () => {
     expect(sumMetric(metrics, 'kvroute_router_requests_total')).toBe(TOTAL);
     expect(sumMetric(metrics, 'kvroute_router_retries_total')).toBeGreaterThan(0);
     // Passive health checks marked the dead worker's rank down.
-    expect(metrics).toMatch(/kvroute_router_rank_healthy\{rank="1",url="[^"]+"\} 0/);
+    expect(metrics).toMatch(
+      /kvroute_router_rank_healthy\{rank="1",url="[^"]+",worker="[^"]+",model="[^"]+"\} 0/,
+    );
   });
 
   it('a cut stream gets a clear end, and the rank is freed', async () => {

@@ -5,7 +5,9 @@ Phases, each logged with its duration to $OUT/summary.json:
      node for DEVICE=cpu
   2. calibrate: one worker process measures its prefill/decode curve -> $OUT/profile.json,
      alone on the device so nothing else skews it
-  3. workers: WORKERS gpu-workers on one device, URLs read from their first stdout line
+  3. workers: WORKERS gpu-workers on one device, URLs read from their first stdout line;
+     then a fit-probe run against one of them and `kvroute-sim fit` add the per-request
+     overhead (overheadMs) the in-process calibration cannot see -> $OUT/profile-with-overhead.json
   4. per policy: a fresh router (--load-balance-method P); per scenario: flush every worker's
      radix cache, then `kvroute-sim validate` with the calibrated profile; JSON, HTML, the
      requests sent (JSONL), the printed comparison and each worker's /metrics are kept
@@ -259,6 +261,41 @@ def main() -> None:
     summary["worker_urls"] = urls
     phase("workers", t, urls=urls)
     log(f"{WORKERS} workers up: {' '.join(urls)}")
+
+    # 3b. per-request overhead (HTTP, tokenization, scheduling), which --calibrate cannot see
+    # (it drives the engine in-process): a fit-probe run against one worker, fitted by
+    # `kvroute-sim fit`; its overheadMs goes into the profile every prediction below uses.
+    t = time.time()
+    probe = os.path.join(OUT, "fit-probe.requests.jsonl")
+    fitted = os.path.join(OUT, "fitted-profile.json")
+    rc = run_logged([node, sim_js, "validate", "--target", urls[0], "--scenario", "fit-probe",
+                     "--set", "singles=24", "--set", "maxTokens=4096", "--set", "singleOutputTokens=4",
+                     "--set", "bursts=2,4,8", "--set", "burstContextTokens=512,4096",
+                     "--set", "gapMs=1500", "--set", "burstGapMs=3000",
+                     "--ranks", "1", "--profile-file", profile, "--record", probe],
+                    os.path.join(OUT, "fit-probe.txt"), min(RUN_TIMEOUT, max(30.0, left() - 60)))
+    if rc == 0:
+        rc = run_logged([node, sim_js, "fit", "--input", probe, "--chunked-prefill-size", str(CHUNK),
+                         "--kv-capacity", str(CAPACITY), "--out", fitted],
+                        os.path.join(OUT, "fit.txt"), 60)
+    for u in urls:
+        http("POST", u + "/flush_cache", b"", timeout=30)
+    if rc == 0 and os.path.exists(fitted):
+        with open(fitted) as f:
+            fit = json.load(f)
+        with open(profile) as f:
+            prof = json.load(f)
+        prof["overheadMs"] = fit.get("overheadMs", 0)
+        prof["description"] = prof.get("description", "") + f"; overheadMs {prof['overheadMs']} fitted by kvroute-sim fit"
+        profile = os.path.join(OUT, "profile-with-overhead.json")
+        with open(profile, "w") as f:
+            json.dump(prof, f, indent=2)
+        summary["fitted_profile"] = fit
+        log(f"per-request overhead fitted: {prof['overheadMs']} ms (see {OUT}/fit.txt)")
+    else:
+        summary["skipped"].append({"run": "fit-probe", "why": f"fit failed (exit {rc}); predictions use no overhead"})
+        log(f"fit-probe/fit failed (exit {rc}): predictions use the calibrated profile without overhead")
+    phase("fit-overhead", t)
 
     # 4. per policy: a fresh router; per scenario: cold caches, then validate
     for policy in POLICIES:

@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", help="model id in /v1/models and responses")
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up forward before listening")
+    p.add_argument("--kv-events-config",
+                   help='publish KV cache events as vLLM/SGLang, e.g. \'{"publisher": "zmq", "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558"}\'')
+    p.add_argument("--kv-events-block-size", type=int, default=16, help="tokens per published block (default 16)")
     p.add_argument("--calibrate", action="store_true", help="measure prefill/decode times, write a cost profile, exit")
     p.add_argument("--out", help="--calibrate: profile file to write (kvroute-cost-profile/v1)")
     p.add_argument("--calibrate-budget-s", type=float, default=60.0, help="--calibrate: stop measuring after this")
@@ -85,7 +88,31 @@ def build_engine(args: argparse.Namespace) -> "Engine":
         _fail(str(exc))
     cfg = EngineConfig(capacity_tokens=cap, page_size=args.page_size, chunked_prefill_size=chunk,
                        max_running_requests=args.max_running_requests, context_length=ctx)
-    return Engine(model, cfg)
+    engine = Engine(model, cfg)
+    if args.kv_events_config:
+        engine.cache.hooks = kv_events_publisher(args.kv_events_config, args.kv_events_block_size)
+    return engine
+
+
+def kv_events_publisher(raw: str, block_size: int):
+    """A KvEventPublisher from a vLLM/SGLang --kv-events-config JSON string."""
+    import json
+
+    try:
+        cfg = json.loads(raw)
+    except ValueError as exc:
+        _fail(f"--kv-events-config must be JSON: {exc}")
+    if not isinstance(cfg, dict):
+        _fail("--kv-events-config must be a JSON object")
+    if cfg.get("publisher", "zmq") != "zmq":
+        _fail(f"--kv-events-config: publisher must be \"zmq\", got {cfg.get('publisher')!r}")
+    if block_size < 1:
+        _fail("--kv-events-block-size must be >= 1")
+    from .kv_events import KvEventPublisher
+
+    return KvEventPublisher(cfg.get("endpoint", "tcp://*:5557"), cfg.get("replay_endpoint"),
+                            block_size=block_size, buffer_steps=int(cfg.get("buffer_steps", 10_000)),
+                            topic=cfg.get("topic", ""))
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -59,6 +59,9 @@ class RadixCache:
         self.total_tokens = 0
         self.locked_tokens = 0  # tokens in nodes with lock_ref > 0 (not evictable)
         self.evicted_tokens = 0
+        # Observer of stores, evictions and resets (kv_events.KvEventPublisher): stored(path,
+        # start), evicted(path, start), cleared(); ``path`` is the token ids from the root.
+        self.hooks = None
 
     # ---- queries ----------------------------------------------------------------
 
@@ -153,6 +156,8 @@ class RadixCache:
             new.last_access = stamp
             self.total_tokens += len(key)
             path.append(new)
+            if self.hooks is not None:
+                self.hooks.stored(ids, at)
             at += len(key)
         return MatchResult(at, path)
 
@@ -197,6 +202,9 @@ class RadixCache:
             _, _, leaf = heapq.heappop(heap)
             parent = leaf.parent
             assert parent is not None
+            if self.hooks is not None:
+                path = self._path(leaf)
+                self.hooks.evicted(path, len(path) - len(leaf.key))
             del parent.children[leaf.key[: self.page_size]]
             freed += len(leaf.key)
             self.total_tokens -= len(leaf.key)
@@ -220,3 +228,15 @@ class RadixCache:
         self.root.lock_ref = 1
         self.total_tokens = 0
         self.locked_tokens = 0
+        if self.hooks is not None:
+            self.hooks.cleared()
+
+    def _path(self, node: Node) -> List[int]:
+        parts: List[Tuple[int, ...]] = []
+        while node is not None and node is not self.root:
+            parts.append(node.key)
+            node = node.parent
+        out: List[int] = []
+        for part in reversed(parts):
+            out.extend(part)
+        return out

@@ -20,7 +20,9 @@ import {
   offsetEndpointPort,
 } from '@kvroute/protocol/kv-events';
 import type { RadixCache } from '@kvroute/sim/model';
-import { Publisher, Router } from 'zeromq';
+import type { Publisher, Router } from 'zeromq';
+
+type Zmq = typeof import('zeromq');
 
 export interface KvEventsOptions {
   /** PUB endpoint to bind, e.g. tcp://127.0.0.1:5557 (rank r binds port + r); port 0 or * picks one per rank. */
@@ -96,6 +98,7 @@ export class RankEventPublisher {
   batchesPublished = 0;
 
   constructor(
+    zmq: Zmq,
     readonly dpRank: number,
     private readonly opts: KvEventsOptions,
     /** Ranks of a DP server annotate batches with their rank, as vLLM does. */
@@ -105,8 +108,8 @@ export class RankEventPublisher {
     this.bufferSteps = opts.bufferSteps ?? 10_000;
     this.topic = Buffer.from(opts.topic ?? '', 'utf8');
     this.chain = new BlockChain(this.blockSize);
-    this.pub = new Publisher({ sendHighWaterMark: 100_000, linger: 0 });
-    this.replay = opts.replayEndpoint ? new Router({ linger: 0 }) : undefined;
+    this.pub = new zmq.Publisher({ sendHighWaterMark: 100_000, linger: 0 });
+    this.replay = opts.replayEndpoint ? new zmq.Router({ linger: 0 }) : undefined;
   }
 
   async bind(): Promise<void> {
@@ -257,10 +260,12 @@ export async function startKvEventPublishers(
   caches: readonly RadixCache[],
   opts: KvEventsOptions,
 ): Promise<RankEventPublisher[]> {
+  // A native addon, loaded only when events are on (the router's bundle keeps it external).
+  const zmq = await import('zeromq');
   const out: RankEventPublisher[] = [];
   try {
     for (let r = 0; r < caches.length; r++) {
-      const p = new RankEventPublisher(r, opts, caches.length > 1);
+      const p = new RankEventPublisher(zmq, r, opts, caches.length > 1);
       out.push(p);
       await p.bind();
       p.attach(caches[r] as RadixCache);

@@ -112,6 +112,10 @@ export interface RouterConfig {
   mockTimeScale: number;
   mockProfile?: string;
   mockDpSize: number;
+  /** First port of the --mock-workers (then +1 each); undefined = any free ports. */
+  mockBasePort?: number;
+  /** Forward requests to paths the router does not know to a worker instead of a 404. */
+  passThroughUnknown: boolean;
   logLevel: string;
   /** 'json' (one object per line), 'pretty' (readable lines), 'auto' = pretty on a TTY. */
   logFormat: 'auto' | 'json' | 'pretty';
@@ -191,6 +195,7 @@ export const DEFAULT_CONFIG: RouterConfig = {
   mockWorkers: 0,
   mockTimeScale: 1,
   mockDpSize: 1,
+  passThroughUnknown: false,
   logLevel: 'info',
   logFormat: 'auto',
   serviceDiscovery: false,
@@ -667,6 +672,19 @@ export const OPTIONS: readonly OptionSpec[] = [
     help: 'Mock workers: internal DP ranks each (use with --dp-aware)',
   },
   {
+    flag: 'mock-base-port',
+    key: 'mockBasePort',
+    kind: 'int',
+    min: 1,
+    help: 'Mock workers: listen on this port and the next N-1 (default: any free ports)',
+  },
+  {
+    flag: 'pass-through-unknown',
+    key: 'passThroughUnknown',
+    kind: 'bool',
+    help: 'Forward requests to paths the router does not serve to a healthy worker (round robin) instead of answering 404',
+  },
+  {
     flag: 'kv-events-endpoint',
     key: 'kvEventsEndpoint',
     kind: 'string',
@@ -852,7 +870,9 @@ function put(acc: Partial, o: OptionSpec, value: unknown): void {
 }
 
 /** Parses argv (without node and script). Returns the options set, and --config if given. */
-export function parseArgs(argv: readonly string[]): { values: Partial; configFile?: string } {
+export function parseArgs(args: readonly string[]): { values: Partial; configFile?: string } {
+  // `pnpm router -- --port 8000` (pnpm 12) hands the script a leading `--`: drop it.
+  const argv = args[0] === '--' ? args.slice(1) : args;
   const values: Partial = new Map();
   let configFile: string | undefined;
   for (let i = 0; i < argv.length; i++) {
@@ -1024,6 +1044,11 @@ export function validateConfig(cfg: RouterConfig): RouterConfig {
   }
   if (!cfg.health.endpoint.startsWith('/'))
     throw new RouterConfigError('--health-check-endpoint must start with /');
+  if (cfg.mockBasePort !== undefined && cfg.mockBasePort + cfg.mockWorkers - 1 > 65535) {
+    throw new RouterConfigError(
+      `--mock-base-port ${cfg.mockBasePort} leaves no room for ${cfg.mockWorkers} mock workers below port 65536`,
+    );
+  }
   if (cfg.adminPort !== undefined && cfg.adminPort === cfg.port && cfg.port !== 0) {
     throw new RouterConfigError('--admin-port must differ from --port');
   }
@@ -1098,10 +1123,45 @@ export function redactConfig(cfg: RouterConfig): Record<string, unknown> {
   };
 }
 
+/** How a flag's value is written in --help: its type, or its choices. */
+const VALUE_HINT: Record<Kind, string> = {
+  string: 'STR',
+  int: 'INT',
+  number: 'NUM',
+  bool: '',
+  duration: 'DURATION',
+  list: 'A B ...',
+  kv: 'KEY=VALUE',
+};
+
+function defaultOf(o: OptionSpec): string | undefined {
+  let v: unknown = DEFAULT_CONFIG;
+  for (const part of o.key.split('.')) v = (v as Record<string, unknown> | undefined)?.[part];
+  if (v === undefined) return undefined;
+  if (o.scale !== undefined && typeof v === 'number') v = v / o.scale;
+  else if (o.kind === 'duration' && typeof v === 'number') v = `${v}ms`;
+  if (Array.isArray(v)) return v.length > 0 ? v.join(' ') : undefined;
+  if (typeof v === 'object' && v !== null)
+    return Object.keys(v).length > 0 ? JSON.stringify(v) : undefined;
+  if (v === '') return undefined;
+  return String(v);
+}
+
 export function helpText(): string {
-  const lines = ['Usage: kvroute-router [--config file.yaml] [flags]', ''];
+  const lines = [
+    'Usage: kvroute-router [--config file.yaml] [flags]',
+    '',
+    'DURATION is a number of ms or with a unit: 500ms, 2s, 1m. Booleans take no value (or true/false).',
+    '',
+  ];
   for (const o of OPTIONS) {
-    lines.push(`  --${o.flag.padEnd(28)} ${o.help} [env ${envName(o)}]`);
+    const hint = o.choices ? o.choices.join('|') : VALUE_HINT[o.kind];
+    const flag = `--${o.flag}${hint ? ` ${hint}` : ''}`;
+    // Some help texts already say their default in their own words.
+    const def = /\(default/.test(o.help) ? undefined : defaultOf(o);
+    lines.push(
+      `  ${flag.padEnd(40)} ${o.help}${def !== undefined ? ` (default ${def})` : ''} [env ${envName(o)}]`,
+    );
   }
   lines.push(
     `  --${'config'.padEnd(28)} YAML file whose keys are these flag names [env KVROUTE_CONFIG]`,

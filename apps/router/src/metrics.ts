@@ -16,6 +16,10 @@ export interface MetricsSources {
   ranks(): readonly {
     rank: number;
     url: string;
+    /** The `worker` label: the URL without credentials, or worker-r<rank> (see router.ts). */
+    worker: string;
+    /** The model the worker serves (its /v1/models id), or 'unknown'. */
+    model: string;
     healthy: boolean;
     removed: boolean;
     inFlightRequests: number;
@@ -31,25 +35,39 @@ export interface RouterMetrics {
   readonly registry: Registry;
   readonly requests: Counter<'route' | 'rank' | 'reason' | 'status'>;
   readonly decisionSeconds: Histogram<'method'>;
-  readonly ttftSeconds: Histogram<'rank' | 'stream'>;
-  readonly promptTokens: Counter<'rank'>;
-  readonly cachedTokens: Counter<'rank'>;
+  readonly ttftSeconds: Histogram<'rank' | 'worker' | 'model' | 'stream'>;
+  readonly interTokenSeconds: Histogram<PerWorker>;
+  readonly promptTokens: Counter<PerWorker>;
+  readonly cachedTokens: Counter<PerWorker>;
+  readonly outputTokens: Counter<PerWorker>;
+  readonly withoutCachedTokens: Counter<PerWorker>;
   readonly retries: Counter<'rank' | 'cause'>;
   /** Client-seen duration of proxied requests, from the request to the last byte sent. */
   readonly requestDuration: Histogram<'route' | 'status'>;
-  /** Label-bound children for one rank, cached: the request path skips label hashing. */
-  rank(rank: string): RankMetrics;
+  /**
+   * Label-bound children for one rank, cached: the request path skips label hashing. `worker`
+   * and `model` are the rank's current labels (a rank re-added with another worker rebinds).
+   */
+  rank(rank: string, worker: string, model: string): RankMetrics;
   /** The decision histogram bound to the dispatcher's method. */
   decision(method: string): BoundHistogram;
   /** Counts one answered request in `requests` (a bound series per label set, cached). */
   countRequest(route: string, rank: string, reason: string, status: string): void;
 }
 
+/** The labels of the per-worker families, as SGLang's router and vLLM label theirs. */
+type PerWorker = 'rank' | 'worker' | 'model';
+
 export interface RankMetrics {
+  readonly worker: string;
+  readonly model: string;
   ttftStream: BoundHistogram;
   ttftPlain: BoundHistogram;
+  interToken: BoundHistogram;
   promptTokens: BoundCounter;
   cachedTokens: BoundCounter;
+  outputTokens: BoundCounter;
+  withoutCachedTokens: BoundCounter;
 }
 
 /** A histogram series bound to one label set (see bindHistogram). */
@@ -67,6 +85,11 @@ const DECISION_BUCKETS = [1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e
 // loaded fleet wait minutes, and a top bucket of 30 s would hide all of that in +Inf.
 const TTFT_BUCKETS = [
   0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600,
+];
+// vLLM's inter-token latency buckets, from 10 ms to 80 s (a stalled decode).
+const ITL_BUCKETS = [
+  0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10,
+  20, 40, 80,
 ];
 const DURATION_BUCKETS = [
   0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600,
@@ -216,20 +239,42 @@ export function createRouterMetrics(sources: MetricsSources): RouterMetrics {
   const ttftSeconds = new Histogram({
     name: 'kvroute_router_upstream_ttft_seconds',
     help: 'From forwarding to the first response body byte from the worker (the time to first token for streams)',
-    labelNames: ['rank', 'stream'] as const,
+    labelNames: ['rank', 'worker', 'model', 'stream'] as const,
     buckets: TTFT_BUCKETS,
     registers,
   });
+  const perWorker = ['rank', 'worker', 'model'] as const;
+  const interTokenSeconds = new Histogram({
+    name: 'kvroute_router_inter_token_latency_seconds',
+    help: 'Streams: time between successive SSE events carrying generated tokens, as the router received them from the worker',
+    labelNames: perWorker,
+    buckets: ITL_BUCKETS,
+    registers,
+  });
+  // The hit rate is cached_tokens_total / prompt_tokens_total, so both count only requests
+  // whose worker reported its cached tokens; the others are counted apart below, never as 0%.
   const promptTokens = new Counter({
     name: 'kvroute_router_prompt_tokens_total',
-    help: 'Prompt tokens as reported by workers (usage.prompt_tokens / meta_info.prompt_tokens)',
-    labelNames: ['rank'] as const,
+    help: 'Prompt tokens as reported by workers (usage.prompt_tokens / meta_info.prompt_tokens), of requests whose worker also reported cached tokens',
+    labelNames: perWorker,
     registers,
   });
   const cachedTokens = new Counter({
     name: 'kvroute_router_cached_tokens_total',
     help: 'Prompt tokens served from the prefix cache as reported by workers (cached_tokens)',
-    labelNames: ['rank'] as const,
+    labelNames: perWorker,
+    registers,
+  });
+  const withoutCachedTokens = new Counter({
+    name: 'kvroute_router_requests_without_cached_tokens_total',
+    help: 'Answered requests whose worker reported usage without a cached-token count (left out of the prompt/cached token counters and so of the hit rate)',
+    labelNames: perWorker,
+    registers,
+  });
+  const outputTokens = new Counter({
+    name: 'kvroute_router_output_tokens_total',
+    help: 'Generated tokens as reported by workers (usage.completion_tokens / meta_info.completion_tokens)',
+    labelNames: perWorker,
     registers,
   });
   const retries = new Counter({
@@ -242,34 +287,40 @@ export function createRouterMetrics(sources: MetricsSources): RouterMetrics {
   new Gauge({
     name: 'kvroute_router_in_flight_requests',
     help: 'Requests forwarded to a rank and not yet finished',
-    labelNames: ['rank'] as const,
+    labelNames: perWorker,
     registers,
     collect() {
       this.reset();
       for (const r of sources.ranks())
-        if (!r.removed) this.set({ rank: String(r.rank) }, r.inFlightRequests);
+        if (!r.removed)
+          this.set({ rank: String(r.rank), worker: r.worker, model: r.model }, r.inFlightRequests);
     },
   });
   new Gauge({
     name: 'kvroute_router_in_flight_tokens',
     help: 'Tokens (prompt + max new tokens) of in-flight requests per rank, as the policy sees them',
-    labelNames: ['rank'] as const,
+    labelNames: perWorker,
     registers,
     collect() {
       this.reset();
       for (const r of sources.ranks())
-        if (!r.removed) this.set({ rank: String(r.rank) }, r.inFlightTokens);
+        if (!r.removed)
+          this.set({ rank: String(r.rank), worker: r.worker, model: r.model }, r.inFlightTokens);
     },
   });
   new Gauge({
     name: 'kvroute_router_rank_healthy',
     help: '1 when the rank is routable, 0 when marked down',
-    labelNames: ['rank', 'url'] as const,
+    labelNames: ['rank', 'url', 'worker', 'model'] as const,
     registers,
     collect() {
       this.reset();
       for (const r of sources.ranks()) {
-        if (!r.removed) this.set({ rank: String(r.rank), url: r.url }, r.healthy ? 1 : 0);
+        if (!r.removed)
+          this.set(
+            { rank: String(r.rank), url: r.url, worker: r.worker, model: r.model },
+            r.healthy ? 1 : 0,
+          );
       }
     },
   });
@@ -334,18 +385,27 @@ export function createRouterMetrics(sources: MetricsSources): RouterMetrics {
     requests,
     decisionSeconds,
     ttftSeconds,
+    interTokenSeconds,
     promptTokens,
     cachedTokens,
+    outputTokens,
+    withoutCachedTokens,
     retries,
     requestDuration,
-    rank(rank) {
+    rank(rank, worker, model) {
       let m = byRank.get(rank);
-      if (!m) {
+      if (!m || m.worker !== worker || m.model !== model) {
+        const labels = { rank, worker, model };
         m = {
-          ttftStream: bindHistogram(ttftSeconds, { rank, stream: 'true' }, TTFT_BUCKETS),
-          ttftPlain: bindHistogram(ttftSeconds, { rank, stream: 'false' }, TTFT_BUCKETS),
-          promptTokens: bindCounter(promptTokens, { rank }),
-          cachedTokens: bindCounter(cachedTokens, { rank }),
+          worker,
+          model,
+          ttftStream: bindHistogram(ttftSeconds, { ...labels, stream: 'true' }, TTFT_BUCKETS),
+          ttftPlain: bindHistogram(ttftSeconds, { ...labels, stream: 'false' }, TTFT_BUCKETS),
+          interToken: bindHistogram(interTokenSeconds, labels, ITL_BUCKETS),
+          promptTokens: bindCounter(promptTokens, labels),
+          cachedTokens: bindCounter(cachedTokens, labels),
+          outputTokens: bindCounter(outputTokens, labels),
+          withoutCachedTokens: bindCounter(withoutCachedTokens, labels),
         };
         byRank.set(rank, m);
       }

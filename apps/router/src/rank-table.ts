@@ -31,6 +31,8 @@ export interface Worker {
   lastError?: string;
   /** Which load endpoint answered last time (--load-poll-interval). */
   loadSource?: 'loads' | 'metrics' | 'none';
+  /** The model it serves, as its /v1/models says (the metrics' `model` label). */
+  model?: string;
 }
 
 export interface RankSlot {

@@ -29,13 +29,14 @@ import { LoadPoller } from './load-poller.ts';
 import { createRouterMetrics, type RouterMetrics } from './metrics.ts';
 import { OutlierDetector } from './outlier.ts';
 import { adminPlugin } from './plugins/admin.ts';
+import { engineApiPlugin, forwardToOneWorker } from './plugins/engine-api.ts';
 import { metricsPlugin } from './plugins/metrics.ts';
 import { workersApiPlugin } from './plugins/workers-api.ts';
 import { proxyPlugin } from './proxy/plugin.ts';
 import { createProxyHandler, type ProxyHandler } from './proxy/route.ts';
 import { RankTable, type Worker } from './rank-table.ts';
 import { createReliabilityMetrics } from './reliability-metrics.ts';
-import { addWorker, fetchContextLength } from './topology.ts';
+import { addWorker, fetchContextLength, fetchModelId } from './topology.ts';
 
 export interface BuildRouterOptions {
   /** fastify logger option; false (default) keeps tests quiet, server.ts passes a level. */
@@ -205,9 +206,11 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
   );
   const metrics = createRouterMetrics({
     ranks: () =>
-      table
-        .info()
-        .map((r) => ({ ...r, url: metricsUrl(config, table.slot(r.rank)?.worker, r.url) })),
+      table.info().map((r) => {
+        const worker = table.slot(r.rank)?.worker;
+        const url = metricsUrl(config, worker, r.url);
+        return { ...r, url, worker: url, model: worker?.model ?? 'unknown' };
+      }),
     affinity: () => {
       const a = dispatcher.stats().affinity;
       return a && { ...a, evictions: a.evictions + a.expirations };
@@ -270,6 +273,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
         dpSize: dpSize ?? config.dpSize,
         timeoutMs: Math.max(config.health.timeoutMs, 5_000),
       });
+      worker.model = await fetchModelId(agent, url, config.health.timeoutMs, health.headers);
       if (config.maxModelLen === undefined) {
         const ctx = await fetchContextLength(agent, url, config.health.timeoutMs, health.headers);
         if (ctx !== undefined) {
@@ -291,7 +295,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     for (const url of config.workerUrls) await state.addWorker(url);
     // One round of checks before serving, so readiness reflects the fleet from the start.
     await health.checkAll();
-    kvEvents?.start();
+    await kvEvents?.start();
     health.start();
     loadPoller.start();
   });
@@ -310,10 +314,13 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
 
-  app.setNotFoundHandler((req, reply) => {
-    const err = routeNotFound(req.method, req.url);
-    reply.code(err.status).send(err.toJSON());
-  });
+  if (config.passThroughUnknown) app.setNotFoundHandler(forwardToOneWorker(state));
+  else {
+    app.setNotFoundHandler((req, reply) => {
+      const err = routeNotFound(req.method, req.url);
+      reply.code(err.status).send(err.toJSON());
+    });
+  }
 
   app.setErrorHandler((err, req, reply) => {
     const { status, body } = errorReply(err, req.log, config.maxBodyBytes);
@@ -334,6 +341,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     log,
     limits: () => limits,
     kvIndex: kvEvents,
+    workerLabel: (w) => metricsUrl(config, w, w.url),
   });
   // Attempts that sent nothing yet leave a worker as soon as it is taken out.
   health.onDown = (w, reason) => serveProxy.evacuate(w, reason);
@@ -341,6 +349,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
 
   app.register(proxyPlugin, { handler: serveProxy });
   app.register(workersApiPlugin, { state });
+  app.register(engineApiPlugin, { state });
   if (config.serviceDiscovery) {
     app.register(discoveryPlugin, {
       state,

@@ -73,3 +73,30 @@ export async function fetchContextLength(
   }
   return undefined;
 }
+
+/**
+ * The model id the worker serves: vLLM's and SGLang's /v1/models (`data[0].id`), else SGLang's
+ * /get_model_info (`model_path`). Undefined when neither says.
+ */
+export async function fetchModelId(
+  agent: Agent,
+  url: string,
+  timeoutMs: number,
+  headers?: Record<string, string>,
+): Promise<string | undefined> {
+  const tries: [string, (j: Record<string, unknown>) => unknown][] = [
+    ['/v1/models', (j) => (j.data as Record<string, unknown>[] | undefined)?.[0]?.id],
+    ['/get_model_info', (j) => j.model_path],
+  ];
+  for (const [path, pick] of tries) {
+    try {
+      const { status, text } = await getText(agent, url + path, timeoutMs, headers);
+      if (status !== 200) continue;
+      const found = pick(JSON.parse(text) as Record<string, unknown>);
+      if (typeof found === 'string' && found.length > 0) return found;
+    } catch {
+      // Not this endpoint: try the next one.
+    }
+  }
+  return undefined;
+}

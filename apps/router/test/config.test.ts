@@ -136,7 +136,7 @@ describe('resolveConfig', () => {
 });
 
 describe('dispatcherConfig', () => {
-  it('maps flags onto the policy config (S-1 shape)', () => {
+  it('maps flags onto the policy config', () => {
     const cfg = resolveConfig([
       ...W,
       '--load-balance-method',

@@ -9,7 +9,7 @@ import {
 import { afterEach, describe, expect, it } from 'vitest';
 import { Publisher, Router } from 'zeromq';
 import { resolveConfig } from '../src/config.ts';
-import { KvEventStream } from '../src/kv-events/subscriber.ts';
+import { KvEventStream, loadZmq } from '../src/kv-events/subscriber.ts';
 import { buildRouter } from '../src/router.ts';
 
 const cleanups: (() => Promise<unknown> | unknown)[] = [];
@@ -76,10 +76,13 @@ const stored = (h: number, parent: number | null, tokens: number[]): KvCacheEven
   medium: 'GPU',
 });
 
+const zmq = await loadZmq();
+
 function collect(endpoint: string, replayEndpoint?: string) {
   const got: { batch: KvEventBatch; replayed: boolean }[] = [];
   const resets: string[] = [];
   const stream = new KvEventStream(
+    zmq,
     { endpoint, replayEndpoint, topic: '', replayTimeoutMs: 1000 },
     {
       batch: (batch, replayed) => got.push({ batch, replayed }),

@@ -12,6 +12,10 @@ afterEach(async () => {
   while (cleanups.length) await cleanups.pop()!();
 });
 
+/** The per-worker labels on the unauthenticated main listener: rank, worker-r<rank>, model. */
+const perWorker = (rank: string | number, model = 'fake-model'): string =>
+  `rank="${rank}",worker="worker-r${rank}",model="${model}"`;
+
 async function workers(n: number, opts: { dpSize?: number } = {}): Promise<FakeWorker[]> {
   const ws = await Promise.all(Array.from({ length: n }, () => startFakeWorker(opts)));
   for (const w of ws) cleanups.push(() => w.close());
@@ -107,8 +111,8 @@ describe('proxying', () => {
     expect(ranks.size).toBe(1);
     const metrics = (await app.inject('/metrics')).body;
     const rank = [...ranks][0];
-    expect(metrics).toContain(`kvroute_router_cached_tokens_total{rank="${rank}"} 20`);
-    expect(metrics).toContain(`kvroute_router_prompt_tokens_total{rank="${rank}"} 50`);
+    expect(metrics).toContain(`kvroute_router_cached_tokens_total{${perWorker(rank!)}} 20`);
+    expect(metrics).toContain(`kvroute_router_prompt_tokens_total{${perWorker(rank!)}} 50`);
     expect(metrics).toMatch(
       /kvroute_router_requests_total\{route="\/v1\/chat\/completions",rank="\d",reason="prefix-hash",status="200"\} 5/,
     );
@@ -174,13 +178,13 @@ describe('proxying', () => {
     const tokens = app.kvroute.table.tracker.ranks[0]!.inFlightTokens;
     expect(tokens).toBeGreaterThan(8); // prompt tokens + max_tokens 8
     const during = (await app.inject('/metrics')).body;
-    expect(during).toContain('kvroute_router_in_flight_requests{rank="0"} 1');
-    expect(during).toContain(`kvroute_router_in_flight_tokens{rank="0"} ${tokens}`);
+    expect(during).toContain(`kvroute_router_in_flight_requests{${perWorker(0)}} 1`);
+    expect(during).toContain(`kvroute_router_in_flight_tokens{${perWorker(0)}} ${tokens}`);
     release!();
     expect((await pending).statusCode).toBe(200);
     const after = (await app.inject('/metrics')).body;
-    expect(after).toContain('kvroute_router_in_flight_requests{rank="0"} 0');
-    expect(after).toContain('kvroute_router_in_flight_tokens{rank="0"} 0');
+    expect(after).toContain(`kvroute_router_in_flight_requests{${perWorker(0)}} 0`);
+    expect(after).toContain(`kvroute_router_in_flight_tokens{${perWorker(0)}} 0`);
 
     // A one-entry affinity table: each new key evicts the previous one.
     ws[0]!.handlers.set('POST /v1/chat/completions', (_q, res, body) => {
@@ -208,7 +212,7 @@ describe('proxying', () => {
     });
     expect(res.statusCode).toBe(200);
     const metrics = (await app.inject('/metrics')).body;
-    expect(metrics).toContain('kvroute_router_cached_tokens_total{rank="0"} 3');
+    expect(metrics).toContain(`kvroute_router_cached_tokens_total{${perWorker(0)}} 3`);
   });
 
   it('proxies GET /v1/models', async () => {
@@ -242,7 +246,9 @@ describe('failures', () => {
     expect(metrics).toMatch(/kvroute_router_retries_total\{rank="0",cause="status"\} [1-3]/);
     // Three strikes (the default threshold) mark the worker down: the policy stops choosing it.
     // The unauthenticated /metrics names workers by their first rank, never by URL.
-    expect(metrics).toContain('kvroute_router_rank_healthy{rank="0",url="worker-r0"} 0');
+    expect(metrics).toContain(
+      'kvroute_router_rank_healthy{rank="0",url="worker-r0",worker="worker-r0",model="fake-model"} 0',
+    );
     expect(metrics).not.toContain(ws[0]!.url);
     expect(app.kvroute.table.tracker.ranks.map((r) => r.inFlightRequests)).toEqual([0, 0]);
   });
@@ -710,7 +716,7 @@ describe('streaming', () => {
       await new Promise((r) => setTimeout(r, 10));
     expect(app.kvroute.table.tracker.ranks[0]!.inFlightRequests).toBe(0);
     expect((await app.inject('/metrics')).body).toContain(
-      'kvroute_router_cached_tokens_total{rank="0"} 5',
+      `kvroute_router_cached_tokens_total{${perWorker(0)}} 5`,
     );
 
     // A client that leaves mid-stream: the router releases the rank and closes the upstream.

@@ -19,10 +19,15 @@ export interface ResponseFacts {
   rank?: number;
 }
 
-/** Prompt and cached tokens as the worker counted them. */
+/**
+ * Prompt, cached and output tokens as the worker counted them. A worker that does not report
+ * cached tokens (vLLM without prefix caching stats, an older server) leaves `cachedTokens`
+ * absent: absent is not 0, or a hit-rate computed from it would read as a 0% hit rate.
+ */
 export interface ReportedUsage {
   promptTokens: number;
-  cachedTokens: number;
+  cachedTokens?: number;
+  outputTokens?: number;
 }
 
 function num(v: unknown): number | undefined {
@@ -81,11 +86,17 @@ export function responseFacts(value: unknown): ResponseFacts {
   return facts;
 }
 
-/** Prompt and cached tokens of a response object; undefined when it reports no prompt count. */
+/**
+ * Prompt, cached and output tokens of a response object; undefined when it reports no prompt
+ * count. Counts the worker did not report are left out, never turned into 0.
+ */
 export function usageFromObject(value: unknown): ReportedUsage | undefined {
   const f = responseFacts(value);
   if (f.promptTokens === undefined) return undefined;
-  return { promptTokens: f.promptTokens, cachedTokens: f.cachedTokens ?? 0 };
+  const usage: ReportedUsage = { promptTokens: f.promptTokens };
+  if (f.cachedTokens !== undefined) usage.cachedTokens = f.cachedTokens;
+  if (f.outputTokens !== undefined) usage.outputTokens = f.outputTokens;
+  return usage;
 }
 
 const JSON_COPY_CAP = 4 * 1024 * 1024;

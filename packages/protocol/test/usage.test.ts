@@ -32,7 +32,11 @@ describe('UsageScanner', () => {
       [60, 120, 121],
       Array.from({ length: 50 }, (_, i) => i * 4 + 1),
     ]) {
-      expect(feed(true, sse, cut)).toEqual({ promptTokens: 120, cachedTokens: 96 });
+      expect(feed(true, sse, cut)).toEqual({
+        promptTokens: 120,
+        cachedTokens: 96,
+        outputTokens: 4,
+      });
     }
   });
 
@@ -55,11 +59,18 @@ describe('UsageScanner', () => {
     expect(feed(false, 'not json', [])).toBeUndefined();
   });
 
-  it('usage without cached details counts as zero cached', () => {
-    expect(usageFromObject({ usage: { prompt_tokens: 5 } })).toEqual({
+  it('usage without cached details leaves cached tokens absent, never 0', () => {
+    const u = usageFromObject({ usage: { prompt_tokens: 5 } });
+    expect(u).toEqual({ promptTokens: 5 });
+    expect(u).not.toHaveProperty('cachedTokens');
+    expect(usageFromObject({ meta_info: { prompt_tokens: 5, completion_tokens: 2 } })).toEqual({
       promptTokens: 5,
-      cachedTokens: 0,
+      outputTokens: 2,
     });
+    // A reported 0 stays a 0: the worker did look and found nothing cached.
+    expect(
+      usageFromObject({ usage: { prompt_tokens: 5, prompt_tokens_details: { cached_tokens: 0 } } }),
+    ).toEqual({ promptTokens: 5, cachedTokens: 0 });
     expect(usageFromObject({ usage: null })).toBeUndefined();
   });
 });

@@ -1,10 +1,11 @@
 // Runs one workload under several policies and returns the comparison the CLI prints and
-// writes as JSON (issue 3 item 7). The plan is built once, so every policy sees the same
+// writes as JSON. The plan is built once, so every policy sees the same
 // requests; each policy gets fresh ranks and a fresh dispatcher.
 import type { DispatcherConfig } from '@kvroute/policy';
 import type { CostModel } from './cost/cost-model.ts';
 import { getProfile } from './cost/profiles.ts';
 import { type EngineSettings, type ResolvedEngine, resolveEngine } from './entities/presets.ts';
+import type { IndexSource } from './host/kv-events.ts';
 import type { PolicyRunSummary, RequestRecord } from './metrics/types.ts';
 import { type RankOverrides, simulatePlan } from './simulate.ts';
 import { withRequestRate } from './workloads/load.ts';
@@ -35,6 +36,14 @@ export interface ComparisonOptions {
   onProgress?(fraction: number): void;
   /** A plan built beforehand (e.g. to reuse one across a sweep); scenarioOptions then unused. */
   plan?: WorkloadPlan;
+  /** Router replicas and where their cache index comes from (SimulateOptions). */
+  router?: RouterModel;
+}
+
+export interface RouterModel {
+  replicas?: number;
+  indexSource?: IndexSource;
+  eventLagMs?: number;
 }
 
 export interface ComparisonResult {
@@ -89,6 +98,7 @@ export function runComparisonDetailed(opts: ComparisonOptions): ComparisonRun {
       ranks,
       profile,
       seed: opts.seed,
+      ...opts.router,
       rank,
       ...(opts.maxConcurrency !== undefined ? { maxConcurrency: opts.maxConcurrency } : {}),
       onProgress: opts.onProgress ? (f) => opts.onProgress!((i + f) / n) : undefined,

@@ -5,9 +5,10 @@
 import { createDispatcher, createLoadTracker, type DispatcherConfig } from '@kvroute/policy';
 import type { CostModel } from './cost/cost-model.ts';
 import { EventQueue } from './engine/event-queue.ts';
-import type { StepRecord } from './entities/rank.ts';
+import type { RankModel, StepRecord } from './entities/rank.ts';
 import { scheduleArrivals } from './host/arrivals.ts';
 import { Cluster, checkRanks, type RankOverrides } from './host/cluster.ts';
+import { INDEX_SOURCES, type IndexSource, SimKvEvents } from './host/kv-events.ts';
 import { createRequestHost } from './host/requests.ts';
 import { summarize } from './metrics/summary.ts';
 import type { PolicyRunResult, RequestRecord } from './metrics/types.ts';
@@ -28,6 +29,18 @@ export interface SimulateOptions {
   onProgress?(fraction: number): void;
   /** Every rank step as it ends (invariant checks, step-level metrics). */
   onStep?(step: StepRecord): void;
+  /**
+   * Router replicas in front of the ranks (default 1): each its own dispatcher and in-flight
+   * counts, requests spread over them round-robin. With the learned index each replica sees
+   * only its own decisions (the replica penalty); with events they share one index.
+   */
+  replicas?: number;
+  /** Where the cache index comes from: 'learned' (default), 'events' (after eventLagMs), 'oracle'. */
+  indexSource?: IndexSource;
+  /** Delay from a rank's cache change to the router's index (events). Default 5 ms. */
+  eventLagMs?: number;
+  /** Tokens per KV event block. Default 16. */
+  eventBlockSize?: number;
 }
 
 /** Requests in the system (sent, not completed), integrated over time. */
@@ -59,12 +72,32 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
   const tracker = createLoadTracker(numRanks, { kvCapacityTokens: capacity });
   const occupancy = new Occupancy(() => q.now());
   const records: RequestRecord[] = [];
+  const replicaCount = checkRanks(opts.replicas ?? 1, 'replicas');
+  const source = opts.indexSource ?? 'learned';
+  if (!INDEX_SOURCES.includes(source)) {
+    throw new RangeError(
+      `indexSource must be one of ${INDEX_SOURCES.join(', ')}, got ${JSON.stringify(source)}`,
+    );
+  }
+  const replicas =
+    replicaCount === 1
+      ? [{ dispatcher, tracker }]
+      : Array.from({ length: replicaCount }, () => ({
+          dispatcher: createDispatcher(opts.policy),
+          tracker: createLoadTracker(numRanks, { kvCapacityTokens: capacity }),
+        }));
+  const kvEvents =
+    source === 'learned'
+      ? undefined
+      : new SimKvEvents(q, source === 'oracle' ? 0 : (opts.eventLagMs ?? 5), opts.eventBlockSize);
 
   const requests = createRequestHost({
     q,
     dispatcher,
     tracker,
     cluster: () => cluster,
+    replicas,
+    ...(kvEvents ? { kvIndex: kvEvents.index } : {}),
     onDone: (record, req) => {
       records.push(record);
       occupancy.change(-1);
@@ -76,6 +109,9 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
     redispatch: (moved) => requests.redispatch(moved),
     drainPending: () => requests.drainPending(),
     ...(opts.onStep ? { onStep: opts.onStep } : {}),
+    ...(kvEvents
+      ? { onModel: (rank: number, model: RankModel) => kvEvents.attach(rank, model) }
+      : {}),
   });
   const arrivals = scheduleArrivals(
     plan,
@@ -109,7 +145,12 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
   progress();
 
   const { perRank, evictedNodes } = cluster.summaries();
-  const stats = dispatcher.stats();
+  const reasons: Record<string, number> = {};
+  for (const r of replicas) {
+    for (const [k, v] of Object.entries(r.dispatcher.stats().reasons)) {
+      reasons[k] = (reasons[k] ?? 0) + v;
+    }
+  }
   const { method: _m, ...options } = opts.policy as Record<string, unknown>;
   const summary = summarize({
     policy: dispatcher.method,
@@ -118,7 +159,7 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
     failed,
     ranks: numRanks,
     perRank,
-    reasons: { ...stats.reasons },
+    reasons,
     evictedNodes,
     events: q.executed,
     mode: plan.mode,

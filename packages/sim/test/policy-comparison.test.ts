@@ -152,7 +152,7 @@ describe('policy comparison report', () => {
       ]);
     }
     const md = renderMarkdown(c);
-    expect(md).toContain('## Targets (issue 5)');
+    expect(md).toContain('## Targets');
     expect(md).toContain('One-big-cache bound');
     expect(md).toMatch(/\| (met|\*\*missed\*\*) \|/);
     const html = await renderHtml(c);

@@ -18,7 +18,7 @@ import { offsetEndpointPort } from '@kvroute/protocol/kv-events';
 import type { FastifyBaseLogger } from 'fastify';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { RankTable, Worker } from '../rank-table.ts';
-import { KvEventStream } from './subscriber.ts';
+import { KvEventStream, loadZmq, type Zmq } from './subscriber.ts';
 
 export interface KvEventsSettings {
   /** Template with {host}, e.g. tcp://{host}:5557. */
@@ -73,6 +73,7 @@ export class KvEventsFeed implements KvIndexView {
   private readonly feeds = new Map<number, RankFeed>();
   private timer: NodeJS.Timeout | undefined;
   private readonly lag: Histogram;
+  private zmq: Zmq | undefined;
 
   constructor(
     private readonly settings: KvEventsSettings,
@@ -229,7 +230,8 @@ export class KvEventsFeed implements KvIndexView {
   }
 
   /** Streams for every rank now in the table (call after workers are added). */
-  start(): void {
+  async start(): Promise<void> {
+    this.zmq = await loadZmq();
     this.sync();
     this.timer ??= setInterval(() => this.sync(), 1_000);
     this.timer.unref();
@@ -249,6 +251,8 @@ export class KvEventsFeed implements KvIndexView {
 
   /** Adds streams for new ranks, drops those of removed ones, forgets ranks that went down. */
   sync(): void {
+    const zmq = this.zmq;
+    if (!zmq) return;
     for (let rank = 0; rank < this.table.size; rank++) {
       const slot = this.table.slot(rank);
       const existing = this.feeds.get(rank);
@@ -267,6 +271,7 @@ export class KvEventsFeed implements KvIndexView {
       if (!eps) continue;
       const dp = slot.dpRank ?? 0;
       const stream = new KvEventStream(
+        zmq,
         {
           endpoint: offsetEndpointPort(eps.endpoint, dp),
           replayEndpoint: eps.replay === undefined ? undefined : offsetEndpointPort(eps.replay, dp),

@@ -22,7 +22,17 @@ import {
   type KvEventBatch,
   KvEventDecodeError,
 } from '@kvroute/protocol/kv-events';
-import { Dealer, Subscriber } from 'zeromq';
+import type { Dealer, Subscriber } from 'zeromq';
+
+/** zeromq is a native addon: loaded only when KV events are configured (see loadZmq). */
+export type Zmq = typeof import('zeromq');
+
+let zmqModule: Promise<Zmq> | undefined;
+/** Loads the zeromq package once; the router's single-file bundle keeps it external. */
+export function loadZmq(): Promise<Zmq> {
+  zmqModule ??= import('zeromq');
+  return zmqModule;
+}
 
 export interface StreamCounters {
   batches: number;
@@ -79,11 +89,12 @@ export class KvEventStream {
   private work: Promise<void> = Promise.resolve();
 
   constructor(
+    private readonly zmq: Zmq,
     readonly opts: StreamOptions,
     private readonly sink: StreamSink,
     private readonly now: () => number = Date.now,
   ) {
-    this.sub = new Subscriber({
+    this.sub = new zmq.Subscriber({
       linger: 0,
       receiveHighWaterMark: 100_000,
       reconnectInterval: opts.reconnectIntervalMs ?? 100,
@@ -205,7 +216,10 @@ export class KvEventStream {
   ): Promise<void> {
     const endpoint = this.opts.replayEndpoint as string;
     if (!this.dealer) {
-      this.dealer = new Dealer({ linger: 0, receiveTimeout: this.opts.replayTimeoutMs ?? 2_000 });
+      this.dealer = new this.zmq.Dealer({
+        linger: 0,
+        receiveTimeout: this.opts.replayTimeoutMs ?? 2_000,
+      });
       this.dealer.connect(endpoint);
     }
     const dealer = this.dealer;

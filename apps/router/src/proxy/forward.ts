@@ -12,6 +12,7 @@
 // a silent cut. A client that goes away aborts the upstream request, which closes that
 // connection, which is how SGLang and the mock worker learn to abort the generation.
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
+import { performance } from 'node:perf_hooks';
 import { StringDecoder } from 'node:string_decoder';
 import {
   describeError,
@@ -143,6 +144,31 @@ export interface ForwardOptions {
   decide(status: number): 'pipe' | 'discard';
   /** The first body byte arrived from the worker (TTFT for streams). */
   onFirstByte(): void;
+  /** Streams: seconds between successive events carrying generated tokens. */
+  interToken?: { observe(seconds: number): void };
+}
+
+/**
+ * Whether a parsed SSE event carries generated output: a non-empty text, delta or output ids
+ * (a role-only, usage-only or empty chunk does not), checked without building anything.
+ */
+function carriesTokens(value: unknown): boolean {
+  if (typeof value !== 'object' || value === null) return false;
+  const o = value as Record<string, unknown>;
+  if (typeof o.text === 'string' && o.text.length > 0) return true;
+  if (Array.isArray(o.output_ids) && o.output_ids.length > 0) return true;
+  const choices = o.choices;
+  if (!Array.isArray(choices)) return false;
+  for (const c of choices) {
+    if (typeof c !== 'object' || c === null) continue;
+    const ch = c as Record<string, unknown>;
+    if (typeof ch.text === 'string' && ch.text.length > 0) return true;
+    const d = (ch.delta ?? ch.message) as Record<string, unknown> | undefined;
+    if (typeof d !== 'object' || d === null) continue;
+    const content = d.content ?? d.reasoning_content;
+    if (typeof content === 'string' && content.length > 0) return true;
+  }
+  return false;
 }
 
 export type ForwardResult =
@@ -195,7 +221,24 @@ export function checkAnswer(kind: RequestKind, value: unknown): string | undefin
       ? undefined
       : "the body has neither 'text' nor 'output_ids'";
   }
+  if (kind === 'rerank') {
+    // SGLang answers a list of {score, index}; vLLM's Jina/Cohere form an object with results.
+    if (Array.isArray(value)) return undefined;
+    return Array.isArray((value as Record<string, unknown>).results)
+      ? undefined
+      : "the body is neither a list nor has a 'results' array";
+  }
   if (Array.isArray(value)) return 'the body is a JSON array';
+  if (kind === 'embedding') {
+    return Array.isArray((value as Record<string, unknown>).data)
+      ? undefined
+      : "the body has no 'data' array";
+  }
+  if (kind === 'responses') {
+    return Array.isArray((value as Record<string, unknown>).output)
+      ? undefined
+      : "the body has no 'output' array";
+  }
   return Array.isArray((value as Record<string, unknown>).choices)
     ? undefined
     : "the body has no 'choices' array";
@@ -240,6 +283,8 @@ export class ForwardCall {
   private ownFailure: AttemptFailure | undefined;
   private timer: NodeJS.Timeout | undefined;
   private lastChunkAt = 0;
+  /** performance.now() of the last event that carried tokens (0: none yet). */
+  private lastTokenAt = 0;
 
   constructor(private readonly o: ForwardOptions) {
     this.done = new Promise((resolve) => {
@@ -442,6 +487,12 @@ export class ForwardCall {
         value = JSON.parse(payload);
       } catch {
         return `an SSE data line that is not JSON: ${JSON.stringify(payload.slice(0, 60))}`;
+      }
+      const itl = this.o.interToken;
+      if (itl !== undefined && carriesTokens(value)) {
+        const now = performance.now();
+        if (this.lastTokenAt !== 0) itl.observe((now - this.lastTokenAt) / 1e3);
+        this.lastTokenAt = now;
       }
       if (this.o.kind !== 'generate' || payload.includes('"prompt_tokens"')) {
         const u = usageFromObject(value);

@@ -76,6 +76,8 @@ export interface ProxyContext {
   limits(): RequestLimits;
   /** The events-fed cache index (--kv-events-endpoint), passed to every decision. */
   kvIndex?: (KvIndexView & { noteDispatch(rank: number): void }) | undefined;
+  /** The metrics' `worker` label for a worker: never its credentials (see router.ts). */
+  workerLabel(worker: Worker): string;
 }
 
 /** Serves one proxied POST on the raw request/response; never throws. */
@@ -130,6 +132,16 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
   };
   /** Attempts outstanding per worker, so an ejection can move them elsewhere. */
   const calls = new Map<Worker, Set<ForwardCall>>();
+  /** The `worker` label per worker, computed once (URL parsing is not for every request). */
+  const workerLabels = new WeakMap<Worker, string>();
+  const rankMetrics = (rankLabel: string, worker: Worker) => {
+    let label = workerLabels.get(worker);
+    if (label === undefined) {
+      label = ctx.workerLabel(worker);
+      workerLabels.set(worker, label);
+    }
+    return metrics.rank(rankLabel, label, worker.model ?? 'unknown');
+  };
 
   const countRejected = (route: string, status: number): void => {
     metrics.countRequest(route, 'none', 'none', String(status));
@@ -325,6 +337,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           return table.hasHealthy(ex);
         };
         const sentAt = performance.now();
+        const m = rankMetrics(rankLabel, worker);
         const thisCall = new ForwardCall({
           agent,
           origin: worker.origin,
@@ -345,9 +358,9 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           maxHeldBytes: config.maxHeldResponseBytes,
           decide: (status) => (status >= 500 && canRetryAfter() ? 'discard' : 'pipe'),
           onFirstByte: () => {
-            const m = metrics.rank(rankLabel);
             (stream ? m.ttftStream : m.ttftPlain).observe((performance.now() - sentAt) / 1e3);
           },
+          interToken: m.interToken,
         });
         call = thisCall;
         let onWorker = calls.get(worker);
@@ -415,10 +428,16 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           rel.failure(rankLabel, 'after-client-bytes', failure.kind);
           logFailure(worker, rank, 'after-client-bytes', failure, 'worker failed mid-response');
         }
-        if (result.usage) {
-          const m = metrics.rank(rankLabel);
-          m.promptTokens.inc(result.usage.promptTokens);
-          m.cachedTokens.inc(result.usage.cachedTokens);
+        const usage = result.usage;
+        if (usage) {
+          // Without a cached count the request says nothing about the hit rate: it is counted
+          // apart, and its prompt tokens stay out of the hit rate's denominator.
+          if (usage.cachedTokens === undefined) m.withoutCachedTokens.inc(1);
+          else {
+            m.promptTokens.inc(usage.promptTokens);
+            m.cachedTokens.inc(usage.cachedTokens);
+          }
+          if (usage.outputTokens !== undefined) m.outputTokens.inc(usage.outputTokens);
         }
         metrics.countRequest(route, rankLabel, decision.reason, status);
         return;

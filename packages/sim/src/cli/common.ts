@@ -57,6 +57,49 @@ export const SIM_OPTIONS: OptionSpec = {
   ...ENGINE_OPTIONS,
 };
 
+/** Router-side model flags (run and replay): replicas and where their cache index comes from. */
+export const ROUTER_OPTIONS: OptionSpec = {
+  replicas: { type: 'string' },
+  'index-source': { type: 'string' },
+  'event-lag-ms': { type: 'string' },
+};
+
+export const ROUTER_FLAGS_HELP = `  --replicas N          router replicas in front of the ranks, requests spread round-robin
+                        (default 1); each sees only its own decisions and in-flight counts
+  --index-source SRC    where the routers' cache index comes from: learned (default, from
+                        their own decisions), events (the ranks' KV events, shared by all
+                        replicas, after --event-lag-ms), oracle (the caches themselves)
+  --event-lag-ms L      KV event delivery lag for --index-source events (default 5)`;
+
+export interface RouterModelFlags {
+  replicas?: number;
+  indexSource?: 'learned' | 'events' | 'oracle';
+  eventLagMs?: number;
+}
+
+export function readRouterFlags(p: Parsed): RouterModelFlags {
+  const out: RouterModelFlags = {};
+  const replicas = str(p, 'replicas');
+  if (replicas !== undefined) out.replicas = positiveInt('replicas', replicas);
+  const source = str(p, 'index-source');
+  if (source !== undefined) {
+    out.indexSource = checkName('index-source', source, ['learned', 'events', 'oracle']) as
+      | 'learned'
+      | 'events'
+      | 'oracle';
+  }
+  const lag = str(p, 'event-lag-ms');
+  if (lag !== undefined) {
+    const n = Number(lag);
+    if (lag.trim() === '' || !Number.isFinite(n) || n < 0) {
+      throw new UsageError(`--event-lag-ms must be a number >= 0, got "${lag}"`);
+    }
+    if (source !== 'events') throw new UsageError('--event-lag-ms needs --index-source events');
+    out.eventLagMs = n;
+  }
+  return out;
+}
+
 export const SIM_FLAGS_HELP = `  --ranks N             integer >= 1: rank count, for the simulator and the scenario's own
                         'ranks' option (default: the scenario's, e.g. 16 for seed-sequential)
   --profile NAME        name: cost profile (see 'kvroute-sim profiles'); default

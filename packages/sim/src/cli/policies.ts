@@ -1,4 +1,4 @@
-// Turns `--policies` and the shared policy flags into dispatcher configs (spec S-1), and
+// Turns `--policies` and the shared policy flags into dispatcher configs, and
 // says which options each policy actually used, for the report.
 import {
   AFFINITY_KINDS,

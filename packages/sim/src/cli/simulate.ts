@@ -3,6 +3,7 @@
 
 import { oneBigCacheBound } from '../compare/bound.ts';
 import { RECOMMENDED } from '../compare/policy-comparison.ts';
+import type { RouterModel } from '../compare.ts';
 import { hostTier } from '../entities/presets.ts';
 import type { CellJob, CellResult, ProfileRef } from '../parallel/cell.ts';
 import { runCells } from '../parallel/pool.ts';
@@ -32,6 +33,8 @@ export interface CompareInput {
   ranks?: number;
   profile: CostModel;
   policies: readonly PolicySpec[];
+  /** Router replicas and index source (--replicas, --index-source, --event-lag-ms). */
+  router?: RouterModel;
   engine?: EngineFlags;
 }
 
@@ -71,6 +74,7 @@ export function compare(
       ranks: input.ranks,
       profile: input.profile,
       seed: input.seed,
+      ...(input.router ? { router: input.router } : {}),
       ...engineOptions(input.profile, input.engine),
       onProgress: (f) => {
         const i = Math.min(n - 1, Math.floor(f * n));

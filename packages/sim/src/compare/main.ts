@@ -20,7 +20,7 @@ export const USAGE = `usage: pnpm compare [--quick] [--out-dir DIR] [--methods a
 Runs every registered method on hot-prefix, rank-failure, scale-out, agentic, seed-sequential
 and the Mooncake replay (own pace, the speed-up at which round_robin's busiest rank is >= 70%
 busy, and x8) on 16 ranks of h200-llama-3.1-8b, and writes docs/policy-comparison.md and
-docs/policy-comparison.html with the one-big-cache bound and issue 5's targets judged.
+docs/policy-comparison.html with the one-big-cache bound and the load-aware targets judged.
   --quick        small sizes (a smoke run; the files say so)
   --out-dir DIR  where to write (default: <repo>/docs)
   --methods a,b  a subset of the registered methods

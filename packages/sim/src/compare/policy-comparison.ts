@@ -1,4 +1,4 @@
-// The policy comparison behind docs/policy-comparison.md (issue 5): every registered method
+// The policy comparison behind docs/policy-comparison.md: every registered method
 // on hot-prefix, rank-failure, scale-out, agentic, seed-sequential and the Mooncake replay at
 // its own pace and compressed, with the one-big-cache bound for the replay and the issue's
 // targets judged from the numbers. Same defaults for every scenario: methods run with their
@@ -14,7 +14,7 @@ import { type CacheBound, oneBigCacheBound } from './bound.ts';
 import { type KeysMoved, keysMoved } from './keys-moved.ts';
 import { type LoadCurve, loadCurve } from './load-curve.ts';
 
-/** Methods issue 5 added; the targets are judged on them. */
+/** The load-aware methods; the targets are judged on them. */
 export const NEW_METHODS = ['consistent_hash', 'cache_aware'] as const;
 /** The documented recommended default (see packages/policy/README.md). */
 export const RECOMMENDED = 'cache_aware';

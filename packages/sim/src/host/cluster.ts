@@ -77,6 +77,8 @@ export interface ClusterHooks {
   /** Capacity came back (a rank joined or revived): retry what found no healthy rank. */
   drainPending(): void;
   onStep?(step: StepRecord): void;
+  /** Every rank model as it is created (at start, on join or revival). */
+  onModel?(rank: number, model: RankModel): void;
 }
 
 export class Cluster {
@@ -105,9 +107,12 @@ export class Cluster {
       profile: this.profile,
       ...(this.hooks.onStep ? { onStep: this.hooks.onStep } : {}),
     };
-    return this.group !== null
-      ? this.group.add(opts)
-      : new RankModel({ ...opts, scheduler: this.scheduler });
+    const model =
+      this.group !== null
+        ? this.group.add(opts)
+        : new RankModel({ ...opts, scheduler: this.scheduler });
+    this.hooks.onModel?.(rank, model);
+    return model;
   }
 
   private addSlot(): void {

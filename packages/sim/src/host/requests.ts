@@ -6,6 +6,7 @@
 import {
   type Dispatcher,
   type DispatchTicket,
+  type KvIndexView,
   type LoadTracker,
   NoHealthyRankError,
 } from '@kvroute/policy';
@@ -31,20 +32,37 @@ export interface RequestHostOptions {
   cluster(): Cluster;
   /** A request completed with this record. */
   onDone(record: RequestRecord, req: WorkloadRequest): void;
+  /**
+   * Router replicas: each has its own dispatcher and load view; request i goes to replica
+   * i mod n (a load balancer in front of them). Default: `dispatcher` with `tracker` alone.
+   */
+  replicas?: readonly { dispatcher: Dispatcher; tracker: LoadTracker }[];
+  /** The events-fed cache index the replicas share (index source events or oracle). */
+  kvIndex?: KvIndexView;
 }
 
 export function createRequestHost(o: RequestHostOptions): RequestHost {
   const { q, dispatcher, tracker } = o;
   const pending: Flight[] = [];
   let attempts = 0;
+  let sent = 0;
+  const replicas = o.replicas ?? [{ dispatcher, tracker }];
 
   const dispatch = (f: Flight) => {
     let decision: DispatchTicket;
+    const replica = replicas[sent++ % replicas.length] as (typeof replicas)[number];
+    if (replica.tracker !== tracker) {
+      // A replica's own load view: its in-flight counts, the cluster's ranks and health.
+      if (replica.tracker.ranks.length !== tracker.ranks.length) {
+        replica.tracker.resize(tracker.ranks.length);
+      }
+      for (const r of tracker.ranks) replica.tracker.setHealthy(r.rank, r.healthy);
+    }
     try {
-      decision = dispatcher.begin(
+      decision = replica.dispatcher.begin(
         { inputIds: f.inputIds, routingKey: f.req.routingKey, maxNewTokens: f.req.outputTokens },
-        tracker,
-        { nowMs: q.now() },
+        replica.tracker,
+        o.kvIndex ? { nowMs: q.now(), kvIndex: o.kvIndex } : { nowMs: q.now() },
       );
     } catch (err) {
       if (err instanceof NoHealthyRankError) {

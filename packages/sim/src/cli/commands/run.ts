@@ -2,7 +2,10 @@ import { parseCommandArgs } from '../args.ts';
 import type { Subcommand } from '../command.ts';
 import {
   DEFAULT_POLICIES,
+  ROUTER_FLAGS_HELP,
+  ROUTER_OPTIONS,
   readPolicies,
+  readRouterFlags,
   readSimFlags,
   requireScenario,
   SIM_FLAGS_HELP,
@@ -20,11 +23,13 @@ TTFT, throughput, per-rank imbalance, evicted tokens and queueing delay.
   --scenario NAME       name: workload (see 'kvroute-sim scenarios'); required
   --policies LIST       comma-separated method names (default ${DEFAULT_POLICIES});
                         per-policy options as name:key=value, e.g. prefix_match:window=128
+${ROUTER_FLAGS_HELP}
 ${SIM_FLAGS_HELP}
 
 examples:
   kvroute-sim run --scenario seed-sequential --policies round_robin,total_tokens,prefix_match
   kvroute-sim run --scenario agentic --ranks 8 --set sessions=50 --json - | jq '.policies[].hitRate'
+  kvroute-sim run --scenario agentic --ranks 4 --policies cache_aware --replicas 3 --index-source events
 `;
 
 export const command: Subcommand = {
@@ -36,6 +41,7 @@ export const command: Subcommand = {
       scenario: { type: 'string' },
       policies: { type: 'string' },
       ...SIM_OPTIONS,
+      ...ROUTER_OPTIONS,
     });
     const scenario = requireScenario(p);
     const flags = readSimFlags(p, scenario, io);
@@ -49,6 +55,7 @@ export const command: Subcommand = {
       ranks: flags.ranks,
       profile: flags.profile,
       policies,
+      router: readRouterFlags(p),
       engine: flags.engine,
     });
     await emitRunReport(io, flags.outputs, report, samples, extras);

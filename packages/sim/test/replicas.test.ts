@@ -1,0 +1,43 @@
+// Router replicas and where their cache index comes from: the learned index loses hits when
+// each replica sees a third of the decisions; KV events (any small lag) and the oracle do not.
+import { describe, expect, it } from 'vitest';
+import { getProfile } from '../src/cost/profiles.ts';
+import { simulatePlan } from '../src/simulate.ts';
+import { buildWorkload } from '../src/workloads/registry.ts';
+
+const profile = getProfile('h200-llama-3.1-8b');
+const plan = () => buildWorkload('agentic', { sessions: 40, sessionsPerS: 2, ranks: 4 }, 11);
+
+function hit(replicas: number, indexSource: 'learned' | 'events' | 'oracle', eventLagMs = 5) {
+  return simulatePlan(plan(), {
+    policy: { method: 'cache_aware' },
+    profile,
+    seed: 11,
+    replicas,
+    indexSource,
+    eventLagMs,
+  }).summary;
+}
+
+describe('router replicas and index sources', () => {
+  it('shows the learned index replica penalty and events recovering it', () => {
+    const one = hit(1, 'learned');
+    const learned3 = hit(3, 'learned');
+    const events3 = hit(3, 'events');
+    const oracle3 = hit(3, 'oracle');
+    console.log(
+      `agentic, 4 ranks: 1 router learned ${(100 * one.hitRate).toFixed(1)}%, 3 replicas learned ${(100 * learned3.hitRate).toFixed(1)}%, events (5 ms) ${(100 * events3.hitRate).toFixed(1)}%, oracle ${(100 * oracle3.hitRate).toFixed(1)}%`,
+    );
+    expect(learned3.hitRate).toBeLessThan(one.hitRate);
+    expect(events3.hitRate).toBeGreaterThanOrEqual(0.97 * one.hitRate);
+    expect(oracle3.hitRate).toBeGreaterThanOrEqual(0.97 * one.hitRate);
+    expect(one.requests).toBe(learned3.requests);
+  });
+
+  it('is deterministic and rejects bad settings by name', () => {
+    expect(hit(3, 'events', 50)).toEqual(hit(3, 'events', 50));
+    expect(() => hit(0, 'learned')).toThrow(/replicas must be an integer >= 1/);
+    expect(() => hit(2, 'psychic' as 'learned')).toThrow(/indexSource must be one of/);
+    expect(() => hit(2, 'events', -1)).toThrow(/eventLagMs/);
+  });
+});
