@@ -27,6 +27,11 @@ async function fleet(): Promise<{ app: FastifyInstance; url: string; bad: Faulty
   const config = resolveConfig([
     '--worker-urls',
     ...ws.map((w) => w.url),
+    // Round robin gives the bad worker its quarter of the traffic whatever the timing, so
+    // it always sees enough requests to be ejected; the failure model is the same for
+    // every method, and the cache-aware default is exercised by fault-bench.
+    '--load-balance-method',
+    'round_robin',
     '--health-check-interval-ms',
     '0',
     '--generation-check-interval-ms',
