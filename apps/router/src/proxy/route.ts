@@ -359,7 +359,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         );
         headers.traceparent = rt.upstreamHop(rank, decision.reason, m.worker);
         // tracestate belongs to the client's trace: it goes on only with its traceparent.
-        if (!rt.continued) delete headers.tracestate;
+        if (!rt.continued && headers.tracestate !== undefined) delete headers.tracestate;
         const thisCall = new ForwardCall({
           agent,
           origin: worker.origin,
