@@ -18,7 +18,9 @@ export function packageConfig(dir: string, overrides: { testTimeout?: number } =
     ssr: { resolve: { conditions } },
     test: {
       include: ['test/**/*.test.ts'],
-      testTimeout: overrides.testTimeout ?? 20_000,
+      // Generous: some tests start servers or CLI processes, and a shared CI machine can be
+      // slow; a hung test still fails, only later.
+      testTimeout: overrides.testTimeout ?? 60_000,
       reporters: reportDir ? ['default', 'json'] : ['default'],
       outputFile: reportDir ? { json: join(reportDir, `vitest-${name}.json`) } : undefined,
     },

@@ -95,7 +95,7 @@ afterEach(async () => {
 });
 
 describe('validate --api chat', () => {
-  it('predicts with exactly the token ids the router derives from the chat body (spec S-3)', () => {
+  it('predicts with exactly the token ids the router derives from the chat body', () => {
     for (const ids of [
       [1],
       [5, 29999, 7, 300],

@@ -1,5 +1,5 @@
 """--calibrate: measure this worker's own prefill and decode times on this machine and
-fit the cost-profile form the simulator uses (spec S-2, kvroute-cost-profile/v1):
+fit the cost-profile form the simulator uses (kvroute-cost-profile/v1):
 
     prefillMs(new, cached) = floorMs + perTokenMs*new + attnMsPerMTokenPairs*new*(cached+new)/1e6
     decodeStepMs(batch, ctx) = floorMs + perSeqMs*batch + perKContextTokenMs*ctx/1000

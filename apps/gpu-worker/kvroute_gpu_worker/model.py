@@ -109,7 +109,7 @@ class LlamaModel:
         return emb.cos().to(self.dtype), emb.sin().to(self.dtype)
 
     def embed_ids(self, ids: torch.Tensor) -> torch.Tensor:
-        # Routing ids are uint32 groups of UTF-8 bytes (spec S-3); the model only needs *an*
+        # Routing ids are uint32 groups of UTF-8 bytes; the model only needs *an*
         # embedding per id, so they wrap into the vocabulary.
         return self.embed[ids.remainder(self.shape.vocab_size)]
 

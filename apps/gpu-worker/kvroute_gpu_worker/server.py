@@ -1,4 +1,4 @@
-"""The HTTP surface of spec S-4 on the standard library's ThreadingHTTPServer.
+"""The HTTP surface on the standard library's ThreadingHTTPServer.
 
 One thread per connection parses and waits on its request's event queue; the
 engine thread does the compute. Response shapes follow apps/mock-worker's

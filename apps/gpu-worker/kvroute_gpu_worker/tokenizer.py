@@ -1,4 +1,4 @@
-"""The routing tokenizer of packages/protocol (spec S-3), byte for byte.
+"""The routing tokenizer of packages/protocol, byte for byte.
 
 The router hashes these ids to pick a rank and the worker keys its radix cache on
 the same ids, so a prefix the router thinks is cached on a rank really is. The
@@ -120,7 +120,7 @@ def message_text(content: Any) -> str:
 
 
 def chat_text(messages: Sequence[Any], tools: Any = None) -> str:
-    """Chat body -> the one canonical text the routing tokenizer reads (spec S-3)."""
+    """Chat body -> the one canonical text the routing tokenizer reads."""
     parts: List[str] = []
     if isinstance(tools, list) and len(tools) > 0:
         parts.append("<|tools|>\n" + js_stringify(tools) + "\n")

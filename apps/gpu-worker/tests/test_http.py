@@ -1,4 +1,4 @@
-"""The S-4 HTTP surface over a real loopback socket, with the tiny model."""
+"""The worker HTTP surface over a real loopback socket, with the tiny model."""
 
 import http.client
 import json

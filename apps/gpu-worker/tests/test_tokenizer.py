@@ -1,4 +1,4 @@
-"""The routing tokenizer reproduces packages/protocol's ids byte for byte (spec S-3)."""
+"""The routing tokenizer reproduces packages/protocol's ids byte for byte."""
 
 import os
 

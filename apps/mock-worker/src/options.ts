@@ -1,6 +1,7 @@
 // Mock worker options: one object for the programmatic API, filled from CLI flags by
 // parseMockWorkerArgs. Defaults live here and nowhere else.
 import { parseArgs } from 'node:util';
+import { parseAssignments, parseNumber } from '@kvroute/policy';
 
 export type FailMode = 'http500' | 'reset';
 
@@ -235,18 +236,9 @@ export interface CliArgs {
 
 function cliNumber(flag: string, raw: string | undefined): number | undefined {
   if (raw === undefined) return undefined;
-  const v = Number(raw);
-  if (raw.trim() === '' || Number.isNaN(v)) {
-    throw new MockWorkerConfigError(`${flag} must be a number, got "${raw}"`);
-  }
+  const v = parseNumber(raw);
+  if (v === undefined) throw new MockWorkerConfigError(`${flag} must be a number, got "${raw}"`);
   return v;
-}
-
-function optionValue(raw: string): unknown {
-  if (raw === 'true') return true;
-  if (raw === 'false') return false;
-  const n = Number(raw);
-  return raw.trim() !== '' && !Number.isNaN(n) ? n : raw;
 }
 
 export function parseMockWorkerArgs(argv: readonly string[]): CliArgs {
@@ -258,11 +250,11 @@ export function parseMockWorkerArgs(argv: readonly string[]): CliArgs {
   } catch (err) {
     throw new MockWorkerConfigError(`${(err as Error).message}\n\n${USAGE}`);
   }
-  const policyOptions: Record<string, unknown> = {};
-  for (const kv of values['policy-option'] ?? []) {
-    const eq = kv.indexOf('=');
-    if (eq <= 0) throw new MockWorkerConfigError(`--policy-option must be KEY=VALUE, got "${kv}"`);
-    policyOptions[kv.slice(0, eq)] = optionValue(kv.slice(eq + 1));
+  let policyOptions: Record<string, unknown>;
+  try {
+    policyOptions = { ...parseAssignments('--policy-option', values['policy-option'] ?? []) };
+  } catch (err) {
+    throw new MockWorkerConfigError((err as Error).message);
   }
   const options: MockWorkerOptions = {
     dpSize: cliNumber('--dp-size', values['dp-size']),

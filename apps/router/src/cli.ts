@@ -35,7 +35,7 @@ async function startMockWorkers(
     running.push(
       await startMockWorker({
         host: '127.0.0.1',
-        port: 0,
+        port: config.mockBasePort !== undefined ? config.mockBasePort + i : 0,
         timeScale: config.mockTimeScale,
         dpSize: config.mockDpSize,
         ...(config.mockProfile ? { profile: config.mockProfile } : {}),

@@ -3,6 +3,14 @@
 // lowest first: defaults, YAML (--config), environment, flags. One table means the README,
 // the parser and the error messages cannot disagree about an option's name or type.
 import { readFileSync } from 'node:fs';
+import {
+  isNumericOption,
+  isOptionKey,
+  methodOptionCatalog,
+  optionHelp,
+  parseNumber,
+  parseScalar,
+} from '@kvroute/policy';
 import { parse as parseYaml } from 'yaml';
 import { RouterConfigError } from './errors.ts';
 import type { OutlierConfig } from './outlier.ts';
@@ -33,8 +41,12 @@ export interface RouterConfig {
   dpCacheAffinity?: 'routing_key';
   affinityMaxEntries: number;
   affinityTtlMs: number;
-  prefixWindow?: number;
-  prefixLength?: number;
+  /**
+   * Method options set by their own flags (`--window`, `--epsilon`, ...: one per option of any
+   * registered method, derived from the methods' schemas); passed at the dispatcher config's
+   * top level, where options of methods other than the chosen one are ignored.
+   */
+  methodOptions: Record<string, number | string>;
   /** Extra method options passed to the dispatcher as `options` (from --policy-option k=v). */
   policyOptions: Record<string, unknown>;
   allowRankOverride: boolean;
@@ -102,6 +114,10 @@ export interface RouterConfig {
   mockTimeScale: number;
   mockProfile?: string;
   mockDpSize: number;
+  /** First port of the --mock-workers (then +1 each); undefined = any free ports. */
+  mockBasePort?: number;
+  /** Forward requests to paths the router does not know to a worker instead of a 404. */
+  passThroughUnknown: boolean;
   logLevel: string;
   /** 'json' (one object per line), 'pretty' (readable lines), 'auto' = pretty on a TTY. */
   logFormat: 'auto' | 'json' | 'pretty';
@@ -133,6 +149,7 @@ export const DEFAULT_CONFIG: RouterConfig = {
   loadBalanceMethod: 'cache_aware',
   affinityMaxEntries: 100_000,
   affinityTtlMs: 3_600_000,
+  methodOptions: {},
   policyOptions: {},
   allowRankOverride: false,
   loadPollIntervalMs: 0,
@@ -181,6 +198,7 @@ export const DEFAULT_CONFIG: RouterConfig = {
   mockWorkers: 0,
   mockTimeScale: 1,
   mockDpSize: 1,
+  passThroughUnknown: false,
   logLevel: 'info',
   logFormat: 'auto',
   serviceDiscovery: false,
@@ -207,6 +225,38 @@ export interface OptionSpec {
   scale?: number;
   choices?: readonly string[];
   min?: number;
+}
+
+/** Spellings the router accepted before method options had flags of their own. */
+const METHOD_OPTION_ALIASES: Readonly<Record<string, readonly string[]>> = {
+  window: ['prefix-window'],
+};
+
+/**
+ * One flag (and env variable and YAML key) per option of any registered method, derived from
+ * the methods' schemas: the flag is the option's kebab-case name, the YAML key also its
+ * camelCase one; the help lists each method's default, range and doc.
+ */
+function methodOptionSpecs(): OptionSpec[] {
+  return methodOptionCatalog().map((entry) => {
+    const specs = Object.values(entry.specs);
+    const aliases = [...(METHOD_OPTION_ALIASES[entry.name] ?? [])];
+    if (entry.name !== entry.flag) aliases.push(entry.name);
+    const out: OptionSpec = {
+      flag: entry.flag,
+      key: `methodOptions.${entry.name}`,
+      kind: 'string',
+      help: `Method option ${entry.name}: ${optionHelp(entry)}`,
+      aliases,
+    };
+    if (isNumericOption(entry)) {
+      out.kind = specs.every((x) => x.type === 'int') ? 'int' : 'number';
+      out.min = Math.min(...specs.map((x) => (x.type === 'enum' ? 0 : x.min)));
+    } else {
+      out.choices = [...new Set(specs.flatMap((x) => (x.type === 'enum' ? x.choices : [])))];
+    }
+    return out;
+  });
 }
 
 export const OPTIONS: readonly OptionSpec[] = [
@@ -259,20 +309,7 @@ export const OPTIONS: readonly OptionSpec[] = [
     min: 1,
     help: 'Affinity entry lifetime',
   },
-  {
-    flag: 'prefix-window',
-    key: 'prefixWindow',
-    kind: 'int',
-    min: 1,
-    help: 'prefix_match, consistent_hash, cache_aware: tokens hashed per window',
-  },
-  {
-    flag: 'prefix-length',
-    key: 'prefixLength',
-    kind: 'int',
-    min: 1,
-    help: 'prefix_match, consistent_hash: prompt tokens hashed (cache_aware indexes up to its maxPrefixTokens option)',
-  },
+  ...methodOptionSpecs(),
   {
     flag: 'policy-option',
     key: 'policyOptions',
@@ -644,6 +681,19 @@ export const OPTIONS: readonly OptionSpec[] = [
     help: 'Mock workers: internal DP ranks each (use with --dp-aware)',
   },
   {
+    flag: 'mock-base-port',
+    key: 'mockBasePort',
+    kind: 'int',
+    min: 1,
+    help: 'Mock workers: listen on this port and the next N-1 (default: any free ports)',
+  },
+  {
+    flag: 'pass-through-unknown',
+    key: 'passThroughUnknown',
+    kind: 'bool',
+    help: 'Forward requests to paths the router does not serve to a healthy worker (round robin) instead of answering 404',
+  },
+  {
     flag: 'kv-events-endpoint',
     key: 'kvEventsEndpoint',
     kind: 'string',
@@ -777,8 +827,8 @@ function convert(o: OptionSpec, value: unknown, what: string): unknown {
     }
     case 'int':
     case 'number': {
-      const n = typeof value === 'number' ? value : Number(asString().trim());
-      if (!Number.isFinite(n) || asString().trim() === '') {
+      const n = typeof value === 'number' ? value : (parseNumber(asString()) ?? Number.NaN);
+      if (!Number.isFinite(n)) {
         throw new RouterConfigError(`${what}: expected a number, got "${asString()}"`);
       }
       if (o.kind === 'int' && !Number.isInteger(n))
@@ -805,17 +855,12 @@ function convert(o: OptionSpec, value: unknown, what: string): unknown {
       const s = asString();
       const eq = s.indexOf('=');
       if (eq <= 0) throw new RouterConfigError(`${what}: expected key=value, got "${s}"`);
-      return { [s.slice(0, eq)]: parseScalar(s.slice(eq + 1)) };
+      const key = s.slice(0, eq);
+      if (!isOptionKey(key)) throw new RouterConfigError(`${what}: invalid key "${key}"`);
+      // Typed as YAML would type them, by the policy's one strict scalar parser.
+      return { [key]: parseScalar(s.slice(eq + 1)) };
     }
   }
-}
-
-// key=value options reach method factories typed as YAML would type them.
-function parseScalar(s: string): unknown {
-  if (s === 'true') return true;
-  if (s === 'false') return false;
-  if (s !== '' && Number.isFinite(Number(s))) return Number(s);
-  return s;
 }
 
 type Partial = Map<string, unknown>;
@@ -834,7 +879,9 @@ function put(acc: Partial, o: OptionSpec, value: unknown): void {
 }
 
 /** Parses argv (without node and script). Returns the options set, and --config if given. */
-export function parseArgs(argv: readonly string[]): { values: Partial; configFile?: string } {
+export function parseArgs(args: readonly string[]): { values: Partial; configFile?: string } {
+  // `pnpm router -- --port 8000` (pnpm 12) hands the script a leading `--`: drop it.
+  const argv = args[0] === '--' ? args.slice(1) : args;
   const values: Partial = new Map();
   let configFile: string | undefined;
   for (let i = 0; i < argv.length; i++) {
@@ -1006,6 +1053,11 @@ export function validateConfig(cfg: RouterConfig): RouterConfig {
   }
   if (!cfg.health.endpoint.startsWith('/'))
     throw new RouterConfigError('--health-check-endpoint must start with /');
+  if (cfg.mockBasePort !== undefined && cfg.mockBasePort + cfg.mockWorkers - 1 > 65535) {
+    throw new RouterConfigError(
+      `--mock-base-port ${cfg.mockBasePort} leaves no room for ${cfg.mockWorkers} mock workers below port 65536`,
+    );
+  }
   if (cfg.adminPort !== undefined && cfg.adminPort === cfg.port && cfg.port !== 0) {
     throw new RouterConfigError('--admin-port must differ from --port');
   }
@@ -1080,10 +1132,45 @@ export function redactConfig(cfg: RouterConfig): Record<string, unknown> {
   };
 }
 
+/** How a flag's value is written in --help: its type, or its choices. */
+const VALUE_HINT: Record<Kind, string> = {
+  string: 'STR',
+  int: 'INT',
+  number: 'NUM',
+  bool: '',
+  duration: 'DURATION',
+  list: 'A B ...',
+  kv: 'KEY=VALUE',
+};
+
+function defaultOf(o: OptionSpec): string | undefined {
+  let v: unknown = DEFAULT_CONFIG;
+  for (const part of o.key.split('.')) v = (v as Record<string, unknown> | undefined)?.[part];
+  if (v === undefined) return undefined;
+  if (o.scale !== undefined && typeof v === 'number') v = v / o.scale;
+  else if (o.kind === 'duration' && typeof v === 'number') v = `${v}ms`;
+  if (Array.isArray(v)) return v.length > 0 ? v.join(' ') : undefined;
+  if (typeof v === 'object' && v !== null)
+    return Object.keys(v).length > 0 ? JSON.stringify(v) : undefined;
+  if (v === '') return undefined;
+  return String(v);
+}
+
 export function helpText(): string {
-  const lines = ['Usage: kvroute-router [--config file.yaml] [flags]', ''];
+  const lines = [
+    'Usage: kvroute-router [--config file.yaml] [flags]',
+    '',
+    'DURATION is a number of ms or with a unit: 500ms, 2s, 1m. Booleans take no value (or true/false).',
+    '',
+  ];
   for (const o of OPTIONS) {
-    lines.push(`  --${o.flag.padEnd(28)} ${o.help} [env ${envName(o)}]`);
+    const hint = o.choices ? o.choices.join('|') : VALUE_HINT[o.kind];
+    const flag = `--${o.flag}${hint ? ` ${hint}` : ''}`;
+    // Some help texts already say their default in their own words.
+    const def = /\(default/.test(o.help) ? undefined : defaultOf(o);
+    lines.push(
+      `  ${flag.padEnd(40)} ${o.help}${def !== undefined ? ` (default ${def})` : ''} [env ${envName(o)}]`,
+    );
   }
   lines.push(
     `  --${'config'.padEnd(28)} YAML file whose keys are these flag names [env KVROUTE_CONFIG]`,

@@ -30,6 +30,7 @@ import { LoadPoller } from './load-poller.ts';
 import { createRouterMetrics, type RouterMetrics } from './metrics.ts';
 import { OutlierDetector } from './outlier.ts';
 import { adminPlugin } from './plugins/admin.ts';
+import { engineApiPlugin, forwardToOneWorker } from './plugins/engine-api.ts';
 import { metricsPlugin } from './plugins/metrics.ts';
 import { workersApiPlugin } from './plugins/workers-api.ts';
 import { proxyPlugin } from './proxy/plugin.ts';
@@ -82,8 +83,7 @@ declare module 'fastify' {
 /** The policy config the CLI flags describe (a plain object). */
 export function dispatcherConfig(config: RouterConfig): DispatcherConfig {
   const out: DispatcherConfig = { method: config.loadBalanceMethod };
-  if (config.prefixWindow !== undefined) out.window = config.prefixWindow;
-  if (config.prefixLength !== undefined) out.prefixLength = config.prefixLength;
+  Object.assign(out, config.methodOptions);
   if (Object.keys(config.policyOptions).length > 0) out.options = { ...config.policyOptions };
   if (config.dpCacheAffinity === 'routing_key') {
     out.affinity = {
@@ -317,10 +317,13 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
 
-  app.setNotFoundHandler((req, reply) => {
-    const err = routeNotFound(req.method, req.url);
-    reply.code(err.status).send(err.toJSON());
-  });
+  if (config.passThroughUnknown) app.setNotFoundHandler(forwardToOneWorker(state));
+  else {
+    app.setNotFoundHandler((req, reply) => {
+      const err = routeNotFound(req.method, req.url);
+      reply.code(err.status).send(err.toJSON());
+    });
+  }
 
   app.setErrorHandler((err, req, reply) => {
     const { status, body } = errorReply(err, req.log, config.maxBodyBytes);
@@ -350,6 +353,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
 
   app.register(proxyPlugin, { handler: serveProxy });
   app.register(workersApiPlugin, { state });
+  app.register(engineApiPlugin, { state });
   if (config.serviceDiscovery) {
     app.register(discoveryPlugin, {
       state,

@@ -38,8 +38,8 @@ describe('resolveConfig', () => {
     expect(cfg.workerUrls).toEqual(['http://a:1', 'http://b:2']);
     expect(cfg.loadBalanceMethod).toBe('round_robin');
     expect(cfg.dpCacheAffinity).toBe('routing_key');
-    expect(cfg.prefixWindow).toBe(128);
-    expect(cfg.prefixLength).toBe(2048);
+    // --prefix-window is the router's older spelling of --window.
+    expect(cfg.methodOptions).toEqual({ window: 128, prefixLength: 2048 });
     expect(cfg.allowRankOverride).toBe(true);
     expect(cfg.adminToken).toBe('s3cret');
     expect(cfg.loadPollIntervalMs).toBe(2000);
@@ -73,7 +73,7 @@ describe('resolveConfig', () => {
       ['--config', 'r.yaml', '--prefix-window', '32'],
       {
         KVROUTE_LOAD_BALANCE_METHOD: 'round_robin',
-        KVROUTE_PREFIX_WINDOW: '48',
+        KVROUTE_WINDOW: '48',
         KVROUTE_DP_AWARE: 'true',
       },
       (p) => {
@@ -83,7 +83,7 @@ describe('resolveConfig', () => {
     );
     expect(cfg.workerUrls).toEqual(['http://y:1', 'http://y:2']);
     expect(cfg.loadBalanceMethod).toBe('round_robin');
-    expect(cfg.prefixWindow).toBe(32);
+    expect(cfg.methodOptions.window).toBe(32);
     expect(cfg.dpAware).toBe(true);
     expect(cfg.health.intervalMs).toBe(700);
     expect(cfg.policyOptions).toEqual({ foo: 1 });
@@ -98,6 +98,10 @@ describe('resolveConfig', () => {
     [['--bogus', '1', ...W], /unknown flag --bogus/],
     [['--port', 'abc', ...W], /--port: expected a number/],
     [['--prefix-window', '1.5', ...W], /--prefix-window: expected an integer/],
+    [['--window', '0x10', ...W], /--window: expected a number, got "0x10"/],
+    [['--epsilon', 'Infinity', ...W], /--epsilon: expected a number/],
+    [['--load', 'bytes', ...W], /--load: must be one of tokens, requests/],
+    [['--policy-option', '__proto__=1', ...W], /invalid key "__proto__"/],
     [['--dp-cache-affinity', 'session', ...W], /--dp-cache-affinity: must be one of routing_key/],
     [['--worker-urls', 'notaurl'], /"notaurl" is not a URL/],
     [['--worker-urls', 'ftp://x'], /must be http/],
@@ -132,7 +136,7 @@ describe('resolveConfig', () => {
 });
 
 describe('dispatcherConfig', () => {
-  it('maps flags onto the policy config (S-1 shape)', () => {
+  it('maps flags onto the policy config', () => {
     const cfg = resolveConfig([
       ...W,
       '--load-balance-method',

@@ -8,6 +8,7 @@ import {
 } from './affinity/routing-key.ts';
 import { NoHealthyRankError, PolicyConfigError, RoutedRankError } from './errors.ts';
 import { type LoadTracker, requestTokens } from './load-tracker.ts';
+import { isOptionKey } from './options.ts';
 import { methodNames, methodRegistry } from './registry.ts';
 import {
   type Decision,
@@ -104,11 +105,16 @@ function methodOptions(name: string, config: Record<string, unknown>): Record<st
   for (const [key, value] of Object.entries(config)) {
     if (!DISPATCHER_KEYS.has(key)) topLevel[key] = value;
   }
+  for (const key of [...Object.keys(config), ...Object.keys(nested ?? {})]) {
+    // A JSON or YAML `__proto__` key is an own property that plain assignment would turn
+    // into a prototype change: refuse it rather than ignore it.
+    if (!isOptionKey(key)) throw new PolicyConfigError(`invalid option name '${key}'`);
+  }
   const own = methodRegistry[name]?.optionNames;
   if (own) {
     const anyMethod = new Set<string>();
     for (const factory of Object.values(methodRegistry)) {
-      for (const option of factory.optionNames ?? []) anyMethod.add(option);
+      for (const option of factory.optionNames) anyMethod.add(option);
     }
     const valid = own.length > 0 ? own.join(', ') : '(none)';
     // Top-level keys may be another method's options (a sweep or a CLI sets them for all
@@ -124,7 +130,7 @@ function methodOptions(name: string, config: Record<string, unknown>): Record<st
       }
     }
   }
-  return { ...topLevel, ...(nested ?? {}) };
+  return Object.assign(Object.create(null), topLevel, nested ?? {});
 }
 
 export function createDispatcher(config: DispatcherConfig): Dispatcher {

@@ -48,10 +48,36 @@ export {
   MAX_REQUEST_TOKENS,
   requestTokens,
 } from './load-tracker.ts';
-export { PREFIX_MATCH_DEFAULTS } from './methods/prefix-match.ts';
-export { readInt, readNumber } from './options.ts';
+export { CACHE_AWARE_OPTIONS } from './methods/cache-aware.ts';
+export { CONSISTENT_HASH_OPTIONS } from './methods/consistent-hash.ts';
+export { PREFIX_MATCH_DEFAULTS, PREFIX_MATCH_OPTIONS } from './methods/prefix-match.ts';
+export {
+  describeRange,
+  type EnumOptionSpec,
+  isOptionKey,
+  type NumericOptionSpec,
+  type OptionSpec,
+  type OptionsSchema,
+  type OptionValues,
+  optionFlag,
+  parseAssignments,
+  parseNumber,
+  parseScalar,
+  readInt,
+  readNumber,
+  readOption,
+  readOptions,
+} from './options.ts';
 export { leastLoaded, leastLoadedCool } from './pickers.ts';
-export { methodNames, methodRegistry } from './registry.ts';
+export {
+  isNumericOption,
+  type MethodOptionEntry,
+  methodNames,
+  methodOptionCatalog,
+  methodOptionSchema,
+  methodRegistry,
+  optionHelp,
+} from './registry.ts';
 export type {
   Decision,
   DecisionReason,

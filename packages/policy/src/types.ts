@@ -1,5 +1,6 @@
 // The policy core's contracts. Hosts (the simulator, the router, the mock worker)
 // depend on these names; change them only together with every host.
+import type { OptionsSchema } from './options.ts';
 
 /** One data-parallel rank or replica as the host sees it right now. */
 export interface RankState {
@@ -133,11 +134,14 @@ export interface Method {
 }
 
 /**
- * Builds a method from its options (already merged from the config's top level and `options`).
- * `optionNames` lists the options it reads, so the dispatcher can reject typos.
+ * Builds a method from its options (already merged from the config's top level and `options`);
+ * made with defineMethod. `options` is the method's schema, `optionNames` its keys, so the
+ * dispatcher can reject typos and hosts can derive flags and help.
  */
 export type MethodFactory = ((options: Record<string, unknown>) => Method) & {
-  readonly optionNames?: readonly string[];
+  readonly methodName: string;
+  readonly options: OptionsSchema;
+  readonly optionNames: readonly string[];
 };
 
 /** The prompt's length in tokens: `promptTokens` when the host capped inputIds, else their count. */

@@ -1,5 +1,5 @@
 // Builds test/fixtures/routing-tokenizer.json from the TS implementation, so the Python GPU
-// worker can prove it produces the same routing ids (spec S-3). `write-routing-fixture.ts`
+// worker can prove it produces the same routing ids. `write-routing-fixture.ts`
 // writes it; test/routing-fixture.test.ts fails when the committed file is stale.
 import { fileURLToPath } from 'node:url';
 import { parseRequest, type RequestKind } from '../src/parse.ts';
@@ -359,7 +359,7 @@ export function buildRoutingFixture() {
     format: 'kvroute-routing-tokenizer-fixture/v1',
     tokenizer: 'approximate',
     description:
-      'Spec S-3: expected routing token ids of the approximate tokenizer. kind "text": tokenize `text`; ' +
+      'Expected routing token ids of the approximate tokenizer. kind "text": tokenize `text`; ' +
       'kind chat|completion|generate: parse `body` as that endpoint would and tokenize its prompt; ' +
       'where `body_json` is present it is the raw request text (`body` is its JSON.parse), for cases about ' +
       'JSON.stringify normalization: integer-like keys first, number formatting. ' +

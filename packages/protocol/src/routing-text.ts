@@ -1,5 +1,5 @@
-// The canonical serialization of a chat request for the approximate routing tokenizer
-// (spec S-3). It only has to be stable and prefix-preserving: a later turn of the same
+// The canonical serialization of a chat request for the approximate routing tokenizer.
+// It only has to be stable and prefix-preserving: a later turn of the same
 // conversation must serialize to an extension of the earlier turn's text, so the
 // earlier turn's token windows are a prefix of the later one's. The Python GPU worker
 // reimplements this byte for byte; test/fixtures/routing-tokenizer.json pins it.

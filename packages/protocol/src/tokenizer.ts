@@ -1,5 +1,5 @@
 // Routing tokenizers: the prompt as token ids, in the order the engine sees it. Two kinds:
-// - approximate (default): canonical serialization + 4-byte UTF-8 groups (spec S-3). Cheap,
+// - approximate (default): canonical serialization + 4-byte UTF-8 groups. Cheap,
 //   model-independent, stable windows; ids do not match the engine's, so a prefix window of
 //   W pseudo-tokens covers ~4W bytes rather than W real tokens.
 // - huggingface: a real tokenizer.json + the model's chat template from tokenizer_config.json,

@@ -13,7 +13,7 @@ import {
   messageText,
 } from '../src/index.ts';
 
-describe('approximate tokenizer (spec S-3)', () => {
+describe('approximate tokenizer', () => {
   it('groups UTF-8 bytes by 4, little-endian, last group zero-padded', () => {
     expect(Array.from(approximateTokenIds(''))).toEqual([]);
     expect(Array.from(approximateTokenIds('a'))).toEqual([0x61]);

@@ -1,4 +1,4 @@
-// Benchmark (issue 3 item 11): replay the whole Mooncake conversation trace on 16 ranks of
+// Benchmark: replay the whole Mooncake conversation trace on 16 ranks of
 // h200-llama-3.1-8b, once per policy, each in its own process so peak RSS is that policy's.
 // Prints wall time, simulated seconds per wall second, events per second and peak RSS, and
 // whether the targets (<= 10 s wall, >= 350x real time, <= 2 GiB) hold. No assertions: timing

@@ -1,5 +1,5 @@
 // Runs one workload under several policies and returns the comparison the CLI prints and
-// writes as JSON (issue 3 item 7). The plan is built once, so every policy sees the same
+// writes as JSON. The plan is built once, so every policy sees the same
 // requests; each policy gets fresh ranks and a fresh dispatcher.
 import type { DispatcherConfig } from '@kvroute/policy';
 import type { CostModel } from './cost/cost-model.ts';

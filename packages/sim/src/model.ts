@@ -16,7 +16,7 @@ export type {
   ComparisonRun,
 } from './compare.ts';
 export { policyConfig, runComparison, runComparisonDetailed } from './compare.ts';
-export { readCalibration, repoRoot, sharedDir, sharedFile } from './cost/calibration.ts';
+export { readCalibration, repoRoot, sharedFile } from './cost/calibration.ts';
 export type {
   CostModel,
   CostProfileSpec,

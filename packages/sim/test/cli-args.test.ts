@@ -81,9 +81,12 @@ describe('names and assignments', () => {
     expect(parseValue('1e3')).toBe(1000);
     expect(parseValue('12abc')).toBe('12abc');
     expect(usageMessage(() => parseAssignments('set', ['noequals']))).toBe(
-      "--set expects key=value, got 'noequals'",
+      "--set expects KEY=VALUE, got 'noequals'",
     );
     expect(usageMessage(() => parseAssignments('set', ['__proto__=1']))).toContain('invalid key');
+    // One strict numeral grammar: hex and Infinity stay strings, never numbers.
+    expect(parseValue('0x10')).toBe('0x10');
+    expect(parseValue('Infinity')).toBe('Infinity');
   });
 
   it('keeps integer-looking seeds as numbers and others as strings', () => {

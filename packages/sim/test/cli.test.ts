@@ -168,7 +168,7 @@ describe('run', () => {
   });
 });
 
-describe('determinism (issue 3 item 10)', () => {
+describe('determinism', () => {
   it('gives byte-identical JSON for the same arguments and seed: every issue scenario, replay and sweep', async () => {
     const small: Record<string, string[]> = {
       'seed-sequential': ['requests=5', 'accumulate=true'],

@@ -1,4 +1,4 @@
-// Issue 3 item 1: the engine. Events run by (time, sequence number), time jumps from event to
+// the engine. Events run by (time, sequence number), time jumps from event to
 // event, and nothing in the simulation reads a wall clock or Math.random.
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';

@@ -1,4 +1,4 @@
-// hot-prefix, rank-failure and scale-out (issue 5), at small sizes.
+// hot-prefix, rank-failure and scale-out, at small sizes.
 import { describe, expect, it } from 'vitest';
 import { keysMoved } from '../src/compare/keys-moved.ts';
 import { getProfile } from '../src/cost/profiles.ts';

@@ -1,4 +1,4 @@
-// Issue 3 item 7: the JSON output's keys are a documented contract. This reads the package
+// the JSON output's keys are a documented contract. This reads the package
 // README's "JSON output" section and checks it against what the CLI actually writes, both
 // ways: every key the CLI writes is documented, and every documented key is written.
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';

@@ -12,6 +12,7 @@ import {
   runPolicyComparison,
   type ScenarioResult,
 } from '../src/compare/policy-comparison.ts';
+import { recommend } from '../src/compare/recommend.ts';
 import { renderHtml, renderMarkdown } from '../src/compare/render.ts';
 import { getProfile } from '../src/cost/profiles.ts';
 import type { RequestRecord } from '../src/metrics/types.ts';
@@ -152,7 +153,12 @@ describe('policy comparison report', () => {
       ]);
     }
     const md = renderMarkdown(c);
-    expect(md).toContain('## Targets (issue 5)');
+    // The page opens with the plain recommendation, ahead of the internal targets table.
+    expect(md.indexOf('## Which policy for which workload and load')).toBeGreaterThan(0);
+    expect(md.indexOf('## Which policy for which workload and load')).toBeLessThan(
+      md.indexOf('## Targets'),
+    );
+    expect(md).toContain('## Targets');
     expect(md).toContain('One-big-cache bound');
     expect(md).toMatch(/\| (met|\*\*missed\*\*) \|/);
     const html = await renderHtml(c);
@@ -293,7 +299,7 @@ describe('judgeTargets', () => {
     return t;
   };
 
-  it('judges each issue-5 target per new method, met inside its bound, missed just outside', () => {
+  it('judges each load-aware target per new method, met inside its bound, missed just outside', () => {
     expect(targets.map((t) => t.method)).not.toContain('prefix_match');
     for (const prefix of [
       'hot-prefix:',
@@ -328,5 +334,53 @@ describe('judgeTargets', () => {
     expect(judgeTargets(own).some((t) => t.target.startsWith('replay-x1: TTFT p99 >= 20%'))).toBe(
       false,
     );
+  });
+});
+
+describe('recommend', () => {
+  it('picks the lowest TTFT p99, gives 5% ties to the higher hit rate, and names each load range', () => {
+    const scenarios = [
+      scen('hot-prefix', 'hot-prefix', [
+        prow('prefix_match', { ttftP99: 1000, hitRate: 0.9 }),
+        prow('consistent_hash', { ttftP99: 500, hitRate: 0.7 }),
+        prow('cache_aware', { ttftP99: 520, hitRate: 0.8 }),
+      ]),
+      scen('replay-x8', 'replay', [
+        prow('round_robin', { ttftP99: 900, hitRate: 0.1 }),
+        prow('cache_aware', { ttftP99: 400, hitRate: 0.3 }),
+      ]),
+    ];
+    const pt = (multiplier: number, p99: Record<string, number>) => ({
+      multiplier,
+      rateRps: multiplier * 2,
+      rows: Object.entries(p99).map(([policy, ttftP99]) => ({
+        policy,
+        ttftP50: 1,
+        ttftP99,
+        throughputRps: 1,
+      })),
+    });
+    const curve = {
+      id: 'load-x',
+      title: 'X against load',
+      baseRateRps: 2,
+      crossovers: [],
+      best: [],
+      points: [
+        pt(0.5, { a: 10, b: 20 }),
+        pt(1, { a: 11, b: 20 }),
+        pt(2, { a: 50, b: 30 }),
+        pt(4, { a: 90, b: 60 }),
+      ],
+    };
+    const r = recommend(scenarios, [curve]);
+    // 520 is within 5% of 500 and cache_aware holds more of the cache.
+    expect(r[0]).toMatchObject({ method: 'cache_aware' });
+    expect(r[0]!.why).toContain('next best `consistent_hash` 500 ms');
+    expect(r[1]).toMatchObject({ method: 'cache_aware', load: "x8 the trace's pace" });
+    expect(r.slice(2).map((x) => [x.method, x.load])).toEqual([
+      ['a', 'x0.5-x1 (1-2 req/s)'],
+      ['b', 'x2-x4 (4-8 req/s)'],
+    ]);
   });
 });

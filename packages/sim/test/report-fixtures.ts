@@ -1,7 +1,7 @@
 // Hand-made report objects for renderer tests: the renderers must not depend on the engine.
 import type { PolicyReport, RunReport, SweepCell, SweepReport } from '../src/report/types.ts';
 
-/** The keys issue 3 requires in every `policies[]` entry of the JSON output. */
+/** The keys required in every `policies[]` entry of the JSON output. */
 export const REQUIRED_POLICY_KEYS = [
   'policy',
   'options',

@@ -1,4 +1,4 @@
-// Issue 3 item 9: the seed measurements, reproduced by the model rather than asserted into it.
+// the seed measurements, reproduced by the model rather than asserted into it.
 // The profile's prefill constants come from two seed numbers (cold 22,651-token prefill, and
 // a hit); everything checked here (what round_robin finds cached, the steady state, the
 // ratios, concurrency) follows from the rank model, the workload and the policies.

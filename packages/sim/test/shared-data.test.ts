@@ -1,7 +1,8 @@
-import { existsSync, readFileSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { sharedDir, sharedFile, vendoredDataDir } from '../src/cost/calibration.ts';
+import { sharedFile, vendoredDataDir } from '../src/cost/calibration.ts';
 
 const FILES = ['calibration/h200-prefill.jsonl', 'traces/mooncake-conversation.jsonl'];
 
@@ -12,20 +13,21 @@ describe('shared material', () => {
     else process.env.KVROUTE_SHARED_DIR = saved;
   });
 
-  it.each(FILES)('vendors %s byte for byte where the canonical copy exists', (rel) => {
+  it.each(FILES)('ships %s in the package', (rel) => {
     const vendored = readFileSync(resolve(vendoredDataDir(), rel));
     expect(vendored.length).toBeGreaterThan(1000);
-    const canonical = resolve(sharedDir(), rel);
-    if (existsSync(canonical)) expect(vendored.equals(readFileSync(canonical))).toBe(true);
   });
 
-  it('prefers $KVROUTE_SHARED_DIR, then ../shared, then the vendored copy', () => {
-    process.env.KVROUTE_SHARED_DIR = vendoredDataDir();
-    expect(sharedFile(FILES[0]!)).toBe(resolve(vendoredDataDir(), FILES[0]!));
+  it('reads $KVROUTE_SHARED_DIR when it holds the file, else only the packaged copy', () => {
+    const alt = mkdtempSync(join(tmpdir(), 'kvroute-shared-'));
+    mkdirSync(join(alt, 'calibration'));
+    writeFileSync(join(alt, FILES[0]!), '{}\n');
+    process.env.KVROUTE_SHARED_DIR = alt;
+    expect(sharedFile(FILES[0]!)).toBe(resolve(alt, FILES[0]!));
     process.env.KVROUTE_SHARED_DIR = '/nonexistent-kvroute-shared';
-    const expected = existsSync(resolve(sharedDir(), FILES[0]!))
-      ? resolve(sharedDir(), FILES[0]!)
-      : resolve(vendoredDataDir(), FILES[0]!);
-    expect(sharedFile(FILES[0]!)).toBe(expected);
+    expect(sharedFile(FILES[0]!)).toBe(resolve(vendoredDataDir(), FILES[0]!));
+    delete process.env.KVROUTE_SHARED_DIR;
+    expect(sharedFile(FILES[1]!)).toBe(resolve(vendoredDataDir(), FILES[1]!));
+    expect(existsSync(sharedFile(FILES[1]!))).toBe(true);
   });
 });

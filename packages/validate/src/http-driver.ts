@@ -87,7 +87,7 @@ export function endpointUrl(target: string, path: string): URL {
 /**
  * Chat endpoints take text, and plans carry token ids. Each id becomes four ASCII bytes
  * (three base-64 digits and a space) and the content starts with padding that aligns it to
- * a 4-byte boundary after the `<|user|>\n` header of the routing tokenizer (spec S-3), so a
+ * a 4-byte boundary after the `<|user|>\n` header of the routing tokenizer, so a
  * kvroute router or mock worker sees exactly one token per planned id and shared prefixes
  * stay shared. A real tokenizer will count differently; the hit rate is then approximate.
  */
@@ -110,8 +110,8 @@ export function idsToChatText(ids: ArrayLike<number>): string {
 }
 
 /**
- * The token ids a kvroute router or worker derives from the chat body sent for `ids` (spec
- * S-3: canonical chat text, UTF-8 bytes in little-endian groups of 4), so the simulator can
+ * The token ids a kvroute router or worker derives from the chat body sent for `ids` (canonical
+ * chat text, UTF-8 bytes in little-endian groups of 4), so the simulator can
  * route and cache exactly what such a target sees.
  */
 export function chatRoutingIds(ids: ArrayLike<number>): Uint32Array {

@@ -1,5 +1,5 @@
 // Shapes the validate harness works on. The plan types are the structural subset of
-// sim-core's WorkloadPlan (spec S-2) that the harness reads, so a plan from
+// sim-core's WorkloadPlan that the harness reads, so a plan from
 // `buildWorkload` or one rebuilt from a recording both fit.
 
 export type ApiKind = 'generate' | 'completions' | 'chat';

@@ -58,7 +58,7 @@ describe('request bodies', () => {
       stream_options: { include_usage: true },
     });
   });
-  it('chatRoutingIds are the S-3 token ids of the chat text: header, one token per id, tail', () => {
+  it('chatRoutingIds are the routing tokenizer ids of the chat text: header, one token per id, tail', () => {
     const ids = chatRoutingIds([1, 2]);
     const le = (s: string) => Buffer.from(s, 'latin1').readUInt32LE(0);
     // "<|us" "er|>" "\nxxx" then "AAB " "AAC " then "\n<|a" "ssis" "tant" "|>\n" (zero-padded).

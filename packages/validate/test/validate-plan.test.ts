@@ -79,7 +79,7 @@ describe('restrictPlan', () => {
   });
 });
 
-describe('parseValidateArgs: the flags issue 6 lists', () => {
+describe('parseValidateArgs: the documented flags', () => {
   const methods = ['round_robin', 'prefix_match', 'cache_aware'];
   const base = ['--target', 'http://127.0.0.1:1', '--scenario', 'agentic'];
 

@@ -3,7 +3,7 @@
 //   /readiness  some rank is routable and its worker has passed a check or served a request;
 //   /health     SGLang's meaning, "this endpoint can serve requests": the same condition as
 //               /readiness, so it never says ok before any worker was checked;
-//   /v1/models  any healthy worker knows the model list (no load accounting).
+//   /v1/models  the union of the healthy workers' model lists (no load accounting).
 
 import { describeError, getText } from '@kvroute/protocol';
 import type { FastifyInstance } from 'fastify';
@@ -19,27 +19,35 @@ export async function workersApiPlugin(
   opts: WorkersApiOptions,
 ): Promise<void> {
   const { config, table, health } = opts.state;
-  let modelsCursor = 0;
+  // Workers may serve different models: the list is the union of what every healthy worker
+  // reports (first card per id wins), as the router serves all of them.
   app.get('/v1/models', async (_req, reply) => {
     const workers = table.workers().filter((w) => w.healthy && !w.ejected);
-    for (let i = 0; i < workers.length; i++) {
-      const w = workers[(modelsCursor + i) % workers.length]!;
-      try {
-        const res = await getText(
-          opts.state.agent,
-          `${w.url}/v1/models`,
-          config.health.timeoutMs,
-          health.headers,
-        );
-        if (res.status >= 500) continue;
-        modelsCursor = (modelsCursor + i + 1) % workers.length;
-        reply.code(res.status).header('content-type', 'application/json').send(res.text);
-        return;
-      } catch (err) {
-        health.reportConnectError(w, describeError(err));
-      }
+    const lists = await Promise.all(
+      workers.map(async (w) => {
+        try {
+          const res = await getText(
+            opts.state.agent,
+            `${w.url}/v1/models`,
+            config.health.timeoutMs,
+            health.headers,
+          );
+          if (res.status !== 200) return undefined;
+          const body = JSON.parse(res.text) as { data?: unknown };
+          return Array.isArray(body.data) ? (body.data as { id?: unknown }[]) : undefined;
+        } catch (err) {
+          health.reportConnectError(w, describeError(err));
+          return undefined;
+        }
+      }),
+    );
+    const answered = lists.filter((l) => l !== undefined);
+    if (answered.length === 0) throw noRankLeft(undefined, 'no worker answered /v1/models');
+    const byId = new Map<string, unknown>();
+    for (const card of answered.flat()) {
+      if (card && typeof card.id === 'string' && !byId.has(card.id)) byId.set(card.id, card);
     }
-    throw noRankLeft(undefined, 'no worker answered /v1/models');
+    reply.send({ object: 'list', data: [...byId.values()] });
   });
 
   const readiness = () => {

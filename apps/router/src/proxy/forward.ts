@@ -221,7 +221,24 @@ export function checkAnswer(kind: RequestKind, value: unknown): string | undefin
       ? undefined
       : "the body has neither 'text' nor 'output_ids'";
   }
+  if (kind === 'rerank') {
+    // SGLang answers a list of {score, index}; vLLM's Jina/Cohere form an object with results.
+    if (Array.isArray(value)) return undefined;
+    return Array.isArray((value as Record<string, unknown>).results)
+      ? undefined
+      : "the body is neither a list nor has a 'results' array";
+  }
   if (Array.isArray(value)) return 'the body is a JSON array';
+  if (kind === 'embedding') {
+    return Array.isArray((value as Record<string, unknown>).data)
+      ? undefined
+      : "the body has no 'data' array";
+  }
+  if (kind === 'responses') {
+    return Array.isArray((value as Record<string, unknown>).output)
+      ? undefined
+      : "the body has no 'output' array";
+  }
   return Array.isArray((value as Record<string, unknown>).choices)
     ? undefined
     : "the body has no 'choices' array";

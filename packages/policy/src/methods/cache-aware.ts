@@ -50,7 +50,7 @@ import { chainedWindowHashes } from '../hashing/chained.ts';
 import { ChainedPrefixIndex } from '../hashing/chained-index.ts';
 import { validateTokenIds } from '../hashing/prefix-digest.ts';
 import { PendingPrefixes } from '../kv-index/pending.ts';
-import { readInt, readNumber } from '../options.ts';
+import { type OptionsSchema, readInt, readNumber } from '../options.ts';
 import { leastLoadedCool } from '../pickers.ts';
 import {
   type Decision,
@@ -59,6 +59,46 @@ import {
   promptLength,
   type RankState,
 } from '../types.ts';
+
+export const CACHE_AWARE_OPTIONS = {
+  window: { type: 'int', default: 256, min: 1, doc: 'tokens per indexed window' },
+  maxPrefixTokens: {
+    type: 'int',
+    default: 16384,
+    min: 1,
+    doc: 'index at most this many leading tokens of a prompt (at least window)',
+  },
+  epsilon: {
+    type: 'number',
+    default: 0.25,
+    min: 0,
+    doc: 'relative overload bound over the mean in-flight tokens',
+  },
+  slackTokens: {
+    type: 'number',
+    default: 65536,
+    min: 0,
+    doc: 'absolute overload slack in tokens, so affinity survives light load',
+  },
+  loadWeight: {
+    type: 'number',
+    default: 1,
+    min: 0,
+    doc: 'weight of queued tokens against uncached prefill tokens in the cost',
+  },
+  capacityTokens: {
+    type: 'int',
+    default: 1_000_000,
+    min: 1,
+    doc: 'index capacity per rank in tokens when the host gives no KV capacity (at least window)',
+  },
+  pendingMs: {
+    type: 'number',
+    default: 10_000,
+    min: 0,
+    doc: 'with an events index: host ms a prefix just sent counts as held before events confirm it',
+  },
+} as const satisfies OptionsSchema;
 
 export interface CacheAwareOptions {
   /** Tokens per indexed window. Default 256. */
@@ -284,19 +324,12 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
   };
 }
 
-const CACHE_AWARE_OPTION_NAMES = [
-  'window',
-  'maxPrefixTokens',
-  'epsilon',
-  'slackTokens',
-  'loadWeight',
-  'capacityTokens',
-  'pendingMs',
-] as const;
-
 export const createCacheAware = defineMethod(
-  CACHE_AWARE_OPTION_NAMES,
-  (options: Record<string, unknown>): Method => {
+  NAME,
+  CACHE_AWARE_OPTIONS,
+  // Values are checked against the schema first; the core reads the defaults that depend on
+  // the window from the raw options.
+  (_checked, options): Method => {
     const core = createCacheAwareCore(options);
     const epsilon = readNumber(NAME, options, 'epsilon', CACHE_AWARE_DEFAULTS.epsilon, 0);
     const slackTokens = readNumber(

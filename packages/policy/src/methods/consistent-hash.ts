@@ -31,7 +31,7 @@ import { defineMethod } from '../define-method.ts';
 import { PolicyConfigError } from '../errors.ts';
 import { prefixKey, rendezvousScore, stringKey } from '../hashing/chained.ts';
 import { prefixKeyLength, validateTokenIds } from '../hashing/prefix-digest.ts';
-import { readInt, readNumber } from '../options.ts';
+import { type OptionsSchema, readInt, readNumber } from '../options.ts';
 import { leastLoaded } from '../pickers.ts';
 import {
   type Decision,
@@ -40,6 +40,41 @@ import {
   promptLength,
   type RankState,
 } from '../types.ts';
+
+export const CONSISTENT_HASH_OPTIONS = {
+  window: {
+    type: 'int',
+    default: 256,
+    min: 1,
+    doc: 'tokens per window; the key is whole windows of the prefix',
+  },
+  prefixLength: {
+    type: 'int',
+    default: 4096,
+    min: 1,
+    doc: 'most leading tokens that form the key (at least window)',
+  },
+  epsilon: {
+    type: 'number',
+    default: 0.25,
+    min: 0,
+    doc: 'bounded-load slack: a rank takes a key while load <= (1 + epsilon) x mean',
+  },
+  load: {
+    type: 'enum',
+    choices: ['tokens', 'requests'],
+    default: 'tokens',
+    doc: 'load unit: in-flight tokens (input + max new) or in-flight requests',
+  },
+  // At light load a purely relative bound walks keys away from their cache whenever one rank
+  // has a single long request more than the others; a slack like cache_aware's stops that.
+  slack: {
+    type: 'number',
+    default: 0,
+    min: 0,
+    doc: 'added to the bound, in the load unit (0 = the classic algorithm)',
+  },
+} as const satisfies OptionsSchema;
 
 export interface ConsistentHashOptions {
   /** Tokens per window; the key is whole windows of the prefix. Default 256. */
@@ -79,8 +114,9 @@ function readLoadUnit(owner: string, options: Record<string, unknown>): 'tokens'
 }
 
 export const createConsistentHash = defineMethod(
-  ['window', 'prefixLength', 'epsilon', 'load', 'slack'],
-  (options: Record<string, unknown>): Method => {
+  NAME,
+  CONSISTENT_HASH_OPTIONS,
+  (_checked, options): Method => {
     const window = readInt(NAME, options, 'window', CONSISTENT_HASH_DEFAULTS.window, 1);
     const prefixLength = readInt(
       NAME,

@@ -32,7 +32,7 @@ function roomParts(room: bigint | number, n: number): [mod: number, lo: number, 
   return [room % n, room >>> 0, Math.floor(room / 0x100000000) >>> 0];
 }
 
-export const createFollowBootstrapRoom = defineMethod([], () => {
+export const createFollowBootstrapRoom = defineMethod('follow_bootstrap_room', {}, () => {
   let failovers = 0;
   let fallbacks = 0;
   return {

@@ -29,22 +29,34 @@ import {
   rendezvousPick,
   tokenDigest,
 } from '../hashing/prefix-digest.ts';
-import { readInt } from '../options.ts';
+import type { OptionsSchema } from '../options.ts';
 import type { Decision, Method, MethodContext, RankState } from '../types.ts';
 
-export const PREFIX_MATCH_DEFAULTS = { window: 256, prefixLength: 4096 } as const;
+export const PREFIX_MATCH_OPTIONS = {
+  window: { type: 'int', default: 256, min: 1, doc: 'tokens per hashing window' },
+  prefixLength: {
+    type: 'int',
+    default: 4096,
+    min: 1,
+    doc: 'most prompt tokens hashed into the key (at least window)',
+  },
+} as const satisfies OptionsSchema;
+
+export const PREFIX_MATCH_DEFAULTS = {
+  window: PREFIX_MATCH_OPTIONS.window.default,
+  prefixLength: PREFIX_MATCH_OPTIONS.prefixLength.default,
+} as const;
 
 export const createPrefixMatch = defineMethod(
-  ['window', 'prefixLength'],
-  (options: Record<string, unknown>): Method => {
-    const window = readInt('prefix_match', options, 'window', PREFIX_MATCH_DEFAULTS.window, 1);
-    const prefixLength = readInt(
-      'prefix_match',
-      options,
-      'prefixLength',
-      Math.max(PREFIX_MATCH_DEFAULTS.prefixLength, window),
-      1,
-    );
+  'prefix_match',
+  PREFIX_MATCH_OPTIONS,
+  (options, raw): Method => {
+    const window = options.window;
+    // A window above the default prefix length raises the default with it.
+    const prefixLength =
+      raw.prefixLength == null
+        ? Math.max(PREFIX_MATCH_DEFAULTS.prefixLength, window)
+        : options.prefixLength;
     if (prefixLength < window) {
       throw new PolicyRangeError(
         'prefixLength',

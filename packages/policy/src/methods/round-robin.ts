@@ -10,7 +10,7 @@
 import { defineMethod } from '../define-method.ts';
 import type { Decision, Method, MethodContext, RankState } from '../types.ts';
 
-export const createRoundRobin = defineMethod([], () => {
+export const createRoundRobin = defineMethod('round_robin', {}, () => {
   let cursor = 0;
   let decisions = 0;
   return {

@@ -12,7 +12,8 @@ import { defineMethod } from '../define-method.ts';
 import type { Decision, Method, MethodContext, RankState } from '../types.ts';
 
 export const createTotalRequests = defineMethod(
-  [],
+  'total_requests',
+  {},
   () =>
     ({
       name: 'total_requests',

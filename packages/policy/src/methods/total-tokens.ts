@@ -5,13 +5,14 @@
 // considered inactive ranks).
 // Cost: O(healthy ranks), no allocation unless there is a tie.
 // Failure modes: cache-blind, so shared prefixes scatter; "tokens" are the host's estimate
-// (input + max new tokens per S-1), not the engine's actual work.
+// (input + max new tokens, the dispatch ticket's accounting rule), not the engine's actual work.
 // Options: none.
 import { defineMethod } from '../define-method.ts';
 import type { Decision, Method, MethodContext, RankState } from '../types.ts';
 
 export const createTotalTokens = defineMethod(
-  [],
+  'total_tokens',
+  {},
   () =>
     ({
       name: 'total_tokens',

@@ -1,6 +1,7 @@
 // Flag parsing on node:util parseArgs, plus the value checks every subcommand shares.
 // Every failure is a UsageError naming the flag and the bad value.
 import { type ParseArgsConfig, parseArgs } from 'node:util';
+import { parseNumber, parseScalar, parseAssignments as policyAssignments } from '@kvroute/policy';
 import { UsageError } from './errors.ts';
 
 export type OptionSpec = NonNullable<ParseArgsConfig['options']>;
@@ -51,9 +52,8 @@ export function bool(p: Parsed, flag: string): boolean {
 }
 
 function toNumber(flag: string, raw: string): number {
-  const s = raw.trim();
-  const n = s === '' ? Number.NaN : Number(s);
-  if (!Number.isFinite(n)) throw new UsageError(`--${flag} must be a number, got '${raw}'`);
+  const n = parseNumber(raw);
+  if (n === undefined) throw new UsageError(`--${flag} must be a number, got '${raw}'`);
   return n;
 }
 
@@ -100,32 +100,24 @@ export function checkName(kind: string, name: string, valid: readonly string[]):
 }
 
 /**
- * Plain values from `key=value` strings: `true`/`false` become booleans, numerals numbers,
- * anything else stays a string. The scenario validates what it receives.
+ * Plain values from `key=value` strings: `true`/`false` become booleans, decimal numerals
+ * numbers, anything else stays a string (the policy's one strict scalar parser: no hex, no
+ * Infinity). The scenario validates what it receives.
  */
 export function parseValue(raw: string): string | number | boolean {
-  if (raw === 'true') return true;
-  if (raw === 'false') return false;
-  const t = raw.trim();
-  if (t !== '' && /^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$/i.test(t)) return Number(t);
-  return raw;
+  return parseScalar(raw);
 }
 
+/** `key=value` items as an object; keys are plain names (never `__proto__`). */
 export function parseAssignments(
   flag: string,
   items: readonly string[],
 ): Record<string, string | number | boolean> {
-  const out: Record<string, string | number | boolean> = {};
-  for (const item of items) {
-    const eq = item.indexOf('=');
-    if (eq <= 0) throw new UsageError(`--${flag} expects key=value, got '${item}'`);
-    const key = item.slice(0, eq).trim();
-    if (key === '' || key === '__proto__' || key === 'constructor' || key === 'prototype') {
-      throw new UsageError(`--${flag}: invalid key in '${item}'`);
-    }
-    out[key] = parseValue(item.slice(eq + 1));
+  try {
+    return { ...policyAssignments(`--${flag}`, items) };
+  } catch (err) {
+    throw new UsageError((err as Error).message);
   }
-  return out;
 }
 
 /** Seeds that look like integers are numbers (so `--seed 7` and the API's seed 7 agree). */

@@ -22,7 +22,15 @@ import {
 } from './engine-flags.ts';
 import { UsageError } from './errors.ts';
 import { checkTargets, type OutputTargets } from './outputs.ts';
-import { type PolicyFlags, type PolicySpec, parseAffinityFlag, parsePolicies } from './policies.ts';
+import {
+  methodOptionFlags,
+  methodOptionsHelp,
+  type PolicyFlags,
+  type PolicySpec,
+  parseAffinityFlag,
+  parsePolicies,
+  readMethodOptionFlags,
+} from './policies.ts';
 import {
   type CostModel,
   getProfile,
@@ -40,8 +48,7 @@ export const SIM_OPTIONS: OptionSpec = {
   profile: { type: 'string' },
   'profile-file': { type: 'string' },
   seed: { type: 'string' },
-  window: { type: 'string' },
-  'prefix-length': { type: 'string' },
+  ...methodOptionFlags(),
   affinity: { type: 'string' },
   set: { type: 'string', multiple: true },
   json: { type: 'string' },
@@ -104,6 +111,8 @@ export const SIM_FLAGS_HELP = `  --ranks N             integer >= 1: rank count,
   --set KEY=VALUE       scenario option, repeatable (e.g. --set requests=10 --set accumulate=true);
                         true/false and numerals are typed, anything else is a string; an unknown
                         KEY is an error listing the scenario's options (default: none)
+${methodOptionsHelp()}
+                        (method options: each policy in --policies reads the ones it has)
   --affinity KIND       routing-key cache affinity for every policy: routing_key | none (default none);
                         table options as KIND:key=value, e.g. routing_key:maxEntries=1000:ttlMs=60000
   --json FILE|-         path or '-': write the JSON report (schema in the package README);
@@ -160,13 +169,9 @@ function scenarioHasOption(scenario: string, option: string): boolean {
 
 export function readSimFlags(p: Parsed, scenario: string, io: CliIo): SimFlags {
   const ranksRaw = str(p, 'ranks');
-  const windowRaw = str(p, 'window');
-  const prefixRaw = str(p, 'prefix-length');
   const outputs: OutputTargets = { json: str(p, 'json'), csv: str(p, 'csv'), html: str(p, 'html') };
   checkTargets(outputs);
-  const policyFlags: PolicyFlags = {};
-  if (windowRaw !== undefined) policyFlags.window = positiveInt('window', windowRaw);
-  if (prefixRaw !== undefined) policyFlags.prefixLength = positiveInt('prefix-length', prefixRaw);
+  const policyFlags: PolicyFlags = readMethodOptionFlags((flag) => str(p, flag));
   Object.assign(policyFlags, parseAffinityFlag(str(p, 'affinity')));
   const ranks = ranksRaw !== undefined ? positiveInt('ranks', ranksRaw) : undefined;
   const scenarioOptions: Record<string, unknown> = parseAssignments('set', strs(p, 'set'));

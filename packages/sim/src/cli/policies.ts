@@ -1,21 +1,25 @@
-// Turns `--policies` and the shared policy flags into dispatcher configs (spec S-1), and
+// Turns `--policies` and the shared policy flags into dispatcher configs, and
 // says which options each policy actually used, for the report.
 import {
   AFFINITY_KINDS,
   type DispatcherConfig,
   methodNames,
+  methodOptionCatalog,
   methodRegistry,
 } from '@kvroute/policy';
 import { checkName, parseAssignments } from './args.ts';
 import { UsageError } from './errors.ts';
 
+/**
+ * The shared policy flags: method options by name (`window`, `epsilon`, ...: any option of any
+ * registered method, one flag each, see methodOptionFlags) plus affinity.
+ */
 export interface PolicyFlags {
-  window?: number;
-  prefixLength?: number;
   /** Affinity kind (`routing_key` or `none`). */
   affinity?: string;
   /** The affinity table's own options (`maxEntries`, `ttlMs`), from `--affinity KIND:key=value`. */
   affinityOptions?: Record<string, unknown>;
+  [option: string]: unknown;
 }
 
 export interface PolicySpec {
@@ -70,15 +74,16 @@ export function parsePolicy(entry: string, flags: PolicyFlags): PolicySpec {
   const config: DispatcherConfig = { method };
   // Shared flags apply to every policy; the dispatcher ignores top-level options that belong
   // to other methods, so `--window` with round_robin in the list is fine.
-  if (flags.window !== undefined) config.window = flags.window;
-  if (flags.prefixLength !== undefined) config.prefixLength = flags.prefixLength;
+  const catalog = methodOptionCatalog();
+  for (const { name } of catalog) if (flags[name] !== undefined) config[name] = flags[name];
   if (flags.affinity !== undefined) config.affinity = affinityConfig(flags) ?? { kind: 'none' };
   if (assignments.length > 0) config.options = own;
 
   const reads = methodRegistry[method]?.optionNames;
   const reportOptions: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries({ window: flags.window, prefixLength: flags.prefixLength })) {
-    if (v !== undefined && (reads === undefined || reads.includes(k))) reportOptions[k] = v;
+  for (const { name } of catalog) {
+    const v = flags[name];
+    if (v !== undefined && (reads === undefined || reads.includes(name))) reportOptions[name] = v;
   }
   Object.assign(reportOptions, own);
   const affinity = affinityConfig(flags);
@@ -94,3 +99,10 @@ export function parsePolicies(list: readonly string[], flags: PolicyFlags): Poli
   if (dup !== undefined) throw new UsageError(`--policies lists '${dup}' twice`);
   return list.map((e) => parsePolicy(e, flags));
 }
+
+export {
+  methodOptionFlags,
+  methodOptionsHelp,
+  methodOptionValue,
+  readMethodOptionFlags,
+} from '../method-option-flags.ts';

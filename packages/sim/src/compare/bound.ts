@@ -1,4 +1,4 @@
-// The one-big-cache upper bound (issue 5): the token hit rate a single radix cache holding
+// The one-big-cache upper bound: the token hit rate a single radix cache holding
 // the KV capacity of all ranks together would reach replaying the same requests in arrival
 // order. No routing can beat it: splitting the capacity over ranks can only lose hits (a
 // prefix cached on one rank is a miss on another). It ignores time (no locking, no requests

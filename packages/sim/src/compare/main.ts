@@ -6,6 +6,11 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { methodNames } from '@kvroute/policy';
 import { repoRoot } from '../cost/calibration.ts';
+import {
+  methodOptionFlags,
+  methodOptionsHelp,
+  readMethodOptionFlags,
+} from '../method-option-flags.ts';
 import { runPolicyComparison } from './policy-comparison.ts';
 import { renderHtml, renderMarkdown } from './render.ts';
 
@@ -15,12 +20,14 @@ export const USAGE = `usage: pnpm compare [--quick] [--out-dir DIR] [--methods a
 Runs every registered method on hot-prefix, rank-failure, scale-out, agentic, seed-sequential
 and the Mooncake replay (own pace, the speed-up at which round_robin's busiest rank is >= 70%
 busy, and x8) on 16 ranks of h200-llama-3.1-8b, and writes docs/policy-comparison.md and
-docs/policy-comparison.html with the one-big-cache bound and issue 5's targets judged.
+docs/policy-comparison.html with the one-big-cache bound and the load-aware targets judged.
   --quick        small sizes (a smoke run; the files say so)
   --out-dir DIR  where to write (default: <repo>/docs)
   --methods a,b  a subset of the registered methods
   --seed S       run seed (default 1)
   --trace FILE   Mooncake-format trace (default: the shared conversation trace)
+method options, set for every method that reads them (default: each method's own):
+${methodOptionsHelp()}
 `;
 
 /** Where `main` writes and resolves paths; the CLI's io has this shape, so it passes its own. */
@@ -56,9 +63,21 @@ export async function main(argv: string[], io: CompareIo = processIo): Promise<n
         methods: { type: 'string' },
         seed: { type: 'string' },
         trace: { type: 'string' },
+        ...methodOptionFlags(),
         help: { type: 'boolean', short: 'h' },
       },
     }));
+  } catch (error) {
+    io.stderr.write(`compare: ${(error as Error).message}\n`);
+    return 2;
+  }
+  let methodOptions: Record<string, number | string>;
+  try {
+    const flags = values as Record<string, unknown>;
+    methodOptions = readMethodOptionFlags((flag) => {
+      const v = flags[flag];
+      return typeof v === 'string' ? v : undefined;
+    });
   } catch (error) {
     io.stderr.write(`compare: ${(error as Error).message}\n`);
     return 2;
@@ -87,6 +106,7 @@ export async function main(argv: string[], io: CompareIo = processIo): Promise<n
   const comparison = runPolicyComparison({
     quick: values.quick ?? false,
     seed,
+    methodOptions,
     ...(methods ? { methods } : {}),
     ...(values.trace ? { traceFile: resolve(io.cwd, values.trace) } : {}),
     log: (line) => io.stderr.write(`${line}\n`),

@@ -1,4 +1,4 @@
-// The policy comparison behind docs/policy-comparison.md (issue 5): every registered method
+// The policy comparison behind docs/policy-comparison.md: every registered method
 // on hot-prefix, rank-failure, scale-out, agentic, seed-sequential and the Mooncake replay at
 // its own pace and compressed, with the one-big-cache bound for the replay and the issue's
 // targets judged from the numbers. Same defaults for every scenario: methods run with their
@@ -14,7 +14,7 @@ import { type CacheBound, oneBigCacheBound } from './bound.ts';
 import { type KeysMoved, keysMoved } from './keys-moved.ts';
 import { type LoadCurve, loadCurve } from './load-curve.ts';
 
-/** Methods issue 5 added; the targets are judged on them. */
+/** The load-aware methods; the targets are judged on them. */
 export const NEW_METHODS = ['consistent_hash', 'cache_aware'] as const;
 /** The documented recommended default (see packages/policy/README.md). */
 export const RECOMMENDED = 'cache_aware';
@@ -65,6 +65,8 @@ export interface PolicyComparison {
   profile: string;
   seed: string | number;
   methods: string[];
+  /** Method options set for every method that reads them (absent or empty: every default). */
+  methodOptions?: Record<string, number | string>;
   quick: boolean;
   /** Replay: the speed-up at which round_robin's busiest rank is >= 70% busy (null: none tried). */
   busySpeedup: number | null;
@@ -79,6 +81,11 @@ export interface ComparisonOptions {
   /** Small sizes, for tests: every scenario cut to a few hundred requests. */
   quick?: boolean;
   methods?: readonly string[];
+  /**
+   * Method options (any registered method's, by name, as the schemas define them) set for
+   * every method that reads them; the others ignore them. Default: every method's defaults.
+   */
+  methodOptions?: Record<string, number | string>;
   seed?: string | number;
   /** Trace file for the replay (default: the shared Mooncake trace). */
   traceFile?: string;
@@ -135,7 +142,8 @@ function describeEvents(plan: WorkloadPlan): string[] {
   });
 }
 
-function runScenario(
+function runScenarioWith(
+  methodOptions: Record<string, number | string>,
   id: string,
   title: string,
   plan: WorkloadPlan,
@@ -147,7 +155,7 @@ function runScenario(
   const rows: PolicyRow[] = [];
   for (const method of methods) {
     const t0 = performance.now();
-    const run = simulatePlan(plan, { policy: { method }, profile, seed });
+    const run = simulatePlan(plan, { policy: { ...methodOptions, method }, profile, seed });
     rows.push(row(run.summary, run.records, plan));
     log(`  ${id} ${method}: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   }
@@ -198,6 +206,16 @@ export function runPolicyComparison(opts: ComparisonOptions = {}): PolicyCompari
   const seed = opts.seed ?? 1;
   const log = opts.log ?? (() => {});
   const methods = [...(opts.methods ?? methodNames())];
+  const methodOptions = { ...(opts.methodOptions ?? {}) };
+  const runScenario = (
+    id: string,
+    title: string,
+    plan: WorkloadPlan,
+    ms: readonly string[],
+    profile: CostModel,
+    seed: string | number,
+    log: (line: string) => void,
+  ) => runScenarioWith(methodOptions, id, title, plan, ms, profile, seed, log);
   const profile = getProfile(PROFILE);
   const sized = (scenario: string, extra: Record<string, unknown> = {}) => ({
     ...(quick ? QUICK[scenario] : {}),
@@ -291,6 +309,7 @@ export function runPolicyComparison(opts: ComparisonOptions = {}): PolicyCompari
     profile: PROFILE,
     seed,
     methods,
+    methodOptions,
     quick,
     busySpeedup,
     busySearch,

@@ -19,11 +19,6 @@ export function repoRoot(): string {
   return resolve(dirname(fileURLToPath(import.meta.url)), '../../../..');
 }
 
-/** `<repo>/../shared`, where the read-only calibration and traces live. */
-export function sharedDir(): string {
-  return resolve(repoRoot(), '../shared');
-}
-
 /**
  * Copies of the shared material committed in this package (packages/sim/data), found from
  * this file so the same path holds for src/ in the workspace and dist/ in an installed package.
@@ -33,11 +28,12 @@ export function vendoredDataDir(): string {
 }
 
 /**
- * A file of the shared material: `$KVROUTE_SHARED_DIR`, else `<repo>/../shared` (the team's
- * canonical copy), else the vendored copy, so a clone anywhere still fits and replays.
+ * A data file: `$KVROUTE_SHARED_DIR` when set and holding the file (to fit or replay another
+ * copy of the material), else the copy committed in this package, so nothing outside the
+ * repository is ever read by default.
  */
 export function sharedFile(relative: string): string {
-  const roots = [process.env.KVROUTE_SHARED_DIR, sharedDir(), vendoredDataDir()];
+  const roots = [process.env.KVROUTE_SHARED_DIR, vendoredDataDir()];
   for (const root of roots) {
     if (root && existsSync(resolve(root, relative))) return resolve(root, relative);
   }

@@ -1,4 +1,4 @@
-// Written by scripts/fit-cost-model.ts from ../shared/calibration/h200-prefill.jsonl; do not edit.
+// Written by scripts/fit-cost-model.ts from data/calibration/h200-prefill.jsonl; do not edit.
 // Errors are the fit's median and max absolute relative error over that shape's points.
 import type { PrefillCoefficients } from './cost-model.ts';
 

@@ -3,13 +3,13 @@
 //
 // Sources:
 // - Prefill of the three dense shapes: fitted by scripts/fit-cost-model.ts (minimising the mean
-//   absolute relative error) to ../shared/calibration/h200-prefill.jsonl (one H200, bf16,
+//   absolute relative error) to data/calibration/h200-prefill.jsonl (one H200, bf16,
 //   HF transformers + SDPA).
 // - H200: 141 GB HBM3e at 4.8 TB/s, 989 TFLOPS dense bf16 (NVIDIA H200 datasheet).
 // - Model shapes from the models' published config.json (layers, KV heads, head dim).
 // - SGLang's --mem-fraction-static: about 0.88 on 80+ GB GPUs; the KV pool is what that
 //   fraction leaves after the weights (activations and CUDA graphs live in the remainder).
-// - chunked_prefill_size 8192: SGLang's default for this class of GPU (issue 3).
+// - chunked_prefill_size 8192: SGLang's default for this class of GPU.
 import type { CostModel, CostProfileSpec, DecodeCoefficients } from './cost-model.ts';
 import { costModelFromSpec } from './cost-model.ts';
 import { H200_PREFILL_FIT } from './h200-fit.ts';
@@ -96,7 +96,7 @@ function denseProfile(shape: string): CostProfileSpec {
  * Prefill, three constants:
  * - attnMsPerMTokenPairs from the shape: 4 * 94 layers * 64 heads * 128 = 3.08 MFLOP per
  *   (query, key) pair at ASSUMED_MFU of one H200's bf16 peak -> 6.23 ms per million pairs.
- * - floorMs and perTokenMs solve the seed's two measurements exactly (issue 3 asks for that):
+ * - floorMs and perTokenMs solve the seed's two measurements exactly (the seed reproduction needs that):
  *   a cold 22,651-token prefill takes 7,400 ms (three chunks of <= 8192, each paying the floor
  *   and attending to what earlier chunks wrote) and a 64-token turn on top of the cached
  *   22,651 tokens takes 1,290 ms. The floor (about 1.28 s) is large: it stands for everything
@@ -152,7 +152,7 @@ function seedProfile(): CostProfileSpec {
     name: 'seed-qwen3-moe-dp16',
     description:
       'Qwen3-class MoE, tp16 dp16 ep16 with DP attention on 16 H200 (one rank = one DP attention rank); prefill set from the seed measurements (cold 22,651 tokens 7.4 s, hit + 64-token turn 1.29 s)',
-    source: 'issue 3 seed measurements + Qwen3-235B-A22B config + H200 datasheet',
+    source: 'seed measurements + Qwen3-235B-A22B config + H200 datasheet',
     prefill: { floorMs, perTokenMs, attnMsPerMTokenPairs: attn },
     decode: {
       floorMs: 22,

@@ -1,5 +1,5 @@
 // hot-prefix: many tenants, each with its own system prompt, with Zipf popularity so the top
-// tenant sends at least 30% of the traffic (issue 5). Open loop, Poisson arrivals, one
+// tenant sends at least 30% of the traffic. Open loop, Poisson arrivals, one
 // request per user turn: tenant prompt + a unique user message. The case prefix_match gets
 // wrong: every request of the hot tenant hashes to one rank, which drowns while the others
 // idle. A load-aware method should copy the hot prompt onto just enough ranks.

@@ -1,6 +1,6 @@
 // rank-failure: the agentic workload (multi-turn sessions over Zipf tenants' system + tools
 // prefixes) on 16 ranks, where one rank dies mid-run and returns later with an empty cache
-// (issue 5). Shows how many sessions each method moves when a rank disappears (ideally only
+//. Shows how many sessions each method moves when a rank disappears (ideally only
 // the dead rank's, ~1/N, spread over the survivors) and when it returns, and what that costs
 // in hit rate and TTFT. Event times are fractions of the span over which sessions start, so
 // they stay mid-run whatever the sizes.

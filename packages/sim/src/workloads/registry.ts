@@ -1,5 +1,5 @@
 // Scenario registry: names -> definitions. Other modules add scenarios with registerScenario
-// (issue 5's hot-prefix, rank-failure, scale-out live in their own files).
+// (hot-prefix, rank-failure, scale-out live in their own files).
 import { agentic } from './agentic.ts';
 import { fitProbe } from './fit-probe.ts';
 import { hotPrefix } from './hot-prefix.ts';
@@ -18,7 +18,7 @@ export function registerScenario(def: ScenarioDefinition): void {
   registry.set(def.name, def);
 }
 
-// hot-prefix, rank-failure and scale-out: issue 5's load-aware affinity scenarios.
+// hot-prefix, rank-failure and scale-out: the load-aware affinity scenarios.
 for (const def of [
   seedSequential,
   seedConcurrent,

@@ -1,5 +1,5 @@
 // scale-out: the agentic session workload on 8 ranks that become 12 mid-run, the new ranks
-// cold (issue 5). Shows how many live sessions each method re-homes when the rank count
+// cold. Shows how many live sessions each method re-homes when the rank count
 // changes: prefix_match's modulo moves about 2/3 of keys (a key stays only when
 // h mod 8 == h mod 12), consistent hashing about the new ranks' share (4/12), and cache-aware
 // routing only what load pushes over.

@@ -1,4 +1,4 @@
-// The seed scenarios: the prefix_match proposal's measurements (issue 3). One 22,651-token
+// The seed scenarios: the prefix_match proposal's measurements. One 22,651-token
 // system + tools prefix on 16 ranks; `seed-sequential` is one client, `seed-concurrent` four
 // agents whose sessions grow every turn.
 import { optBool, optInt, optRange, WorkloadOptionError } from './options.ts';

@@ -26,10 +26,6 @@ policy and prints the comparison table. The same as 'run --scenario replay --set
   --speedup X           number > 0: arrivals X times faster than recorded (default 1)
   --skip-invalid        switch: skip malformed lines and report how many, instead of failing
                         (default off)
-  --window W            integer tokens: prefix window, for every policy that reads it
-                        (default: each method's own)
-  --prefix-length L     integer tokens: most tokens hashed, for every policy that reads it
-                        (default: each method's own)
 ${SIM_FLAGS_HELP}
 
 example:

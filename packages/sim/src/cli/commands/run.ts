@@ -23,10 +23,6 @@ TTFT, throughput, per-rank imbalance, evicted tokens and queueing delay.
   --scenario NAME       name: workload (see 'kvroute-sim scenarios'); required
   --policies LIST       comma-separated method names (default ${DEFAULT_POLICIES});
                         per-policy options as name:key=value, e.g. prefix_match:window=128
-  --window W            integer tokens: prefix window, for every policy that reads it
-                        (default: each method's own)
-  --prefix-length L     integer tokens: most tokens hashed, for every policy that reads it
-                        (default: each method's own)
 ${ROUTER_FLAGS_HELP}
 ${SIM_FLAGS_HELP}
 

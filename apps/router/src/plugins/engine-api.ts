@@ -1,0 +1,144 @@
+// The engines' routes beside inference, as SGLang's router serves them: what any one worker
+// can answer is forwarded to one healthy worker (round robin, no load accounting, no
+// policy: they create no KV cache), and what concerns every worker is fanned out.
+//
+//   GET  /v1/models/{id}, /get_server_info, /get_model_info, /health_generate
+//   POST /tokenize, /detokenize                                     one healthy worker
+//   POST /flush_cache      every worker, behind the admin token (a fleet-wide cache drop)
+//   any unknown path       one healthy worker, with --pass-through-unknown (else 404)
+//
+// Inference paths (chat, completions, /generate, embeddings, rerank, responses) are the
+// proxy's: they are routed by their prompt through the policy (protocol's REQUEST_PATHS).
+import { describeError } from '@kvroute/protocol';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { request } from 'undici';
+import { RouterError } from '../errors.ts';
+import { noRankLeft } from '../proxy/route.ts';
+import type { Worker } from '../rank-table.ts';
+import type { RouterState } from '../router.ts';
+
+export interface EngineApiOptions {
+  state: RouterState;
+}
+
+/** Request headers a worker must not see from the client (hop-by-hop, or the router's). */
+const DROP_REQUEST = new Set([
+  'host',
+  'connection',
+  'keep-alive',
+  'transfer-encoding',
+  'content-length',
+  'upgrade',
+  'proxy-authorization',
+  'te',
+  'trailer',
+]);
+const DROP_RESPONSE = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length']);
+
+export type ForwardHandler = (req: FastifyRequest, reply: FastifyReply) => Promise<void>;
+
+/**
+ * A handler that sends the client's request to one healthy worker (round robin) and pipes the
+ * answer back; a worker that cannot be reached is reported and the next one tried. The path
+ * and query go as received. router.ts also uses it as the 404 handler under
+ * --pass-through-unknown.
+ */
+export function forwardToOneWorker(state: RouterState): ForwardHandler {
+  const { table, health, config } = state;
+  let cursor = 0;
+  return async (req, reply) => {
+    const workers = table.workers().filter((w) => w.healthy && !w.ejected && !w.removed);
+    const headers: Record<string, string> = {};
+    for (const [k, v] of Object.entries(req.headers)) {
+      if (v === undefined || DROP_REQUEST.has(k)) continue;
+      headers[k] = Array.isArray(v) ? v.join(', ') : v;
+    }
+    if (config.workerApiKey !== undefined) headers.authorization = `Bearer ${config.workerApiKey}`;
+    const body = Buffer.isBuffer(req.body) && req.body.length > 0 ? req.body : undefined;
+    for (let i = 0; i < workers.length; i++) {
+      const w = workers[(cursor + i) % workers.length] as Worker;
+      try {
+        const res = await request(`${w.url}${req.url}`, {
+          method: req.method as 'GET',
+          dispatcher: state.agent,
+          headers,
+          ...(body ? { body } : {}),
+          headersTimeout: config.requestTimeoutMs,
+          bodyTimeout: config.requestTimeoutMs,
+        });
+        cursor = (cursor + i + 1) % workers.length;
+        reply.code(res.statusCode);
+        for (const [k, v] of Object.entries(res.headers)) {
+          if (v !== undefined && !DROP_RESPONSE.has(k)) reply.header(k, v);
+        }
+        reply.header('x-kvroute-rank', String(w.ranks[0] ?? ''));
+        return reply.send(res.body);
+      } catch (err) {
+        health.reportConnectError(w, describeError(err));
+      }
+    }
+    throw noRankLeft(undefined, `no worker answered ${req.method} ${req.url.split('?')[0]}`);
+  };
+}
+
+export async function engineApiPlugin(app: FastifyInstance, opts: EngineApiOptions): Promise<void> {
+  const forward = forwardToOneWorker(opts.state);
+  for (const path of [
+    '/v1/models/:id',
+    '/get_server_info',
+    '/get_model_info',
+    '/health_generate',
+  ]) {
+    app.get(path, forward);
+  }
+  for (const path of ['/tokenize', '/detokenize']) app.post(path, forward);
+}
+
+/**
+ * POST /flush_cache on every worker (SGLang's cache drop, router-wide), registered with the
+ * admin routes behind their token. 200 when every worker flushed; otherwise the status of the
+ * first refusal (a busy worker's 400) or 502, with each worker's answer in `workers`.
+ */
+export function registerFlushCache(
+  app: FastifyInstance,
+  state: RouterState,
+  authorize: (req: FastifyRequest) => Promise<void>,
+): void {
+  app.post('/flush_cache', { onRequest: authorize }, async (_req, reply) => {
+    const workers = state.table.workers().filter((w) => !w.removed);
+    if (workers.length === 0) {
+      throw new RouterError('no_healthy_rank', 'No worker to flush: the router has none');
+    }
+    const headers: Record<string, string> =
+      state.config.workerApiKey !== undefined
+        ? { authorization: `Bearer ${state.config.workerApiKey}` }
+        : {};
+    const results = await Promise.all(
+      workers.map(async (w) => {
+        try {
+          const res = await request(`${w.url}/flush_cache`, {
+            method: 'POST',
+            dispatcher: state.agent,
+            headers,
+            headersTimeout: state.config.health.timeoutMs * 5,
+            bodyTimeout: state.config.health.timeoutMs * 5,
+          });
+          const text = await res.body.text();
+          return { url: w.url, status: res.statusCode, body: text.slice(0, 500) };
+        } catch (err) {
+          return { url: w.url, status: 0, body: describeError(err) };
+        }
+      }),
+    );
+    const failed = results.find((r) => r.status < 200 || r.status >= 300);
+    const status = !failed
+      ? 200
+      : failed.status >= 400 && failed.status < 500
+        ? failed.status
+        : 502;
+    reply.code(status).send({
+      flushed: results.filter((r) => r.status >= 200 && r.status < 300).length,
+      workers: results,
+    });
+  });
+}
