@@ -101,6 +101,8 @@ export interface RouterConfig {
   apiKeyFile?: string;
   /** Pass the client's Authorization and Cookie headers to workers. */
   forwardClientAuth: boolean;
+  /** Record OpenTelemetry spans per request (tracing.ts); traceparent is sent either way. */
+  otel: boolean;
   /** Sent to workers as `Authorization: Bearer` (workers started with --api-key). */
   workerApiKey?: string;
   /** Serve /metrics and the admin routes on this port instead of the main one. */
@@ -190,6 +192,7 @@ export const DEFAULT_CONFIG: RouterConfig = {
   bodyMemoryBytes: 64 * 1024 * 1024,
   apiKeys: [],
   forwardClientAuth: false,
+  otel: false,
   adminHost: '127.0.0.1',
   maxBodyBytes: 32 * 1024 * 1024,
   mockWorkers: 0,
@@ -618,6 +621,12 @@ export const OPTIONS: readonly OptionSpec[] = [
     key: 'forwardClientAuth',
     kind: 'bool',
     help: "Pass the client's Authorization and Cookie headers on to workers",
+  },
+  {
+    flag: 'otel',
+    key: 'otel',
+    kind: 'bool',
+    help: 'Record OpenTelemetry spans per request (received, routed, upstream first byte, done) through the tracer provider the process registers',
   },
   {
     flag: 'worker-api-key',

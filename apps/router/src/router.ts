@@ -16,6 +16,7 @@ import {
   type RoutingTokenizer,
   routeNotFound,
 } from '@kvroute/protocol';
+import { type Tracer, trace } from '@opentelemetry/api';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Agent } from 'undici';
 import { Admission } from './admission.ts';
@@ -45,6 +46,8 @@ export interface BuildRouterOptions {
   tokenizer?: RoutingTokenizer;
   /** Service discovery's API credentials (tests); default: in-cluster or KUBECONFIG. */
   kubeConfig?: KubeConfig;
+  /** With --otel: the tracer for request spans; default: the process's global provider. */
+  tracer?: Tracer;
 }
 
 /** What the router exposes to embedders and tests as `app.kvroute`. */
@@ -342,6 +345,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     limits: () => limits,
     kvIndex: kvEvents,
     workerLabel: (w) => metricsUrl(config, w, w.url),
+    tracer: config.otel ? (opts.tracer ?? trace.getTracer('@kvroute/router')) : undefined,
   });
   // Attempts that sent nothing yet leave a worker as soon as it is taken out.
   health.onDown = (w, reason) => serveProxy.evacuate(w, reason);

@@ -36,6 +36,7 @@ import {
   topLevelSpans,
   withRoutedRank,
 } from '@kvroute/protocol';
+import type { Tracer } from '@opentelemetry/api';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Agent } from 'undici';
 import type { Admission } from '../admission.ts';
@@ -49,6 +50,7 @@ import type { OutlierDetector } from '../outlier.ts';
 import type { RankTable, Worker } from '../rank-table.ts';
 import type { ReliabilityMetrics } from '../reliability-metrics.ts';
 import { firstByteTimeoutMs } from '../timeouts.ts';
+import { RequestTrace } from '../tracing.ts';
 import { CLIENT_GONE, readBody } from './body.ts';
 import {
   type AttemptFailure,
@@ -78,6 +80,8 @@ export interface ProxyContext {
   kvIndex?: (KvIndexView & { noteDispatch(rank: number): void }) | undefined;
   /** The metrics' `worker` label for a worker: never its credentials (see router.ts). */
   workerLabel(worker: Worker): string;
+  /** With --otel: where the request spans go (tracing.ts); undefined = no OTel call at all. */
+  tracer?: Tracer | undefined;
 }
 
 /** Serves one proxied POST on the raw request/response; never throws. */
@@ -181,6 +185,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
   ): Promise<void> {
     let reserved = 0;
     let admitted = false;
+    const rt = new RequestTrace(req.headers.traceparent, ctx.tracer, route);
     try {
       const key = admission.checkApiKey(req.headers.authorization);
       admission.checkRate(key ?? req.socket?.remoteAddress ?? 'unknown');
@@ -196,7 +201,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       if (slot !== true) await slot;
       admitted = true;
       budget.active++;
-      await handleProxy(req, res, kind, route, body.raw);
+      await handleProxy(req, res, kind, route, body.raw, rt);
     } catch (err) {
       if (err === CLIENT_GONE) {
         countRejected(route, 499);
@@ -227,6 +232,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       // so it reads the answer instead of a reset.
       if (bodyUnread) req.resume();
     } finally {
+      rt.end(String(res.headersSent ? res.statusCode : 499));
       if (reserved) admission.releaseBody(reserved);
       if (admitted) {
         budget.active--;
@@ -241,6 +247,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     kind: RequestKind,
     route: string,
     raw: Buffer,
+    rt: RequestTrace,
   ): Promise<void> {
     if (raw.length === 0) {
       throw badRequest('Request body is empty: expected a JSON object', { code: 'invalid_json' });
@@ -307,7 +314,12 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           }
           throw err;
         }
-        metrics.decision(dispatcher.method).observe((performance.now() - t0) / 1e3);
+        const t1 = performance.now();
+        metrics.decision(dispatcher.method).observe((t1 - t0) / 1e3);
+        if (ctx.tracer) {
+          const origin = performance.timeOrigin;
+          rt.routed(decision.rank, decision.reason, origin + t0, origin + t1);
+        }
         const slot = table.slot(decision.rank);
         if (!slot) {
           decision.done('failed');
@@ -338,17 +350,21 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         };
         const sentAt = performance.now();
         const m = rankMetrics(rankLabel, worker);
+        const headers = upstreamRequestHeaders(
+          req.headers,
+          outBody.length,
+          slot.dpRank,
+          outbound,
+          req.socket?.remoteAddress,
+        );
+        headers.traceparent = rt.upstreamHop(rank, decision.reason, m.worker);
+        // tracestate belongs to the client's trace: it goes on only with its traceparent.
+        if (!rt.continued && headers.tracestate !== undefined) delete headers.tracestate;
         const thisCall = new ForwardCall({
           agent,
           origin: worker.origin,
           path: worker.basePath + route,
-          headers: upstreamRequestHeaders(
-            req.headers,
-            outBody.length,
-            slot.dpRank,
-            outbound,
-            req.socket?.remoteAddress,
-          ),
+          headers,
           body: outBody,
           kind,
           res,
@@ -359,6 +375,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           decide: (status) => (status >= 500 && canRetryAfter() ? 'discard' : 'pipe'),
           onFirstByte: () => {
             (stream ? m.ttftStream : m.ttftPlain).observe((performance.now() - sentAt) / 1e3);
+            rt.firstByte(rank, decision.reason);
           },
           interToken: m.interToken,
         });
