@@ -194,7 +194,8 @@ describe('Helm chart', () => {
     expect(cfg).toMatchObject({
       serviceDiscovery: false,
       loadBalanceMethod: 'prefix_match',
-      prefixWindow: 256,
+      // The old `prefix-window` spelling still resolves, to the method option it now names.
+      methodOptions: { window: 256 },
       workerUrls: ['http://sglang-0.sglang:30000', 'http://sglang-1.sglang:30000'],
     });
     const sm = one(ms, 'ServiceMonitor');
