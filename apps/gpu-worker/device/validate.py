@@ -79,7 +79,7 @@ SCENARIO_ARGS = {
 T0 = time.time()
 summary: Dict[str, Any] = {"device": DEVICE, "shape": SHAPE, "workers": WORKERS, "policies": POLICIES,
                            "scenarios": SCENARIOS, "worker_args": WORKER_ARGS, "phases": [], "runs": [],
-                           "skipped": []}
+                           "skipped": [], "warnings": []}
 procs: List[subprocess.Popen] = []
 
 
@@ -293,7 +293,11 @@ def main() -> None:
         summary["fitted_profile"] = fit
         log(f"per-request overhead fitted: {prof['overheadMs']} ms (see {OUT}/fit.txt)")
     else:
-        summary["skipped"].append({"run": "fit-probe", "why": f"fit failed (exit {rc}); predictions use no overhead"})
+        miss = {"run": "fit-probe", "why": f"fit failed (exit {rc}); predictions use no overhead"}
+        # On a GPU the overhead is part of what is validated, so a failed fit makes the run not
+        # ok. The CPU dry run checks the plumbing (probe recorded, fit invoked) on a tiny model
+        # whose shared-CPU timings often leave the fit too few clean decode samples: a warning.
+        summary["warnings" if CPU else "skipped"].append(miss)
         log(f"fit-probe/fit failed (exit {rc}): predictions use the calibrated profile without overhead")
     phase("fit-overhead", t)
 

@@ -100,8 +100,12 @@ export const command: Subcommand = {
         'no --prefix-length is at least one --window: every pair would be rejected',
       );
     }
-    // The grid owns window and prefix-length; strip them before the shared parsing.
-    const shared = { ...p, values: { ...p.values, window: undefined, 'prefix-length': undefined } };
+    // The grid owns window and prefix-length, and here --load is the offered-load axis, not
+    // the method option of that name; strip them before the shared parsing.
+    const shared = {
+      ...p,
+      values: { ...p.values, window: undefined, 'prefix-length': undefined, load: undefined },
+    };
     const flags = readSimFlags(shared, scenario, io);
     const jobsRaw = str(p, 'jobs');
     const workers = jobsRaw !== undefined ? positiveInt('jobs', jobsRaw) : undefined;
