@@ -7,7 +7,7 @@ fit the cost-profile form the simulator uses (kvroute-cost-profile/v1):
 Every point goes through the Engine (prefix match, KV gather, chunk forward, tree
 insert, argmax), the same path a served request takes, so the fitted constants
 include this worker's overheads and not only the model's FLOPs. Cold points are
-like /work/shared/calibration/measure_prefill.py's; cached points prefill ``new``
+like packages/sim/data/calibration/measure_prefill.py's; cached points prefill ``new``
 tokens on top of ``cached`` tokens that the radix cache really serves.
 """
 

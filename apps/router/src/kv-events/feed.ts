@@ -115,48 +115,43 @@ export class KvEventsFeed implements KvIndexView {
         },
       });
     };
-    perRank(
-      'kvroute_kv_events_batches_total',
-      'KV event batches applied from the live stream',
-      (f) => f.stream.counters.batches,
-      'counter',
-    );
-    perRank(
-      'kvroute_kv_events_replayed_batches_total',
-      'KV event batches applied from the replay endpoint (gaps, history, reconnects)',
-      (f) => f.stream.counters.replayedBatches,
-      'counter',
-    );
-    perRank(
-      'kvroute_kv_events_gaps_total',
-      'Sequence gaps seen on the live stream',
-      (f) => f.stream.counters.gaps,
-      'counter',
-    );
-    perRank(
-      'kvroute_kv_events_missed_batches_total',
-      'Batches lost for good (neither received nor replayable): drops',
-      (f) => f.stream.counters.missedBatches,
-      'counter',
-    );
-    perRank(
-      'kvroute_kv_events_restarts_total',
-      'Publisher restarts detected (sequence reset or replay mismatch); the rank was cleared',
-      (f) => f.stream.counters.restarts,
-      'counter',
-    );
-    perRank(
-      'kvroute_kv_events_decode_errors_total',
-      'Malformed frames or payloads skipped',
-      (f) => f.stream.counters.decodeErrors,
-      'counter',
-    );
-    perRank(
-      'kvroute_kv_events_disconnects_total',
-      'Disconnects of the SUB socket (it reconnects with backoff)',
-      (f) => f.stream.counters.reconnects,
-      'counter',
-    );
+    // The stream's own counters, one per-rank counter family each.
+    const streamCounters: [string, keyof RankFeed['stream']['counters'], string][] = [
+      [
+        'kvroute_kv_events_batches_total',
+        'batches',
+        'KV event batches applied from the live stream',
+      ],
+      [
+        'kvroute_kv_events_replayed_batches_total',
+        'replayedBatches',
+        'KV event batches applied from the replay endpoint (gaps, history, reconnects)',
+      ],
+      ['kvroute_kv_events_gaps_total', 'gaps', 'Sequence gaps seen on the live stream'],
+      [
+        'kvroute_kv_events_missed_batches_total',
+        'missedBatches',
+        'Batches lost for good (neither received nor replayable): drops',
+      ],
+      [
+        'kvroute_kv_events_restarts_total',
+        'restarts',
+        'Publisher restarts detected (sequence reset or replay mismatch); the rank was cleared',
+      ],
+      [
+        'kvroute_kv_events_decode_errors_total',
+        'decodeErrors',
+        'Malformed frames or payloads skipped',
+      ],
+      [
+        'kvroute_kv_events_disconnects_total',
+        'reconnects',
+        'Disconnects of the SUB socket (it reconnects with backoff)',
+      ],
+    ];
+    for (const [name, key, help] of streamCounters) {
+      perRank(name, help, (f) => f.stream.counters[key], 'counter');
+    }
     perRank(
       'kvroute_kv_events_live',
       '1 while the rank is scored from KV events, 0 while it falls back to the learned index',
