@@ -1,8 +1,9 @@
-// The load index must give exactly the rank a scan of the healthy ranks gives, tie-break
-// rotation included, under any interleaving of dispatches, completions, health changes and
-// resizes: hosts get O(log R) decisions without any change in where requests go.
+// Indexes that keep decisions cheap at many ranks must not change a single decision: the load
+// index gives exactly the rank a scan of the healthy ranks gives (tie-break rotation included),
+// and the inverted prefix index matches exactly what asking every rank matches.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { ChainedPrefixIndex } from '../src/hashing/chained-index.ts';
 import { createDispatcher, createLoadTracker, type DispatchTicket } from '../src/index.ts';
 import { LoadIndex } from '../src/load-index.ts';
 
@@ -115,5 +116,59 @@ describe('LoadIndex', () => {
     for (let r = 0; r < 3; r++)
       index.set(r, { healthy: false, inFlightTokens: 0, inFlightRequests: 0 });
     expect(index.firstMinFrom('requests', 0)).toBe(-1);
+  });
+});
+
+describe('ChainedPrefixIndex inverted holders', () => {
+  it('matchHolders gives what match gives, under inserts, evictions, clears and resizes', () => {
+    type IxOp =
+      | { kind: 'insert'; rank: number; keys: number[]; cap: number }
+      | { kind: 'clear'; rank: number }
+      | { kind: 'resize'; n: number }
+      | { kind: 'match'; keys: number[]; down: number[] };
+    const keys = fc.array(fc.integer({ min: 0, max: 6 }), { minLength: 1, maxLength: 5 });
+    const ixOp: fc.Arbitrary<IxOp> = fc.oneof(
+      fc.record({
+        kind: fc.constant('insert' as const),
+        rank: fc.nat({ max: 9 }),
+        keys,
+        cap: fc.integer({ min: 1, max: 8 }),
+      }),
+      fc.record({ kind: fc.constant('clear' as const), rank: fc.nat({ max: 9 }) }),
+      fc.record({ kind: fc.constant('resize' as const), n: fc.integer({ min: 1, max: 10 }) }),
+      fc.record({
+        kind: fc.constant('match' as const),
+        keys,
+        down: fc.array(fc.nat({ max: 9 }), { maxLength: 3 }),
+      }),
+    );
+    fc.assert(
+      fc.property(fc.array(ixOp, { maxLength: 200 }), (ops) => {
+        const ix = new ChainedPrefixIndex();
+        ix.resize(10);
+        for (const o of ops) {
+          if (o.kind === 'insert') ix.insert(o.rank, o.keys, o.cap);
+          else if (o.kind === 'clear') ix.clear(o.rank);
+          else if (o.kind === 'resize') ix.resize(o.n);
+          else {
+            const n = ix.numRanks;
+            const healthy = Array.from({ length: n }, (_, r) => r).filter(
+              (r) => !o.down.includes(r),
+            );
+            const dense = new Array<number>(n).fill(0);
+            ix.match(o.keys, healthy, dense);
+            const ranks: number[] = [];
+            const counts: number[] = [];
+            ix.matchHolders(o.keys, (r) => r < n && !o.down.includes(r), ranks, counts);
+            const sparse = new Array<number>(n).fill(0);
+            ranks.forEach((r, i) => {
+              sparse[r] = counts[i] as number;
+            });
+            expect(sparse).toEqual(dense);
+          }
+        }
+      }),
+      { numRuns: 400 },
+    );
   });
 });
