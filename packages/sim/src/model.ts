@@ -62,7 +62,7 @@ export type {
   LayoutComparisonOptions,
   LayoutRow,
 } from './pd/compare-layouts.ts';
-export { compareLayouts } from './pd/compare-layouts.ts';
+export { compareLayouts, replyShare } from './pd/compare-layouts.ts';
 export type {
   DecodeRankOptions,
   DecodeRankStats,

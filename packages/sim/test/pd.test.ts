@@ -8,7 +8,7 @@ import { runCli } from '../src/cli/main.ts';
 import { kvTransferMs, profileKvBytesPerToken } from '../src/cost/kv-transfer.ts';
 import { getProfile } from '../src/cost/profiles.ts';
 import { EventQueue } from '../src/engine/event-queue.ts';
-import { compareLayouts } from '../src/pd/compare-layouts.ts';
+import { compareLayouts, replyShare } from '../src/pd/compare-layouts.ts';
 import { DecodeRankModel } from '../src/pd/decode-rank.ts';
 import { simulatePd } from '../src/pd/simulate-pd.ts';
 import { buildWorkload } from '../src/workloads/registry.ts';
@@ -217,6 +217,7 @@ describe('compareLayouts', () => {
         pdHitRate: c.rows[2]!.hitRate,
         colocatedHitRate: c.rows[1]!.hitRate,
         met: c.rows[2]!.hitRate >= c.rows[1]!.hitRate,
+        replyShare: expect.any(Number),
       },
     ]);
   });
@@ -312,5 +313,48 @@ describe('kvroute-sim run --layout pd', () => {
       /--prefill-policy and --decode-policy instead/,
     );
     await bad(['--layout', 'pd', '--link-setup-ms=-1'], /--link-setup-ms must be a number >= 0/);
+  });
+});
+
+describe('hit-rate target: cache-aware prefill against colocated cache_aware on as many prefill GPUs', () => {
+  const opts = {
+    profile,
+    seed: 1,
+    prefillPolicy: { method: 'cache_aware' },
+    decodePolicy: { method: 'total_tokens' },
+    splits: [[2, 2]] as [number, number][],
+  };
+
+  it('keeps at least the colocated hit rate where no reply is reused (single-turn shared prefixes)', () => {
+    const plan = buildWorkload('shared-prefix', { groups: 16, promptsPerGroup: 8 }, 1);
+    const [t] = compareLayouts(plan, opts).targets;
+    expect(t!.replyShare).toBe(0);
+    expect(t!.pdHitRate).toBeGreaterThan(0.5);
+    expect(t!.pdHitRate).toBeGreaterThanOrEqual(t!.colocatedHitRate);
+    expect(t!.met).toBe(true);
+  });
+
+  it('on agentic sessions, trails colocated by no more than the previous replies the prefill side never sees', () => {
+    // Colocated serving caches each reply where it was generated and the next turn hits it;
+    // a prefill server never generates the reply, so those tokens are a miss there whatever
+    // the routing. The routing itself must lose nothing beyond them (0.2 pt for timing).
+    const plan = buildWorkload('agentic', { sessions: 30, sessionsPerS: 2 }, 5);
+    const [t] = compareLayouts(plan, opts).targets;
+    expect(t!.replyShare).toBeGreaterThan(0.005);
+    expect(t!.pdHitRate).toBeGreaterThanOrEqual(t!.colocatedHitRate - t!.replyShare - 0.002);
+  });
+
+  it('counts reply tokens that a next turn repeats right after the previous prompt', () => {
+    const plan = buildWorkload('agentic', { sessions: 5 }, 2);
+    let input = 0;
+    let reply = 0;
+    for (const list of plan.clients) {
+      list.forEach((r, i) => {
+        input += r.inputIds.length;
+        if (i > 0) reply += list[i - 1]!.outputTokens;
+      });
+    }
+    expect(replyShare(plan)).toBeCloseTo(reply / input, 9);
+    expect(replyShare(burst(3, 10, 2))).toBe(0);
   });
 });

@@ -68,6 +68,38 @@ export interface HitRateTarget {
   /** Colocated, prefill method, on as many ranks as the PD layout has prefill ranks. */
   colocatedHitRate: number;
   met: boolean;
+  /**
+   * Input tokens that are a previous turn's reply, as a share of all input tokens: colocated
+   * serving caches them, a prefill server never sees them, so PD can trail colocated by up
+   * to this much on hit rate with nothing wrong in its routing.
+   */
+  replyShare: number;
+}
+
+/**
+ * Share of input tokens that repeat the same client's previous reply right after the
+ * previous prompt (multi-turn sessions): what only the server that generated the reply has
+ * in its cache.
+ */
+export function replyShare(plan: WorkloadPlan): number {
+  let input = 0;
+  let reply = 0;
+  const lists = plan.mode === 'closed' ? plan.clients : [];
+  for (const list of lists) {
+    for (let i = 0; i < list.length; i++) {
+      const ids = list[i]!.inputIds;
+      input += ids.length;
+      const prev = list[i - 1];
+      const out = prev?.outputIds;
+      if (prev === undefined || out === undefined) continue;
+      const at = prev.inputIds.length;
+      let k = 0;
+      while (k < out.length && at + k < ids.length && ids[at + k] === out[k]) k++;
+      reply += k;
+    }
+  }
+  if (plan.mode !== 'closed') for (const r of plan.requests) input += r.inputIds.length;
+  return input === 0 ? 0 : reply / input;
 }
 
 export interface LayoutComparison {
@@ -151,6 +183,7 @@ export function compareLayouts(plan: WorkloadPlan, o: LayoutComparisonOptions): 
     done++;
   }
   const targets: HitRateTarget[] = [];
+  const replies = replyShare(plan);
   for (const [p, d] of o.splits) {
     const run = simulatePd(plan, {
       prefillPolicy: o.prefillPolicy,
@@ -172,6 +205,7 @@ export function compareLayouts(plan: WorkloadPlan, o: LayoutComparisonOptions): 
         pdHitRate: run.summary.hitRate,
         colocatedHitRate: base,
         met: run.summary.hitRate >= base,
+        replyShare: Math.round(replies * 1e6) / 1e6,
       });
     }
     done++;

@@ -78,7 +78,7 @@ export function targetLines(report: LayoutReport): string[] {
   return report.targets.map((t) => {
     const [p, d] = t.split;
     const gap = (t.pdHitRate - t.colocatedHitRate) * 100;
-    return `hit-rate target, pd ${p}:${d}: prefill side ${fmtPct(t.pdHitRate)} vs colocated ${report.prefillPolicy} on ${p} ranks ${fmtPct(t.colocatedHitRate)} (${gap >= 0 ? '+' : ''}${gap.toFixed(2)} pt): ${t.met ? 'met' : 'MISSED'}`;
+    return `hit-rate target, pd ${p}:${d}: prefill side ${fmtPct(t.pdHitRate)} vs colocated ${report.prefillPolicy} on ${p} ranks ${fmtPct(t.colocatedHitRate)} (${gap >= 0 ? '+' : ''}${gap.toFixed(2)} pt): ${t.met ? 'met' : 'MISSED'}${t.replyShare > 0 ? `; previous replies, cached only where they were generated, are ${fmtPct(t.replyShare)} of input tokens` : ''}`;
   });
 }
 
@@ -276,7 +276,7 @@ export async function renderLayoutHtml(
   const body = [
     `<h1>${escapeHtml(title)}</h1>`,
     `<p class="meta">${escapeHtml(meta(report))} Times in ms of simulated time.</p>`,
-    `<table>\n<thead><tr>${th}</tr></thead>\n<tbody>\n${trs}\n</tbody>\n</table>`,
+    `<div class="wide"><table>\n<thead><tr>${th}</tr></thead>\n<tbody>\n${trs}\n</tbody>\n</table></div>`,
     ...(targets ? [`<ul>${targets}</ul>`] : []),
     '<h2>Time to first token</h2>',
     await chart(ttftCdf(rows)),
@@ -315,7 +315,7 @@ export async function renderLayoutHtml(
     ),
   ].join('\n');
   const style = `
-body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; padding: 0 1rem; }
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1400px; color: #222; padding: 0 1rem; }
 h1 { font-size: 1.4rem; } h2 { font-size: 1.1rem; margin-top: 2rem; }
 table { border-collapse: collapse; font-size: 0.85rem; }
 th, td { border-bottom: 1px solid #ddd; padding: 0.3rem 0.6rem; text-align: right; white-space: nowrap; }
@@ -323,6 +323,7 @@ th:first-child, td:first-child { text-align: left; }
 tr.pd { background: #f3f7fd; }
 .meta { color: #555; font-size: 0.9rem; }
 .chart { margin: 1rem 0; overflow-x: auto; }
+.wide { overflow-x: auto; }
 `;
   return htmlPage(title, body, style);
 }
