@@ -52,7 +52,7 @@ export const PD_FLAGS_HELP = `  --layout colocated|pd every rank prefills and de
   --prefill-policy M    pd: method picking the prefill rank (default ${DEFAULT_PREFILL_POLICY});
                         options as name:key=value
   --decode-policy M     pd: method picking the decode rank (default ${DEFAULT_DECODE_POLICY})
-  --md FILE|-           pd: the layout table as markdown`;
+  --md FILE|-           pd: the layout table as markdown; '-' = stdout only (default: not written)`;
 
 export const PD_SWEEP_HELP = `  --layout pd          sweep the prefill:decode split instead of a policy's knobs
   --gpus N              pd: GPUs per layout (default: --ranks, else the scenario's ranks)
