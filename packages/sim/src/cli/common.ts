@@ -57,7 +57,7 @@ export const SIM_OPTIONS: OptionSpec = {
   ...ENGINE_OPTIONS,
 };
 
-/** Router-side model flags (run and replay): replicas and where their cache index comes from. */
+/** Router-side model flags (run, replay, sweep): replicas, their cache index source, load polls. */
 export const ROUTER_OPTIONS: OptionSpec = {
   replicas: { type: 'string' },
   'index-source': { type: 'string' },
