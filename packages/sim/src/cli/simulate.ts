@@ -162,6 +162,8 @@ export interface SweepInput {
   /** Worker threads (default: one per core). */
   workers?: number;
   engine?: EngineFlags;
+  /** Router replicas and index source for every cell (--replicas, --index-source, ...). */
+  router?: RouterModel;
   load?: SweepLoad;
 }
 
@@ -185,6 +187,7 @@ export interface SweepSpec {
   current?: SweepSetting;
   /** Rank model and client load, resolved (engine flags). */
   engine?: EngineOptions;
+  router?: RouterModel;
   /** With --load: each point's multiplier, value and resolved engine options. */
   load?: {
     axis: 'rate' | 'concurrency';
@@ -227,6 +230,9 @@ export function sweepSpec(input: SweepInput): SweepSpec {
     ...(input.hitRateWithin !== undefined ? { hitRateWithin: input.hitRateWithin } : {}),
     ...(input.current !== undefined ? { current: input.current } : {}),
     ...(input.engine !== undefined ? { engine: engineOptions(input.profile, input.engine) } : {}),
+    ...(input.router !== undefined && Object.keys(input.router).length > 0
+      ? { router: input.router }
+      : {}),
   };
   if (input.load !== undefined) {
     const { axis, base } = input.load;
@@ -273,6 +279,7 @@ export function sweepJobs(spec: SweepSpec): CellJob[] {
       profile: spec.profileRef,
       policy,
       ...(engine !== undefined ? { engine } : {}),
+      ...(spec.router !== undefined ? { router: spec.router } : {}),
     });
     for (const s of spec.settings) jobs.push(job({ method: s.method, ...s.options, ...affinity }));
     jobs.push(job({ method: REFERENCE_METHOD, ...affinity }));

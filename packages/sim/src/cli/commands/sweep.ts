@@ -13,7 +13,15 @@ import type { SweepObjective } from '../../report/types.ts';
 import { MAX_AXIS_VALUES, type SweepSetting } from '../../sweep/axes.ts';
 import { checkName, nameList, parseCommandArgs, positiveInt, str, strs } from '../args.ts';
 import type { Subcommand } from '../command.ts';
-import { readSimFlags, requireScenario, SIM_OPTIONS, simFlagsHelp } from '../common.ts';
+import {
+  ROUTER_FLAGS_HELP,
+  ROUTER_OPTIONS,
+  readRouterFlags,
+  readSimFlags,
+  requireScenario,
+  SIM_OPTIONS,
+  simFlagsHelp,
+} from '../common.ts';
 import { emitSweepReport, writeRouterConfig } from '../emit-report.ts';
 import { UsageError } from '../errors.ts';
 import { affinityConfig } from '../policies.ts';
@@ -108,6 +116,7 @@ ${axesHelp()}
   --shard K/N           run only shard K of N (every N-th cell from the K-th) and write the
                         shard's results as JSON to --json FILE (default stdout); combine the N
                         files with 'kvroute-sim merge' into the report one run would give
+${ROUTER_FLAGS_HELP}
 ${simFlagsHelp(false)}
 
 examples:
@@ -202,6 +211,7 @@ export const command: Subcommand = {
       jobs: { type: 'string' },
       shard: { type: 'string' },
       ...SIM_OPTIONS,
+      ...ROUTER_OPTIONS,
       load: { type: 'string' },
     });
     const scenario = requireScenario(p);
@@ -272,6 +282,7 @@ export const command: Subcommand = {
       ...(current !== undefined ? { current } : {}),
       ...(workers !== undefined ? { workers } : {}),
       engine: flags.engine,
+      router: readRouterFlags(p),
       ...(load !== undefined ? { load } : {}),
     };
     const shardRaw = str(p, 'shard');
