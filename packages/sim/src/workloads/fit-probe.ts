@@ -16,6 +16,7 @@ export const fitProbe: ScenarioDefinition = {
     minTokens: 64,
     maxTokens: 4096,
     suffixTokens: 64,
+    suffixMaxTokens: 0,
     singleOutputTokens: 8,
     bursts: '2,4,8,16',
     burstContextTokens: '512,3072',
@@ -31,6 +32,7 @@ export const fitProbe: ScenarioDefinition = {
     const minT = optInt(name, o, 'minTokens', 2);
     const maxT = optInt(name, o, 'maxTokens', minT);
     const suffix = optInt(name, o, 'suffixTokens', 1);
+    const suffixMax = Math.max(suffix, optInt(name, o, 'suffixMaxTokens', 0));
     const singleOut = optInt(name, o, 'singleOutputTokens', 2);
     const burstOut = optInt(name, o, 'burstOutputTokens', 2);
     const gap = optInt(name, o, 'gapMs', 1);
@@ -58,13 +60,20 @@ export const fitProbe: ScenarioDefinition = {
       });
     // Lone requests: even ones cold, odd ones the previous prompt plus a short fresh suffix,
     // so cached prefixes take every length the cold prompts had while the new tokens stay
-    // few: reading the cache then shows apart from attention over new tokens.
+    // few: reading the cache then shows apart from attention over new tokens. With
+    // suffixMaxTokens the suffix length varies too (log-uniform up to it): cold prompts alone
+    // charge attention and cached reads both by the square of the length, and only new
+    // tokens on a cached prefix, in varied numbers, tell the two apart.
+    const logUniform = (lo: number, hi: number) =>
+      lo === hi ? lo : Math.round(Math.exp(Math.log(lo) + pick() * (Math.log(hi) - Math.log(lo))));
     let prev: Uint32Array | null = null;
     for (let i = 0; i < singles; i++) {
       // Log-uniform sizes cover short (launch-bound) and long (compute-bound) prompts.
-      const n = Math.round(Math.exp(Math.log(minT) + pick() * (Math.log(maxT) - Math.log(minT))));
+      const n = logUniform(minT, maxT);
       const ids: Uint32Array =
-        i % 2 === 1 && prev !== null ? concat([prev, content.tokens(suffix)]) : content.tokens(n);
+        i % 2 === 1 && prev !== null
+          ? concat([prev, content.tokens(logUniform(suffix, suffixMax))])
+          : content.tokens(n);
       add(ids, singleOut, t, `single-${i >> 1}`);
       prev = ids;
       t += gap;

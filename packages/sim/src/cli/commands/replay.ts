@@ -39,7 +39,7 @@ and how many requests the prediction placed on the rank the router chose.
 
   FILE                  path: the trace, e.g. packages/sim/data/traces/mooncake-conversation.jsonl
                         (shipped with the package; relative to where you run the command)
-  --trace FILE          the same as FILE
+  --trace FILE          path: the same as FILE (one of the two is required)
   --observed            switch: predicted vs observed on a recorded trace (default off)
   --policies LIST       comma-separated method names (default ${DEFAULT_POLICIES})
   --speedup X           number > 0: arrivals X times faster than recorded (default 1)
