@@ -28,6 +28,15 @@ export {
   renderComparison,
   summarizeOutcomes,
 } from './observed-comparison.ts';
+export type { LayoutReport } from './pd-layout.ts';
+export {
+  layoutReport,
+  layoutToCsv,
+  layoutToJson,
+  renderLayoutHtml,
+  renderLayoutMarkdown,
+  renderLayoutTable,
+} from './pd-layout.ts';
 export { chooseBest } from './sweep-choice.ts';
 export { policyLabel, renderRunTable, renderSweepTable } from './table.ts';
 export type {
