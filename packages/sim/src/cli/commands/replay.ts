@@ -9,7 +9,10 @@ import { bool, nameList, type Parsed, parseCommandArgs, positiveNumber, str } fr
 import type { CliIo, Subcommand } from '../command.ts';
 import {
   DEFAULT_POLICIES,
+  ROUTER_FLAGS_HELP,
+  ROUTER_OPTIONS,
   readPolicies,
+  readRouterFlags,
   readSimFlags,
   SIM_FLAGS_HELP,
   SIM_OPTIONS,
@@ -45,6 +48,7 @@ and how many requests the prediction placed on the rank the router chose.
   --speedup X           number > 0: arrivals X times faster than recorded (default 1)
   --skip-invalid        switch: skip malformed lines and report how many, instead of failing
                         (default off)
+${ROUTER_FLAGS_HELP}
 ${SIM_FLAGS_HELP}
 
 example:
@@ -67,6 +71,7 @@ export const command: Subcommand = {
         trace: { type: 'string' },
         observed: { type: 'boolean' },
         ...SIM_OPTIONS,
+        ...ROUTER_OPTIONS,
       },
       true,
     );
@@ -105,6 +110,7 @@ export const command: Subcommand = {
       ranks: flags.ranks,
       profile: flags.profile,
       policies,
+      router: readRouterFlags(p),
       engine: flags.engine,
     });
     await emitRunReport(io, flags.outputs, report, samples, extras);
