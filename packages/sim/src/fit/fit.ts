@@ -245,10 +245,14 @@ export function fitProfile(requests: readonly ObservedRequest[], o: FitOptions):
         return;
       }
       let clean = true;
+      // Requests batched into one prefill step get their first tokens at one moment; the
+      // client sees them a few ms apart. An overlap shorter than half a mean step cannot hold
+      // a prefill step, so it is delivery jitter, not a prefill in the window.
+      const jitter = len / (r.outputTokens - 1) / 2;
       let batch = 0;
       let ctx = 0;
       for (let j = 0; j < list.length && clean; j++) {
-        if (j !== i && overlap(w, P[j]!) > 0) clean = false;
+        if (j !== i && overlap(w, P[j]!) > jitter) clean = false;
         const ov = overlap(w, D[j]!);
         if (ov <= 0) continue;
         const dj = D[j]!;
