@@ -36,7 +36,14 @@ import { workersApiPlugin } from './plugins/workers-api.ts';
 import { proxyPlugin } from './proxy/plugin.ts';
 import { createProxyHandler, type ProxyHandler } from './proxy/route.ts';
 import { RankTable, type Worker } from './rank-table.ts';
+import {
+  effectiveOptions,
+  type PolicyDescription,
+  recordingSettings,
+  TraceRecorder,
+} from './recording/recorder.ts';
 import { createReliabilityMetrics } from './reliability-metrics.ts';
+import { ShadowCacheModel } from './shadow/shadow-cache.ts';
 import { addWorker, fetchContextLength, fetchModelId } from './topology.ts';
 
 export interface BuildRouterOptions {
@@ -72,6 +79,15 @@ export interface RouterState {
   /** Adds a worker at runtime (the admin POST /ranks path). */
   addWorker(url: string, dpSize?: number): Promise<Worker>;
   removeWorker(url: string): Worker | undefined;
+  /** The traffic recorder (--record-trace, admin POST /trace_recording). */
+  readonly recorder: TraceRecorder;
+  /** With --shadow-profile: the live cache model behind the kvroute_shadow_* metrics. */
+  readonly shadow: ShadowCacheModel | undefined;
+  /**
+   * Marks a switch of method or options (hot reload) in the recorded trace, if one runs.
+   * Whoever switches the policy calls it with the policy now in force.
+   */
+  markPolicySwitch(policy: PolicyDescription): void;
 }
 
 declare module 'fastify' {
@@ -257,8 +273,34 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
       )
     : undefined;
 
+  const recorder = new TraceRecorder({
+    policy: () => ({
+      method: state.dispatcher.method,
+      options: effectiveOptions(state.dispatcher.method, state.dispatcher.options),
+    }),
+    ranks: () => table.size,
+    tokenizer: tokenizer.kind,
+    registry: metrics.registry,
+    log,
+  });
+  const shadow =
+    config.shadowProfile !== undefined
+      ? new ShadowCacheModel(
+          {
+            profile: config.shadowProfile,
+            kvCapacity: config.shadowKvCapacity,
+            pageSize: config.shadowPageSize,
+            window: config.shadowWindow,
+          },
+          metrics.registry,
+        )
+      : undefined;
+
   const state: RouterState = {
     config,
+    recorder,
+    shadow,
+    markPolicySwitch: (policy) => recorder.markPolicySwitch(policy),
     kvEvents,
     table,
     dispatcher,
@@ -299,6 +341,9 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     // One round of checks before serving, so readiness reflects the fleet from the start.
     await health.checkAll();
     await kvEvents?.start();
+    if (config.recordTrace !== undefined) {
+      await recorder.start(recordingSettings(config, config.recordTrace));
+    }
     health.start();
     loadPoller.start();
   });
@@ -307,6 +352,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     loadPoller.stop();
     outlier.stop();
     admission.close();
+    await recorder.close();
     await state.adminApp?.close();
     await kvEvents?.close();
     await agent.destroy();
@@ -346,6 +392,8 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     kvIndex: kvEvents,
     workerLabel: (w) => metricsUrl(config, w, w.url),
     tracer: config.otel ? (opts.tracer ?? trace.getTracer('@kvroute/router')) : undefined,
+    recorder,
+    shadow,
   });
   // Attempts that sent nothing yet leave a worker as soon as it is taken out.
   health.onDown = (w, reason) => serveProxy.evacuate(w, reason);

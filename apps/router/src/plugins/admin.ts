@@ -1,11 +1,13 @@
 // The admin API as a fastify plugin: GET /ranks (a snapshot of ranks and policy state),
-// POST /ranks (add or remove a worker at runtime) and POST /flush_cache (every worker's
-// cache dropped), all behind a bearer token. Registered only
-// when an admin token is configured, so without one these routes do not exist.
+// POST /ranks (add or remove a worker at runtime), POST /flush_cache (every worker's
+// cache dropped) and GET/POST /trace_recording (recording/admin-routes.ts), all behind a
+// bearer token. Registered only when an admin token is configured, so without one these
+// routes do not exist.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { parseJsonBody } from '@kvroute/protocol';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { RouterError } from '../errors.ts';
+import { registerTraceRecording } from '../recording/admin-routes.ts';
 import type { RouterState } from '../router.ts';
 import { registerFlushCache } from './engine-api.ts';
 
@@ -56,6 +58,7 @@ export async function adminPlugin(app: FastifyInstance, opts: AdminPluginOptions
 
   app.get('/ranks', { onRequest: authorize }, async () => snapshot());
   registerFlushCache(app, state, authorize);
+  registerTraceRecording(app, state, authorize);
   app.post('/ranks', { onRequest: authorize }, async (req) => {
     const body = parseJsonBody((req.body as Buffer | undefined) ?? Buffer.alloc(0));
     const { action, url, dp_size: dpSize } = body;
