@@ -404,8 +404,20 @@ describe('recorded trace on mock workers', () => {
     const path = tracePath();
     const { app, url } = await router(['--worker-urls', ...urls, '--record-trace', path]);
     await chat(url, 'sys', 'one');
-    app.kvroute.markPolicySwitch({ method: 'prefix_match', options: { window: 64 } });
+    // A hot reload (the router's own switch) writes the line with the new effective options.
+    const policy = app.kvroute.policy;
+    policy.switchPolicy(
+      policy.defaultGroup,
+      {
+        ...policy.defaultGroup.settings,
+        loadBalanceMethod: 'prefix_match',
+        methodOptions: { window: 64 },
+      },
+      'test',
+    );
     await chat(url, 'sys', 'two');
+    // An embedder's own switch marks it the same way.
+    app.kvroute.markPolicySwitch({ method: 'round_robin', options: {} });
     await app.close();
     const lines = readLines(path);
     expect(lines.map((l) => l.event ?? 'request')).toEqual([
@@ -413,8 +425,15 @@ describe('recorded trace on mock workers', () => {
       'request',
       'policy_switch',
       'request',
+      'policy_switch',
     ]);
+    expect(lines[0]).toMatchObject({ method: 'cache_aware' });
+    expect(lines[0]).not.toHaveProperty('groups');
     expect(lines[2]).toMatchObject({ method: 'prefix_match', options: { window: 64 } });
+    expect(Object.keys(lines[2]!.options as object).length).toBeGreaterThan(1);
+    expect(lines[2]).not.toHaveProperty('group');
+    expect(lines[3]!.reason).not.toBe('');
+    expect(lines[4]).toMatchObject({ method: 'round_robin', options: {} });
     expect(Number.isInteger(lines[2]!.timestamp)).toBe(true);
   });
 });

@@ -61,8 +61,10 @@ export interface PolicyDescription {
 }
 
 export interface RecorderContext {
-  /** The method and options in force now. */
+  /** The method and options in force now (the default group's, with worker groups). */
   policy(): PolicyDescription;
+  /** With worker groups: each group's policy (model name as `group`); else none. */
+  groups?(): PolicyDescription[];
   /** Ranks routed to now. */
   ranks(): number;
   /** The routing tokenizer's kind (approximate or huggingface): what a token is. */
@@ -336,6 +338,8 @@ export class TraceRecorder {
       tokenizer: this.ctx.tokenizer,
     };
     if (p.group !== undefined) line.group = p.group;
+    const groups = this.ctx.groups?.() ?? [];
+    if (groups.length > 0) line.groups = groups;
     return line;
   }
 }
