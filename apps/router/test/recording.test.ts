@@ -402,7 +402,14 @@ describe('recorded trace on mock workers', () => {
   it('marks policy switches', async () => {
     const urls = await mockWorkers(1);
     const path = tracePath();
-    const { app, url } = await router(['--worker-urls', ...urls, '--record-trace', path]);
+    const { app, url } = await router([
+      '--worker-urls',
+      ...urls,
+      '--record-trace',
+      path,
+      '--admin-token',
+      'admin-secret',
+    ]);
     await chat(url, 'sys', 'one');
     // A hot reload (the router's own switch) writes the line with the new effective options.
     const policy = app.kvroute.policy;
@@ -418,6 +425,14 @@ describe('recorded trace on mock workers', () => {
     await chat(url, 'sys', 'two');
     // An embedder's own switch marks it the same way.
     app.kvroute.markPolicySwitch({ method: 'round_robin', options: {} });
+    // And the admin API's switch.
+    const switched = await app.inject({
+      method: 'POST',
+      url: '/policy',
+      headers: { authorization: 'Bearer admin-secret', 'content-type': 'application/json' },
+      payload: JSON.stringify({ method: 'consistent_hash' }),
+    });
+    expect(switched.statusCode).toBe(200);
     await app.close();
     const lines = readLines(path);
     expect(lines.map((l) => l.event ?? 'request')).toEqual([
@@ -426,7 +441,9 @@ describe('recorded trace on mock workers', () => {
       'policy_switch',
       'request',
       'policy_switch',
+      'policy_switch',
     ]);
+    expect(lines[5]).toMatchObject({ method: 'consistent_hash' });
     expect(lines[0]).toMatchObject({ method: 'cache_aware' });
     expect(lines[0]).not.toHaveProperty('groups');
     expect(lines[2]).toMatchObject({ method: 'prefix_match', options: { window: 64 } });
