@@ -29,6 +29,7 @@ import { KvEventsFeed, type KvEventsSettings, kvEventsEnabled } from './kv-event
 import { LoadPoller } from './load-poller.ts';
 import { createRouterMetrics, type RouterMetrics } from './metrics.ts';
 import { OutlierDetector } from './outlier.ts';
+import { createPdMode, type PdMode } from './pd/mode.ts';
 import { adminPlugin } from './plugins/admin.ts';
 import { engineApiPlugin, forwardToOneWorker } from './plugins/engine-api.ts';
 import { metricsPlugin } from './plugins/metrics.ts';
@@ -69,6 +70,8 @@ export interface RouterState {
   adminApp?: FastifyInstance;
   /** The events-fed cache index, when --kv-events-endpoint(s) is set. */
   readonly kvEvents: KvEventsFeed | undefined;
+  /** With --pd-disaggregation: the decode side (the main table is the prefill side). */
+  readonly pd: PdMode | undefined;
   /** Adds a worker at runtime (the admin POST /ranks path). */
   addWorker(url: string, dpSize?: number): Promise<Worker>;
   removeWorker(url: string): Worker | undefined;
@@ -257,9 +260,25 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
       )
     : undefined;
 
+  const pd = config.pdDisaggregation
+    ? createPdMode({
+        config,
+        prefillTable: table,
+        prefillDispatcher: dispatcher,
+        prefillHealth: health,
+        prefillOutlier: outlier,
+        agent,
+        registry: metrics.registry,
+        log,
+        tokenizer,
+        limits: () => limits,
+      })
+    : undefined;
+
   const state: RouterState = {
     config,
     kvEvents,
+    pd,
     table,
     dispatcher,
     health,
@@ -298,6 +317,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     for (const url of config.workerUrls) await state.addWorker(url);
     // One round of checks before serving, so readiness reflects the fleet from the start.
     await health.checkAll();
+    await pd?.start();
     await kvEvents?.start();
     health.start();
     loadPoller.start();
@@ -306,6 +326,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     health.stop();
     loadPoller.stop();
     outlier.stop();
+    await pd?.close();
     admission.close();
     await state.adminApp?.close();
     await kvEvents?.close();
@@ -346,10 +367,17 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     kvIndex: kvEvents,
     workerLabel: (w) => metricsUrl(config, w, w.url),
     tracer: config.otel ? (opts.tracer ?? trace.getTracer('@kvroute/router')) : undefined,
+    ...(pd ? { handle: pd.handle } : {}),
   });
   // Attempts that sent nothing yet leave a worker as soon as it is taken out.
-  health.onDown = (w, reason) => serveProxy.evacuate(w, reason);
-  outlier.onEject = (w, reason) => serveProxy.evacuate(w, reason);
+  health.onDown = (w, reason) => {
+    serveProxy.evacuate(w, reason);
+    pd?.evacuate(w, reason);
+  };
+  outlier.onEject = (w, reason) => {
+    serveProxy.evacuate(w, reason);
+    pd?.evacuate(w, reason);
+  };
 
   app.register(proxyPlugin, { handler: serveProxy });
   app.register(workersApiPlugin, { state });

@@ -82,6 +82,17 @@ export interface ProxyContext {
   workerLabel(worker: Worker): string;
   /** With --otel: where the request spans go (tracing.ts); undefined = no OTel call at all. */
   tracer?: Tracer | undefined;
+  /**
+   * Serves an admitted request's body instead of the one-rank proxy (the PD mode, pd/mode.ts);
+   * admission, body reading and error replies stay here.
+   */
+  handle?: (
+    req: IncomingMessage,
+    res: ServerResponse,
+    kind: RequestKind,
+    route: string,
+    raw: Buffer,
+  ) => Promise<void>;
 }
 
 /** Serves one proxied POST on the raw request/response; never throws. */
@@ -201,7 +212,8 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       if (slot !== true) await slot;
       admitted = true;
       budget.active++;
-      await handleProxy(req, res, kind, route, body.raw, rt);
+      if (ctx.handle) await ctx.handle(req, res, kind, route, body.raw);
+      else await handleProxy(req, res, kind, route, body.raw, rt);
     } catch (err) {
       if (err === CLIENT_GONE) {
         countRejected(route, 499);
