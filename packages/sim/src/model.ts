@@ -24,6 +24,17 @@ export type {
   PrefillCoefficients,
 } from './cost/cost-model.ts';
 export { costModelFromSpec, loadProfileFile, parseProfileSpec } from './cost/cost-model.ts';
+export type { KvLink } from './cost/kv-transfer.ts';
+export {
+  checkKvLink,
+  DEFAULT_KV_LINK_GBPS,
+  DEFAULT_KV_SETUP_MS,
+  kvTransferBytes,
+  kvTransferMs,
+  profileKvBytesPerToken,
+} from './cost/kv-transfer.ts';
+export type { MemoryModel, ModelShape } from './cost/memory.ts';
+export { kvBytesPerToken, kvCapacityFromMemory } from './cost/memory.ts';
 export { getProfile, getProfileSpec, profileNames } from './cost/profiles.ts';
 export type { ScheduledEvent, Scheduler } from './engine/event-queue.ts';
 export { EventHeap, EventQueue, HeapEvent } from './engine/event-queue.ts';
