@@ -2,6 +2,7 @@
 // parseMockWorkerArgs. Defaults live here and nowhere else.
 import { parseArgs } from 'node:util';
 import { parseAssignments, parseNumber } from '@kvroute/policy';
+import { DEFAULT_KV_LINK_GBPS, DEFAULT_KV_SETUP_MS } from './pd/kv-transfer.ts';
 
 export type FailMode = 'http500' | 'reset';
 
@@ -124,8 +125,8 @@ export const DEFAULTS = {
   seed: 'kvroute',
   role: 'colocated' as WorkerRole,
   bootstrapPort: 8998,
-  kvTransferGbps: 400,
-  kvTransferSetupMs: 1,
+  kvTransferGbps: DEFAULT_KV_LINK_GBPS,
+  kvTransferSetupMs: DEFAULT_KV_SETUP_MS,
   bootstrapTimeoutMs: 30_000,
 } as const;
 
