@@ -13,6 +13,7 @@ import {
 } from '@kvroute/policy';
 import { parse as parseYaml } from 'yaml';
 import { RouterConfigError } from './errors.ts';
+import { type ModelGroupConfig, parseModelGroups, validateModelGroups } from './model-groups.ts';
 import type { OutlierConfig } from './outlier.ts';
 import {
   type PdRankDiscovery,
@@ -155,6 +156,11 @@ export interface RouterConfig {
   pdRankDiscovery: PdRankDiscovery;
   /** Filled by validation from --prefill. */
   prefillWorkers?: PrefillSpec[];
+  /**
+   * Worker groups keyed by model (YAML `models:`, or --model-group): each its own workers,
+   * method and options. Empty: one group of --worker-urls that takes every model.
+   */
+  modelGroups: ModelGroupConfig[];
 }
 
 export const DEFAULT_CONFIG: RouterConfig = {
@@ -230,9 +236,10 @@ export const DEFAULT_CONFIG: RouterConfig = {
   decode: [],
   pdStyle: 'sglang',
   pdRankDiscovery: 'told',
+  modelGroups: [],
 };
 
-type Kind = 'string' | 'int' | 'number' | 'bool' | 'duration' | 'list' | 'kv';
+type Kind = 'string' | 'int' | 'number' | 'bool' | 'duration' | 'list' | 'kv' | 'groups';
 
 export interface OptionSpec {
   /** Flag name without the dashes; also the YAML key (camelCase `key` is accepted too). */
@@ -331,6 +338,13 @@ export const OPTIONS: readonly OptionSpec[] = [
     help: 'Affinity entry lifetime',
   },
   ...methodOptionSpecs(),
+  {
+    flag: 'model-group',
+    key: 'modelGroups',
+    kind: 'groups',
+    aliases: ['models'],
+    help: "A worker group serving one model, routed to by the request's `model`: NAME=URL[,URL...][;method=M][;OPTION=V...] (repeatable; YAML: `models:`, a list of maps with model, aliases, default, worker-urls, load-balance-method, method options, policy-option)",
+  },
   {
     flag: 'policy-option',
     key: 'policyOptions',
@@ -915,6 +929,8 @@ function convert(o: OptionSpec, value: unknown, what: string): unknown {
         .split(/[\s,]+/)
         .filter((s) => s.length > 0);
     }
+    case 'groups':
+      return parseModelGroups(value, what, readGroupKey);
     case 'kv': {
       if (value !== null && typeof value === 'object' && !Array.isArray(value)) return { ...value };
       const s = asString();
@@ -936,7 +952,7 @@ function put(acc: Partial, o: OptionSpec, value: unknown): void {
       ...((acc.get(o.key) as Record<string, unknown>) ?? {}),
       ...(value as object),
     });
-  } else if (o.kind === 'list' && acc.has(o.key)) {
+  } else if ((o.kind === 'list' || o.kind === 'groups') && acc.has(o.key)) {
     acc.set(o.key, [...(acc.get(o.key) as string[]), ...(value as string[])]);
   } else {
     acc.set(o.key, value);
@@ -978,6 +994,16 @@ export function parseArgs(args: readonly string[]): { values: Partial; configFil
       else put(values, o, true);
       continue;
     }
+    if (o.kind === 'groups') {
+      const groups: unknown[] = [];
+      if (inline !== undefined) groups.push(...(convert(o, inline, what) as unknown[]));
+      while (inline === undefined && i + 1 < argv.length && !argv[i + 1]!.startsWith('--')) {
+        groups.push(...(convert(o, argv[++i], what) as unknown[]));
+      }
+      if (groups.length === 0) throw new RouterConfigError(`${what} needs NAME=URL[,URL...]`);
+      put(values, o, groups);
+      continue;
+    }
     if (o.kind === 'list') {
       // SGLang style: --worker-urls A B C (values up to the next flag).
       const items: string[] = inline !== undefined ? (convert(o, inline, what) as string[]) : [];
@@ -1001,7 +1027,10 @@ export function readEnv(env: NodeJS.ProcessEnv): Partial {
     const name = envName(o);
     const raw = env[name];
     if (raw === undefined || raw === '') continue;
-    if (o.kind === 'kv') {
+    if (o.kind === 'groups') {
+      for (const part of raw.split(/\s+/).filter((s) => s.length > 0))
+        put(values, o, convert(o, part, name));
+    } else if (o.kind === 'kv') {
       for (const part of raw.split(',').filter((s) => s.trim()))
         put(values, o, convert(o, part.trim(), name));
     } else {
@@ -1051,6 +1080,26 @@ function stripTrailingSlash(url: string): string {
   return url.replace(/\/+$/, '');
 }
 
+function checkWorkerUrl(u: string, what: string): string {
+  let parsed: URL;
+  try {
+    parsed = new URL(u);
+  } catch {
+    throw new RouterConfigError(`${what}: "${u}" is not a URL (expected http://host:port)`);
+  }
+  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
+    throw new RouterConfigError(`${what}: "${u}" must be http:// or https://`);
+  }
+  return stripTrailingSlash(u);
+}
+
+/** A key of a `models:` entry, read as the router-wide option of that name would be. */
+function readGroupKey(key: string, value: unknown, what: string) {
+  const o = BY_FLAG.get(key);
+  if (!o || o.kind === 'groups') return undefined;
+  return { path: o.key, value: convert(o, value, what) };
+}
+
 /** Merges the sources (defaults < YAML < env < flags) and checks the result as a whole. */
 export function resolveConfig(
   argv: readonly string[],
@@ -1083,20 +1132,21 @@ export function resolveConfig(
 export function validateConfig(input: RouterConfig): RouterConfig {
   const cfg = validatePdConfig(input);
   const urls: string[] = [];
-  for (const u of cfg.workerUrls) {
-    let parsed: URL;
-    try {
-      parsed = new URL(u);
-    } catch {
-      throw new RouterConfigError(`--worker-urls: "${u}" is not a URL (expected http://host:port)`);
-    }
-    if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
-      throw new RouterConfigError(`--worker-urls: "${u}" must be http:// or https://`);
-    }
-    urls.push(stripTrailingSlash(u));
-  }
+  for (const u of cfg.workerUrls) urls.push(checkWorkerUrl(u, '--worker-urls'));
   if (new Set(urls).size !== urls.length)
     throw new RouterConfigError('--worker-urls: a URL is listed twice');
+  if (cfg.modelGroups.length > 0) {
+    validateModelGroups(cfg.modelGroups, (u) => checkWorkerUrl(u, 'models: worker-urls'));
+    const grouped = cfg.modelGroups.flatMap((g) => g.workerUrls);
+    // (A config validated before already carries the groups' workers in workerUrls.)
+    if (urls.some((u) => !grouped.includes(u)) || cfg.mockWorkers > 0) {
+      throw new RouterConfigError(
+        'models: with worker groups, list each worker under its group (worker-urls of a models entry), not in --worker-urls or --mock-workers',
+      );
+    }
+    // One flat list in group order: what onReady adds, and what --kv-events-endpoints follow.
+    urls.splice(0, urls.length, ...grouped);
+  }
   if (urls.length === 0 && cfg.mockWorkers === 0 && !cfg.adminToken && !cfg.serviceDiscovery) {
     throw new RouterConfigError(
       'no workers: give --worker-urls URL..., --service-discovery --selector k=v, or --mock-workers N (or --admin-token to add them later)',
@@ -1207,6 +1257,7 @@ const VALUE_HINT: Record<Kind, string> = {
   duration: 'DURATION',
   list: 'A B ...',
   kv: 'KEY=VALUE',
+  groups: 'NAME=URL,...',
 };
 
 function defaultOf(o: OptionSpec): string | undefined {

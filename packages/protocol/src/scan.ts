@@ -43,6 +43,8 @@ export interface ScannedRequest {
   routingKey?: string;
   routedRank?: number;
   bootstrapRoom?: number;
+  /** The body's `model`: which worker group serves it when the router has several. */
+  model?: string;
   /** The first min(promptTokens, maxPromptTokens) routing ids (approximate tokenizer). */
   inputIds: Uint32Array;
   /**
@@ -376,6 +378,7 @@ function fromParsed(parsed: ParsedRequest, raw: Buffer, opts: ScanOptions): Scan
   if (parsed.routingKey !== undefined) out.routingKey = parsed.routingKey;
   if (parsed.routedRank !== undefined) out.routedRank = parsed.routedRank;
   if (parsed.bootstrapRoom !== undefined) out.bootstrapRoom = parsed.bootstrapRoom;
+  if (parsed.model !== undefined) out.model = parsed.model;
   return out;
 }
 
@@ -634,6 +637,7 @@ function scan(kind: RequestKind, raw: Buffer, opts: ScanOptions): ScannedRequest
   if (parsed.routingKey !== undefined) out.routingKey = parsed.routingKey;
   if (parsed.routedRank !== undefined) out.routedRank = parsed.routedRank;
   if (parsed.bootstrapRoom !== undefined) out.bootstrapRoom = parsed.bootstrapRoom;
+  if (parsed.model !== undefined) out.model = parsed.model;
   return out;
 }
 

@@ -56,6 +56,28 @@ export type {
   RequestRecord,
   SubsetLatency,
 } from './metrics/types.ts';
+export type {
+  HitRateTarget,
+  LayoutComparison,
+  LayoutComparisonOptions,
+  LayoutRow,
+} from './pd/compare-layouts.ts';
+export { compareLayouts, replyShare } from './pd/compare-layouts.ts';
+export type {
+  DecodeRankOptions,
+  DecodeRankStats,
+  DecodeRequest,
+  DecodeStepRecord,
+} from './pd/decode-rank.ts';
+export { DecodeRankModel } from './pd/decode-rank.ts';
+export type {
+  DecodeRankSummary,
+  PdRequestRecord,
+  PdRunResult,
+  PdSimulateOptions,
+  PdSummary,
+} from './pd/simulate-pd.ts';
+export { recordItlMs, simulatePd } from './pd/simulate-pd.ts';
 export type { RankOverrides, SimulateOptions } from './simulate.ts';
 export { simulatePlan } from './simulate.ts';
 export { WorkloadOptionError } from './workloads/options.ts';

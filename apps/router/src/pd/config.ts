@@ -34,6 +34,7 @@ export interface PdConfigFields {
   loadBalanceMethod: string;
   workerUrls: string[];
   mockWorkers: number;
+  modelGroups: readonly unknown[];
 }
 
 function checkUrl(flag: string, u: string): string {
@@ -91,6 +92,11 @@ export function validatePdConfig<T extends PdConfigFields>(cfg: T): T {
       );
     }
     return cfg;
+  }
+  if (cfg.modelGroups.length > 0) {
+    throw new RouterConfigError(
+      '--pd-disaggregation serves one model: it does not combine with model groups (models: / --model-group)',
+    );
   }
   if (cfg.workerUrls.length > 0 || cfg.mockWorkers > 0) {
     throw new RouterConfigError(

@@ -63,9 +63,9 @@ import { createPdMetrics, type PdMetrics } from './metrics.ts';
 
 export interface PdDeps {
   config: RouterConfig;
-  /** The router's main table and method: the prefill side. */
+  /** The router's main table and method: the prefill side (the method may be switched live). */
   prefillTable: RankTable;
-  prefillDispatcher: Dispatcher;
+  prefillDispatcher: () => Dispatcher;
   prefillHealth: HealthMonitor;
   prefillOutlier: OutlierDetector;
   agent: Agent;
@@ -113,7 +113,7 @@ export interface PdMode {
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 export function createPdMode(d: PdDeps): PdMode {
-  const { config, prefillTable, prefillDispatcher, agent, log } = d;
+  const { config, prefillTable, agent, log } = d;
   const decodeTable = new RankTable();
   const decodeDispatcher = createDispatcher({ method: config.decodePolicy ?? 'total_tokens' });
   const decodeHealth = new HealthMonitor(decodeTable, agent, config.health, log);
@@ -193,7 +193,7 @@ export function createPdMode(d: PdDeps): PdMode {
     excluded: Set<number> | undefined,
   ): DispatchTicket {
     const table = side === 'prefill' ? prefillTable : decodeTable;
-    const dispatcher = side === 'prefill' ? prefillDispatcher : decodeDispatcher;
+    const dispatcher = side === 'prefill' ? d.prefillDispatcher() : decodeDispatcher;
     return dispatcher.begin(req, table.tracker, { nowMs: Date.now(), view: table.view(excluded) });
   }
 
@@ -335,7 +335,7 @@ export function createPdMode(d: PdDeps): PdMode {
         'routed_dp_rank',
       );
     }
-    const cap = prefillDispatcher.maxPromptTokens;
+    const cap = d.prefillDispatcher().maxPromptTokens;
     const promptTokens = rr.inputIds.length;
     if (promptTokens > cap) rr.inputIds = rr.inputIds.subarray(0, cap);
     const policyRequest = { ...rr, promptTokens, maxNewTokens: rr.maxTokens };

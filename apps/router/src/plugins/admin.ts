@@ -52,13 +52,30 @@ export async function adminPlugin(app: FastifyInstance, opts: AdminPluginOptions
       last_error: r.lastError,
     })),
     policy: state.dispatcher.stats(),
+    // Worker groups keyed by model: each group's names, method, options and ranks.
+    ...(state.policy.multiModel
+      ? {
+          models: state.policy.groups.map((g) => ({
+            model: g.name,
+            aliases: g.names.slice(1),
+            default: g.isDefault,
+            method: g.dispatcher.method,
+            options: g.dispatcher.options,
+            ranks: state.table
+              .info()
+              .filter((r) => !r.removed && state.policy.groupOfUrl(r.url) === g)
+              .map((r) => r.rank),
+            policy: g.dispatcher.stats(),
+          })),
+        }
+      : {}),
   });
 
   app.get('/ranks', { onRequest: authorize }, async () => snapshot());
   registerFlushCache(app, state, authorize);
   app.post('/ranks', { onRequest: authorize }, async (req) => {
     const body = parseJsonBody((req.body as Buffer | undefined) ?? Buffer.alloc(0));
-    const { action, url, dp_size: dpSize } = body;
+    const { action, url, dp_size: dpSize, model } = body;
     if (action !== 'add' && action !== 'remove') {
       throw new RouterError(
         'invalid_admin_request',
@@ -94,6 +111,13 @@ export async function adminPlugin(app: FastifyInstance, opts: AdminPluginOptions
         'dp_size',
       );
     }
+    if (model !== undefined && (typeof model !== 'string' || !state.policy.find(model))) {
+      throw new RouterError(
+        'invalid_admin_request',
+        `'model' must name a worker group (${state.policy.groups.map((g) => g.name).join(', ')}), got ${JSON.stringify(model)}`,
+        'model',
+      );
+    }
     if (action === 'add') {
       if (state.table.worker(normalized)) {
         throw new RouterError(
@@ -103,7 +127,11 @@ export async function adminPlugin(app: FastifyInstance, opts: AdminPluginOptions
         );
       }
       try {
-        await state.addWorker(normalized, dpSize as number | undefined);
+        await state.addWorker(
+          normalized,
+          dpSize as number | undefined,
+          model as string | undefined,
+        );
       } catch (err) {
         throw new RouterError('invalid_admin_request', (err as Error).message, 'url');
       }

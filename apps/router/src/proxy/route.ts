@@ -13,7 +13,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import {
-  type Dispatcher,
   type DispatchTicket,
   type KvIndexView,
   NoHealthyRankError,
@@ -46,6 +45,7 @@ import { RouterError } from '../errors.ts';
 import type { HealthMonitor } from '../health.ts';
 import { LogLimiter } from '../log-limiter.ts';
 import type { RouterMetrics } from '../metrics.ts';
+import type { PolicyState, WorkerGroup } from '../model-groups.ts';
 import type { OutlierDetector } from '../outlier.ts';
 import type { RankTable, Worker } from '../rank-table.ts';
 import type { ReliabilityMetrics } from '../reliability-metrics.ts';
@@ -65,7 +65,8 @@ import { RetryBudget } from './retry.ts';
 export interface ProxyContext {
   config: RouterConfig;
   table: RankTable;
-  dispatcher: Dispatcher;
+  /** The worker groups: a request's `model` picks one, whose current dispatcher decides. */
+  policy: PolicyState;
   tokenizer: RoutingTokenizer;
   agent: Agent;
   health: HealthMonitor;
@@ -136,7 +137,7 @@ export function noRankLeft(
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
-  const { config, table, dispatcher, tokenizer, agent, outlier, admission, metrics, log, kvIndex } =
+  const { config, table, policy, tokenizer, agent, outlier, admission, metrics, log, kvIndex } =
     ctx;
   const rel = ctx.reliability;
   const budget = new RetryBudget(config);
@@ -265,9 +266,12 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       throw badRequest('Request body is empty: expected a JSON object', { code: 'invalid_json' });
     }
     const { routeRequest, stream, routedRankSpans } = readRequest(req, kind, raw, ctx.limits());
+    const group = policy.resolve(routeRequest.model);
+    // Other groups' ranks: the policy sees them as down (undefined with one group).
+    const outside = group.outside;
     const routed = routeRequest.routedRank;
     if (routed !== undefined) {
-      checkRoutedRank(routed, routedRankParam(routeRequest.routedRankSource));
+      checkRoutedRank(routed, routedRankParam(routeRequest.routedRankSource), group);
     }
     // The policy's request also carries max new tokens: its dispatch ticket weighs the load
     // (promptTokens when the scan passed only the prefix the method reads).
@@ -291,7 +295,8 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     };
     res.on('close', onEarlyClose);
 
-    // Allocated on the first failure only: most requests never retry.
+    // Allocated on the first failure only: most requests never retry. Holds the other
+    // groups' ranks too, once allocated; until then `outside` stands for it.
     let excluded: Set<number> | undefined;
     let lastFailure: { rank: number; workerRank: number; failure: AttemptFailure } | undefined;
     let retrying = false;
@@ -303,9 +308,13 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         }
         if (timedOut) throw deadlineError();
         const full = fullRanks();
-        const skip = full ? new Set([...(excluded ?? []), ...full]) : excluded;
+        const skip = full
+          ? new Set([...(excluded ?? outside ?? []), ...full])
+          : (excluded ?? outside);
         const view = table.view(skip);
         let decision: DispatchTicket;
+        // The group's policy now: a switch after this leaves this attempt's ticket on it.
+        const dispatcher = group.dispatcher;
         const t0 = performance.now();
         try {
           // The ticket holds the rank's load until it is closed below, whatever happens.
@@ -316,7 +325,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           );
         } catch (err) {
           if (err instanceof NoHealthyRankError || err instanceof RoutedRankError) {
-            if (full && table.hasHealthy(excluded)) {
+            if (full && table.hasHealthy(excluded ?? outside)) {
               // Every routable rank is at --max-concurrent-per-rank: wait for one to free up.
               await admission.waitForChange();
               attemptNo--;
@@ -356,7 +365,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           if (routed !== undefined || attemptNo >= config.maxRetries || !budget.hasRoom()) {
             return false;
           }
-          const ex = new Set(excluded);
+          const ex = new Set(excluded ?? outside);
           ex.add(rank);
           return table.hasHealthy(ex);
         };
@@ -425,7 +434,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           if (failure.kind === 'connect') ctx.health.reportConnectError(worker, failure.detail);
           if (failure.kind !== 'worker-down') outlier.failure(worker, failure.detail);
           rel.failure(rankLabel, 'before-client-bytes', failure.kind);
-          excluded ??= new Set<number>();
+          excluded ??= new Set<number>(outside);
           excluded.add(rank);
           lastFailure = { rank, workerRank: worker.ranks[0] ?? rank, failure };
           if ((failure.kind === 'status' || canRetryAfter()) && budget.tryAcquire()) {
@@ -493,7 +502,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     stream: boolean;
     routedRankSpans: [number, number][];
   } {
-    const cap = dispatcher.maxPromptTokens;
+    const cap = policy.maxPromptTokens;
     if (tokenizer.kind === 'approximate') {
       const scanned = scanRequest(kind, raw, { maxPromptTokens: cap, limits });
       return {
@@ -531,7 +540,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     return out;
   }
 
-  function checkRoutedRank(routed: number, source: string): void {
+  function checkRoutedRank(routed: number, source: string, group: WorkerGroup): void {
     if (!config.allowRankOverride) {
       throw new RouterError(
         'rank_override_forbidden',
@@ -544,6 +553,13 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       throw new RouterError(
         'invalid_rank',
         `${source} ${routed} is not a rank of this router: it has ranks 0..${table.size - 1}`,
+        source,
+      );
+    }
+    if (group.outside?.has(routed)) {
+      throw new RouterError(
+        'invalid_rank',
+        `${source} ${routed} serves another model than "${group.name}"`,
         source,
       );
     }
