@@ -1093,8 +1093,8 @@ function checkWorkerUrl(u: string, what: string): string {
   return stripTrailingSlash(u);
 }
 
-/** A key of a `models:` entry, read as the router-wide option of that name would be. */
-function readGroupKey(key: string, value: unknown, what: string) {
+/** A key of a `models:` entry (or of an admin policy switch), read as the router-wide option of that name would be. */
+export function readGroupKey(key: string, value: unknown, what: string) {
   const o = BY_FLAG.get(key);
   if (!o || o.kind === 'groups') return undefined;
   return { path: o.key, value: convert(o, value, what) };

@@ -29,7 +29,7 @@ import { HealthMonitor } from './health.ts';
 import { KvEventsFeed, type KvEventsSettings, kvEventsEnabled } from './kv-events/feed.ts';
 import { LoadPoller } from './load-poller.ts';
 import { createRouterMetrics, type RouterMetrics } from './metrics.ts';
-import { dispatcherConfigOf, PolicyState } from './model-groups.ts';
+import { dispatcherConfigOf, PolicyState, type PolicySwitchEvent } from './model-groups.ts';
 import { OutlierDetector } from './outlier.ts';
 import { createPdMode, type PdMode } from './pd/mode.ts';
 import { adminPlugin } from './plugins/admin.ts';
@@ -77,6 +77,14 @@ export interface RouterState {
   readonly kvEvents: KvEventsFeed | undefined;
   /** With --pd-disaggregation: the decode side (the main table is the prefill side). */
   readonly pd: PdMode | undefined;
+  /**
+   * Applies a re-read configuration's methods and options to every group (SIGHUP's path):
+   * all or nothing; throws RouterConfigError, switching nothing, when the new config is
+   * invalid or its groups differ. Other settings in it are not applied (they need a restart).
+   */
+  reloadPolicies(next: RouterConfig, source: string): PolicySwitchEvent[];
+  /** Counts a switch refused (bad method or options): the old policy kept running. */
+  noteSwitchRefused(source: string): void;
   /** Adds a worker at runtime (the admin POST /ranks path), to the group of `model` if given. */
   addWorker(url: string, dpSize?: number, model?: string): Promise<Worker>;
   removeWorker(url: string): Worker | undefined;
@@ -255,6 +263,12 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
         this.set({ group: g.name || 'default', method: g.dispatcher.method }, 1);
     },
   });
+  const switchesRefused = new Counter({
+    name: 'kvroute_router_policy_switch_refused_total',
+    help: 'Policy switches refused (invalid method or options, or changed groups on reload); the running policy was kept',
+    labelNames: ['source'] as const,
+    registers: [metrics.registry],
+  });
   policy.events.on('policy_switch', (e) => {
     const group = e.group || 'default';
     policySwitches.inc({ group, method: e.to.method });
@@ -330,6 +344,15 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     tokenizer,
     agent,
     limits: () => limits,
+    reloadPolicies: (next, source) => {
+      try {
+        return policy.reload(next, next.modelGroups, source);
+      } catch (err) {
+        switchesRefused.inc({ source });
+        throw err;
+      }
+    },
+    noteSwitchRefused: (source) => switchesRefused.inc({ source }),
     addWorker: async (url, dpSize, model) => {
       const group =
         model === undefined ? (policy.groupOfUrl(url) ?? policy.defaultGroup) : policy.find(model);

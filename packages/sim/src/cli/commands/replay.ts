@@ -4,7 +4,10 @@ import { bool, parseCommandArgs, positiveNumber, str } from '../args.ts';
 import type { Subcommand } from '../command.ts';
 import {
   DEFAULT_POLICIES,
+  ROUTER_FLAGS_HELP,
+  ROUTER_OPTIONS,
   readPolicies,
+  readRouterFlags,
   readSimFlags,
   SIM_FLAGS_HELP,
   SIM_OPTIONS,
@@ -26,6 +29,7 @@ policy and prints the comparison table. The same as 'run --scenario replay --set
   --speedup X           number > 0: arrivals X times faster than recorded (default 1)
   --skip-invalid        switch: skip malformed lines and report how many, instead of failing
                         (default off)
+${ROUTER_FLAGS_HELP}
 ${SIM_FLAGS_HELP}
 
 example:
@@ -46,6 +50,7 @@ export const command: Subcommand = {
         speedup: { type: 'string' },
         'skip-invalid': { type: 'boolean' },
         ...SIM_OPTIONS,
+        ...ROUTER_OPTIONS,
       },
       true,
     );
@@ -79,6 +84,7 @@ export const command: Subcommand = {
       ranks: flags.ranks,
       profile: flags.profile,
       policies,
+      router: readRouterFlags(p),
       engine: flags.engine,
     });
     await emitRunReport(io, flags.outputs, report, samples, extras);
