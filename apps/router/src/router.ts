@@ -39,7 +39,14 @@ import { workersApiPlugin } from './plugins/workers-api.ts';
 import { proxyPlugin } from './proxy/plugin.ts';
 import { createProxyHandler, type ProxyHandler } from './proxy/route.ts';
 import { RankTable, type Worker } from './rank-table.ts';
+import {
+  effectiveOptions,
+  type PolicyDescription,
+  recordingSettings,
+  TraceRecorder,
+} from './recording/recorder.ts';
 import { createReliabilityMetrics } from './reliability-metrics.ts';
+import { ShadowCacheModel } from './shadow/shadow-cache.ts';
 import { addWorker, fetchContextLength, fetchModelId } from './topology.ts';
 
 export interface BuildRouterOptions {
@@ -88,6 +95,15 @@ export interface RouterState {
   /** Adds a worker at runtime (the admin POST /ranks path), to the group of `model` if given. */
   addWorker(url: string, dpSize?: number, model?: string): Promise<Worker>;
   removeWorker(url: string): Worker | undefined;
+  /** The traffic recorder (--record-trace, admin POST /trace_recording). */
+  readonly recorder: TraceRecorder;
+  /** With --shadow-profile: the live cache model behind the kvroute_shadow_* metrics. */
+  readonly shadow: ShadowCacheModel | undefined;
+  /**
+   * Marks a switch of method or options (hot reload) in the recorded trace, if one runs.
+   * Whoever switches the policy calls it with the policy now in force.
+   */
+  markPolicySwitch(policy: PolicyDescription): void;
 }
 
 declare module 'fastify' {
@@ -327,8 +343,45 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
   };
   table.onChange = refreshGroups;
 
+  const describe = (d: Dispatcher): PolicyDescription => ({
+    method: d.method,
+    options: effectiveOptions(d.method, d.options),
+  });
+  const recorder = new TraceRecorder({
+    policy: () => describe(policy.defaultGroup.dispatcher),
+    groups: () =>
+      policy.multiModel
+        ? policy.groups.map((g) => ({ ...describe(g.dispatcher), group: g.name }))
+        : [],
+    ranks: () => table.size,
+    tokenizer: tokenizer.kind,
+    registry: metrics.registry,
+    log,
+  });
+  const shadow =
+    config.shadowProfile !== undefined
+      ? new ShadowCacheModel(
+          {
+            profile: config.shadowProfile,
+            kvCapacity: config.shadowKvCapacity,
+            pageSize: config.shadowPageSize,
+            window: config.shadowWindow,
+          },
+          metrics.registry,
+        )
+      : undefined;
+
+  // Hot reload (admin, SIGHUP) marks the recording where the policy changed.
+  policy.events.on('policy_switch', (e) => {
+    const to = describe(policy.find(e.group)?.dispatcher ?? policy.defaultGroup.dispatcher);
+    recorder.markPolicySwitch(policy.multiModel ? { ...to, group: e.group } : to);
+  });
+
   const state: RouterState = {
     config,
+    recorder,
+    shadow,
+    markPolicySwitch: (policy) => recorder.markPolicySwitch(policy),
     kvEvents,
     pd,
     table,
@@ -398,6 +451,9 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     await health.checkAll();
     await pd?.start();
     await kvEvents?.start();
+    if (config.recordTrace !== undefined) {
+      await recorder.start(recordingSettings(config, config.recordTrace));
+    }
     health.start();
     loadPoller.start();
   });
@@ -407,6 +463,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     outlier.stop();
     await pd?.close();
     admission.close();
+    await recorder.close();
     await state.adminApp?.close();
     await kvEvents?.close();
     await agent.destroy();
@@ -447,6 +504,8 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     workerLabel: (w) => metricsUrl(config, w, w.url),
     tracer: config.otel ? (opts.tracer ?? trace.getTracer('@kvroute/router')) : undefined,
     ...(pd ? { handle: pd.handle } : {}),
+    recorder,
+    shadow,
   });
   // Attempts that sent nothing yet leave a worker as soon as it is taken out.
   health.onDown = (w, reason) => {
