@@ -15,6 +15,12 @@ import { parse as parseYaml } from 'yaml';
 import { RouterConfigError } from './errors.ts';
 import { type ModelGroupConfig, parseModelGroups, validateModelGroups } from './model-groups.ts';
 import type { OutlierConfig } from './outlier.ts';
+import {
+  type PdRankDiscovery,
+  type PdStyle,
+  type PrefillSpec,
+  validatePdConfig,
+} from './pd/config.ts';
 
 export interface HealthConfig {
   /** Active check period; 0 turns active checks off (passive marking still applies). */
@@ -119,6 +125,22 @@ export interface RouterConfig {
   mockBasePort?: number;
   /** Forward requests to paths the router does not know to a worker instead of a 404. */
   passThroughUnknown: boolean;
+  /** Record the routed traffic to this JSONL file (recording/recorder.ts); undefined = off. */
+  recordTrace?: string;
+  /** The HMAC secret for the recorded block ids; undefined = a random one per recording. */
+  recordTraceSecretFile?: string;
+  recordBlockTokens: number;
+  recordSampleRate: number;
+  recordRotateBytes: number;
+  recordRotateMs: number;
+  recordQueueBytes: number;
+  /** Cost profile (file or built-in name) of the live cache model (shadow/); undefined = off. */
+  shadowProfile?: string;
+  /** KV tokens per rank for the live cache model; undefined = the profile's. */
+  shadowKvCapacity?: number;
+  shadowPageSize: number;
+  /** Requests per rank in the drift gauge's sliding window. */
+  shadowWindow: number;
   logLevel: string;
   /** 'json' (one object per line), 'pretty' (readable lines), 'auto' = pretty on a TTY. */
   logFormat: 'auto' | 'json' | 'pretty';
@@ -140,6 +162,16 @@ export interface RouterConfig {
   /** A rank silent this long after a request, or this long after a lost batch, is not live. */
   kvEventsStaleMs: number;
   kvEventsMaxBlocks: number;
+  /** Prefill/decode disaggregation (pd/config.ts): the prefill servers are workerUrls then. */
+  pdDisaggregation: boolean;
+  prefill: string[];
+  decode: string[];
+  prefillPolicy?: string;
+  decodePolicy?: string;
+  pdStyle: PdStyle;
+  pdRankDiscovery: PdRankDiscovery;
+  /** Filled by validation from --prefill. */
+  prefillWorkers?: PrefillSpec[];
   /**
    * Worker groups keyed by model (YAML `models:`, or --model-group): each its own workers,
    * method and options. Empty: one group of --worker-urls that takes every model.
@@ -205,6 +237,13 @@ export const DEFAULT_CONFIG: RouterConfig = {
   mockTimeScale: 1,
   mockDpSize: 1,
   passThroughUnknown: false,
+  recordBlockTokens: 512,
+  recordSampleRate: 1,
+  recordRotateBytes: 256 * 1024 * 1024,
+  recordRotateMs: 3_600_000,
+  recordQueueBytes: 16 * 1024 * 1024,
+  shadowPageSize: 1,
+  shadowWindow: 1000,
   logLevel: 'info',
   logFormat: 'auto',
   serviceDiscovery: false,
@@ -215,6 +254,11 @@ export const DEFAULT_CONFIG: RouterConfig = {
   kvEventsTopic: '',
   kvEventsStaleMs: 10_000,
   kvEventsMaxBlocks: 4_194_304,
+  pdDisaggregation: false,
+  prefill: [],
+  decode: [],
+  pdStyle: 'sglang',
+  pdRankDiscovery: 'told',
   modelGroups: [],
 };
 
@@ -668,6 +712,50 @@ export const OPTIONS: readonly OptionSpec[] = [
     help: 'Hugging Face tokenizer.json for routing tokens (default: approximate byte tokenizer)',
   },
   {
+    flag: 'pd-disaggregation',
+    key: 'pdDisaggregation',
+    kind: 'bool',
+    help: 'Prefill/decode disaggregation: each request goes to a --prefill and a --decode server',
+  },
+  {
+    flag: 'prefill',
+    key: 'prefill',
+    kind: 'list',
+    help: 'PD: a prefill server URL, optionally followed by its bootstrap port (repeatable: --prefill URL [PORT])',
+  },
+  {
+    flag: 'decode',
+    key: 'decode',
+    kind: 'list',
+    help: 'PD: a decode server URL (repeatable)',
+  },
+  {
+    flag: 'prefill-policy',
+    key: 'prefillPolicy',
+    kind: 'string',
+    help: 'PD: method choosing the prefill rank, any method (default: --load-balance-method; a cache-aware one is the point)',
+  },
+  {
+    flag: 'decode-policy',
+    key: 'decodePolicy',
+    kind: 'string',
+    help: 'PD: load method choosing the decode rank: round_robin, total_requests or total_tokens (default total_tokens)',
+  },
+  {
+    flag: 'pd-style',
+    key: 'pdStyle',
+    kind: 'string',
+    choices: ['sglang', 'vllm'],
+    help: 'PD: sglang sends both requests at once with bootstrap_host/port/room; vllm prefills first (max_tokens 1, kv_transfer_params) then decodes',
+  },
+  {
+    flag: 'pd-rank-discovery',
+    key: 'pdRankDiscovery',
+    kind: 'string',
+    choices: ['told', 'bootstrap'],
+    help: 'PD with --dp-aware: told sends the decode server disagg_prefill_dp_rank; bootstrap leaves it to look the rank up on the prefill bootstrap server',
+  },
+  {
     flag: 'mock-workers',
     key: 'mockWorkers',
     kind: 'int',
@@ -706,6 +794,80 @@ export const OPTIONS: readonly OptionSpec[] = [
     key: 'passThroughUnknown',
     kind: 'bool',
     help: 'Forward requests to paths the router does not serve to a healthy worker (round robin) instead of answering 404',
+  },
+  {
+    flag: 'record-trace',
+    key: 'recordTrace',
+    kind: 'string',
+    help: 'Record the routed traffic to this JSONL file (docs/recorded-trace.md: Mooncake fields, HMAC-keyed block ids, no prompt text); also on/off through POST /trace_recording',
+  },
+  {
+    flag: 'record-trace-secret-file',
+    key: 'recordTraceSecretFile',
+    kind: 'string',
+    help: 'File with the per-deployment HMAC secret of recorded block ids and keys (>= 16 bytes); default: a random secret per recording',
+  },
+  {
+    flag: 'record-block-tokens',
+    key: 'recordBlockTokens',
+    kind: 'int',
+    min: 1,
+    help: 'Recorded trace: prompt tokens per hash id',
+  },
+  {
+    flag: 'record-sample-rate',
+    key: 'recordSampleRate',
+    kind: 'number',
+    min: 0,
+    help: 'Recorded trace: share of requests recorded, in (0, 1]',
+  },
+  {
+    flag: 'record-rotate-bytes',
+    key: 'recordRotateBytes',
+    kind: 'int',
+    min: 0,
+    help: 'Recorded trace: rotate the file at this size (PATH.000001, ...); 0 = never',
+  },
+  {
+    flag: 'record-rotate-age',
+    key: 'recordRotateMs',
+    kind: 'duration',
+    min: 0,
+    help: 'Recorded trace: rotate the file at this age; 0 = never',
+  },
+  {
+    flag: 'record-queue-bytes',
+    key: 'recordQueueBytes',
+    kind: 'int',
+    min: 1024,
+    help: 'Recorded trace: lines waiting for the disk at most this many bytes; beyond it lines are dropped (kvroute_trace_dropped_total)',
+  },
+  {
+    flag: 'shadow-profile',
+    key: 'shadowProfile',
+    kind: 'string',
+    help: "Run the simulator's per-rank cache model on the routed traffic with this cost profile (JSON file or built-in name) and export predicted vs observed cached tokens and a drift gauge",
+  },
+  {
+    flag: 'shadow-kv-capacity',
+    key: 'shadowKvCapacity',
+    kind: 'int',
+    min: 1,
+    help: "Shadow cache model: KV tokens per rank (default: the profile's)",
+  },
+  {
+    flag: 'shadow-page-size',
+    key: 'shadowPageSize',
+    kind: 'int',
+    min: 1,
+    help: "Shadow cache model: the engines' KV page size in tokens",
+  },
+  {
+    flag: 'shadow-window',
+    key: 'shadowWindow',
+    kind: 'int',
+    min: 1,
+    help: 'Shadow cache model: requests per rank in the drift gauge window',
   },
   {
     flag: 'kv-events-endpoint',
@@ -1064,7 +1226,8 @@ export function resolveConfig(
   return validateConfig(cfg as unknown as RouterConfig);
 }
 
-export function validateConfig(cfg: RouterConfig): RouterConfig {
+export function validateConfig(input: RouterConfig): RouterConfig {
+  const cfg = validatePdConfig(input);
   const urls: string[] = [];
   for (const u of cfg.workerUrls) urls.push(checkWorkerUrl(u, '--worker-urls'));
   if (new Set(urls).size !== urls.length)
@@ -1110,6 +1273,11 @@ export function validateConfig(cfg: RouterConfig): RouterConfig {
   }
   if (cfg.adminPort !== undefined && cfg.adminPort === cfg.port && cfg.port !== 0) {
     throw new RouterConfigError('--admin-port must differ from --port');
+  }
+  if (!(cfg.recordSampleRate > 0 && cfg.recordSampleRate <= 1)) {
+    throw new RouterConfigError(
+      `--record-sample-rate: must be in (0, 1], got ${cfg.recordSampleRate}`,
+    );
   }
   if (cfg.apiKeys.some((k) => k.length < 8)) {
     throw new RouterConfigError('--api-key: keys must be at least 8 characters');

@@ -31,6 +31,7 @@ import { LoadPoller } from './load-poller.ts';
 import { createRouterMetrics, type RouterMetrics } from './metrics.ts';
 import { dispatcherConfigOf, PolicyState, type PolicySwitchEvent } from './model-groups.ts';
 import { OutlierDetector } from './outlier.ts';
+import { createPdMode, type PdMode } from './pd/mode.ts';
 import { adminPlugin } from './plugins/admin.ts';
 import { engineApiPlugin, forwardToOneWorker } from './plugins/engine-api.ts';
 import { metricsPlugin } from './plugins/metrics.ts';
@@ -38,7 +39,14 @@ import { workersApiPlugin } from './plugins/workers-api.ts';
 import { proxyPlugin } from './proxy/plugin.ts';
 import { createProxyHandler, type ProxyHandler } from './proxy/route.ts';
 import { RankTable, type Worker } from './rank-table.ts';
+import {
+  effectiveOptions,
+  type PolicyDescription,
+  recordingSettings,
+  TraceRecorder,
+} from './recording/recorder.ts';
 import { createReliabilityMetrics } from './reliability-metrics.ts';
+import { ShadowCacheModel } from './shadow/shadow-cache.ts';
 import { addWorker, fetchContextLength, fetchModelId } from './topology.ts';
 
 export interface BuildRouterOptions {
@@ -74,6 +82,8 @@ export interface RouterState {
   adminApp?: FastifyInstance;
   /** The events-fed cache index, when --kv-events-endpoint(s) is set. */
   readonly kvEvents: KvEventsFeed | undefined;
+  /** With --pd-disaggregation: the decode side (the main table is the prefill side). */
+  readonly pd: PdMode | undefined;
   /**
    * Applies a re-read configuration's methods and options to every group (SIGHUP's path):
    * all or nothing; throws RouterConfigError, switching nothing, when the new config is
@@ -85,6 +95,15 @@ export interface RouterState {
   /** Adds a worker at runtime (the admin POST /ranks path), to the group of `model` if given. */
   addWorker(url: string, dpSize?: number, model?: string): Promise<Worker>;
   removeWorker(url: string): Worker | undefined;
+  /** The traffic recorder (--record-trace, admin POST /trace_recording). */
+  readonly recorder: TraceRecorder;
+  /** With --shadow-profile: the live cache model behind the kvroute_shadow_* metrics. */
+  readonly shadow: ShadowCacheModel | undefined;
+  /**
+   * Marks a switch of method or options (hot reload) in the recorded trace, if one runs.
+   * Whoever switches the policy calls it with the policy now in force.
+   */
+  markPolicySwitch(policy: PolicyDescription): void;
 }
 
 declare module 'fastify' {
@@ -298,6 +317,21 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
       )
     : undefined;
 
+  const pd = config.pdDisaggregation
+    ? createPdMode({
+        config,
+        prefillTable: table,
+        prefillDispatcher: () => policy.defaultGroup.dispatcher,
+        prefillHealth: health,
+        prefillOutlier: outlier,
+        agent,
+        registry: metrics.registry,
+        log,
+        tokenizer,
+        limits: () => limits,
+      })
+    : undefined;
+
   /** Which group each rank serves, re-derived when workers come or go. */
   const refreshGroups = (): void => {
     const owners = [];
@@ -309,9 +343,47 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
   };
   table.onChange = refreshGroups;
 
+  const describe = (d: Dispatcher): PolicyDescription => ({
+    method: d.method,
+    options: effectiveOptions(d.method, d.options),
+  });
+  const recorder = new TraceRecorder({
+    policy: () => describe(policy.defaultGroup.dispatcher),
+    groups: () =>
+      policy.multiModel
+        ? policy.groups.map((g) => ({ ...describe(g.dispatcher), group: g.name }))
+        : [],
+    ranks: () => table.size,
+    tokenizer: tokenizer.kind,
+    registry: metrics.registry,
+    log,
+  });
+  const shadow =
+    config.shadowProfile !== undefined
+      ? new ShadowCacheModel(
+          {
+            profile: config.shadowProfile,
+            kvCapacity: config.shadowKvCapacity,
+            pageSize: config.shadowPageSize,
+            window: config.shadowWindow,
+          },
+          metrics.registry,
+        )
+      : undefined;
+
+  // Hot reload (admin, SIGHUP) marks the recording where the policy changed.
+  policy.events.on('policy_switch', (e) => {
+    const to = describe(policy.find(e.group)?.dispatcher ?? policy.defaultGroup.dispatcher);
+    recorder.markPolicySwitch(policy.multiModel ? { ...to, group: e.group } : to);
+  });
+
   const state: RouterState = {
     config,
+    recorder,
+    shadow,
+    markPolicySwitch: (policy) => recorder.markPolicySwitch(policy),
     kvEvents,
+    pd,
     table,
     policy,
     get dispatcher() {
@@ -377,7 +449,11 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     for (const url of config.workerUrls) await state.addWorker(url);
     // One round of checks before serving, so readiness reflects the fleet from the start.
     await health.checkAll();
+    await pd?.start();
     await kvEvents?.start();
+    if (config.recordTrace !== undefined) {
+      await recorder.start(recordingSettings(config, config.recordTrace));
+    }
     health.start();
     loadPoller.start();
   });
@@ -385,7 +461,9 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     health.stop();
     loadPoller.stop();
     outlier.stop();
+    await pd?.close();
     admission.close();
+    await recorder.close();
     await state.adminApp?.close();
     await kvEvents?.close();
     await agent.destroy();
@@ -425,10 +503,19 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     kvIndex: kvEvents,
     workerLabel: (w) => metricsUrl(config, w, w.url),
     tracer: config.otel ? (opts.tracer ?? trace.getTracer('@kvroute/router')) : undefined,
+    ...(pd ? { handle: pd.handle } : {}),
+    recorder,
+    shadow,
   });
   // Attempts that sent nothing yet leave a worker as soon as it is taken out.
-  health.onDown = (w, reason) => serveProxy.evacuate(w, reason);
-  outlier.onEject = (w, reason) => serveProxy.evacuate(w, reason);
+  health.onDown = (w, reason) => {
+    serveProxy.evacuate(w, reason);
+    pd?.evacuate(w, reason);
+  };
+  outlier.onEject = (w, reason) => {
+    serveProxy.evacuate(w, reason);
+    pd?.evacuate(w, reason);
+  };
 
   app.register(proxyPlugin, { handler: serveProxy });
   app.register(workersApiPlugin, { state });
