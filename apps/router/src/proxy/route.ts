@@ -183,12 +183,14 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     kind: RequestKind,
     route: string,
   ): Promise<void> {
+    const startedAt = performance.now();
     let reserved = 0;
     let admitted = false;
     const rt = new RequestTrace(req.headers.traceparent, ctx.tracer, route);
     try {
       const key = admission.checkApiKey(req.headers.authorization);
-      admission.checkRate(key ?? req.socket?.remoteAddress ?? 'unknown');
+      if (config.rateLimitRps > 0)
+        admission.checkRate(key ?? req.socket?.remoteAddress ?? 'unknown');
       const refused = precheck(req);
       if (refused) throw refused;
       const body = await readBody(req, {
@@ -232,7 +234,10 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       // so it reads the answer instead of a reset.
       if (bodyUnread) req.resume();
     } finally {
-      rt.end(String(res.headersSent ? res.statusCode : 499));
+      // From arrival to the answer's last byte written (499: the client went away first).
+      const status = res.headersSent ? String(res.statusCode) : '499';
+      metrics.observeDuration(route, status, (performance.now() - startedAt) / 1e3);
+      rt.end(status);
       if (reserved) admission.releaseBody(reserved);
       if (admitted) {
         budget.active--;
@@ -259,7 +264,8 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     }
     // The policy's request also carries max new tokens: its dispatch ticket weighs the load
     // (promptTokens when the scan passed only the prefix the method reads).
-    const policyRequest = { ...routeRequest, maxNewTokens: routeRequest.maxTokens };
+    const policyRequest: ProtocolRouteRequest & { maxNewTokens?: number } = routeRequest;
+    policyRequest.maxNewTokens = routeRequest.maxTokens;
     const promptTokens = routeRequest.promptTokens ?? routeRequest.inputIds.length;
     const firstByteMs = firstByteTimeoutMs(config, promptTokens, routeRequest.maxTokens, stream);
 
@@ -271,13 +277,13 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       timedOut = true;
       call?.abort(new Error('request timeout'));
     }, config.requestTimeoutMs);
-    const onEarlyClose = (): void => {
-      if (!res.writableFinished && !res.headersSent) {
-        clientGone = true;
-        call?.abort(new Error('client closed the connection'));
-      }
+    // The one 'close' listener of the request: before the answer finished, the client left.
+    const onClose = (): void => {
+      if (res.writableFinished) return;
+      if (!res.headersSent) clientGone = true;
+      call?.clientGone();
     };
-    res.on('close', onEarlyClose);
+    res.on('close', onClose);
 
     // Allocated on the first failure only: most requests never retry.
     let excluded: Set<number> | undefined;
@@ -462,7 +468,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     } finally {
       if (retrying) budget.release();
       clearTimeout(timer);
-      res.off('close', onEarlyClose);
+      res.off('close', onClose);
     }
   }
 
