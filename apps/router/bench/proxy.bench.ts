@@ -48,6 +48,12 @@ request at 1 KB <= 2x nginx's, throughput >= 0.7x direct, CPU per extra KB <= 3 
                     none: kvroute and direct only)
   --method NAME     kvroute's --load-balance-method (default cache_aware)
   --latency         also the added-latency runs at 1 KB (fixed rate, one at a time)
+  --variants LIST   also kvroute with record (--record-trace, every request) and/or shadow
+                    (--shadow-profile), each its own process measured beside plain kvroute in the
+                    same run; prints each one's cost in throughput and CPU per request
+  --unique-tail     every request's last message ends with its own number (one new block per
+                    request for the recorder's hashing, as an agent's next turn) instead of
+                    every request sending the same body
   --cpu-prof DIR    run the router under node --cpu-prof, profiles written to DIR
   --tsx             run the TypeScript sources through tsx instead of esbuild bundles
   -h, --help        this help
@@ -67,6 +73,8 @@ const { values } = parseArgs({
     proxies: { type: 'string', default: 'nginx,haproxy' },
     method: { type: 'string', default: 'cache_aware' },
     latency: { type: 'boolean', default: false },
+    variants: { type: 'string', default: '' },
+    'unique-tail': { type: 'boolean', default: false },
     'cpu-prof': { type: 'string' },
     tsx: { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
@@ -104,6 +112,18 @@ const modes = values.modes.split(',').map((m) => {
   return m;
 });
 const wantProxies = values.proxies.split(',').filter((p) => p !== '' && p !== 'none');
+// kvroute with one opt-in feature on, measured beside plain kvroute: its extra flags.
+const VARIANTS: Record<string, (dir: string) => string[]> = {
+  record: (dir) => ['--record-trace', join(dir, 'bench-trace.jsonl')],
+  shadow: () => ['--shadow-profile', 'h200-llama-3.1-8b'],
+};
+const variants = values.variants.split(',').filter((v) => v !== '');
+for (const v of variants) {
+  if (!VARIANTS[v]) {
+    console.error(`--variants takes ${Object.keys(VARIANTS).join(', ')}, got '${v}'`);
+    process.exit(2);
+  }
+}
 
 // Both servers run as esbuild bundles with plain node, the form the router ships in (tsx
 // adds a loader and per-closure helpers to every request; --tsx measures the sources instead).
@@ -193,12 +213,16 @@ function chatBody(kb: number, stream: boolean): string {
     model: 'kvroute-mock',
     messages: [
       { role: 'system', content },
-      { role: 'user', content: 'Summarize the failing test and propose a fix.' },
+      { role: 'user', content: `Summarize the failing test and propose a fix. ${TAIL}` },
     ],
     max_tokens: 16,
     stream,
   });
 }
+
+/** Replaced, with --unique-tail, by each request's own number (same length). */
+const TAIL = '#000000000';
+let requestNo = 0;
 
 /** Closed loop (each connection sends as soon as its previous answer arrived), or a fixed rate. */
 async function load(
@@ -207,11 +231,24 @@ async function load(
   seconds: number,
   rate?: number,
 ): Promise<AutocannonResult> {
+  const at = body.lastIndexOf(TAIL);
   return autocannon({
     url: `${url}/v1/chat/completions`,
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body,
+    ...(values['unique-tail']
+      ? {
+          requests: [
+            {
+              setupRequest: (req: Record<string, unknown>) => ({
+                ...req,
+                body: `${body.slice(0, at)}#${String(++requestNo).padStart(9, '0')}${body.slice(at + TAIL.length)}`,
+              }),
+            },
+          ],
+        }
+      : {}),
     connections,
     pipelining: 1,
     duration: seconds,
@@ -464,6 +501,25 @@ try {
     bundleDir ?? routerRoot,
   );
   children.push(router.child);
+  const variantRouters: [string, { child: ChildProcess; url: string }][] = [];
+  for (const v of variants) {
+    const r = await startProcess(
+      `router (${v})`,
+      [
+        bundleDir ? join(bundleDir, 'kvroute-router.mjs') : join(routerRoot, 'src/server.ts'),
+        '--worker-urls',
+        worker.url,
+        '--port',
+        '0',
+        '--load-balance-method',
+        values.method,
+        ...VARIANTS[v]!(tmp),
+      ],
+      bundleDir ?? routerRoot,
+    );
+    children.push(r.child);
+    variantRouters.push([`kv+${v}`, r]);
+  }
   const refs: RefProxy[] = [];
   for (const name of wantProxies) {
     const start = name === 'nginx' ? startNginx : name === 'haproxy' ? startHaproxy : undefined;
@@ -478,7 +534,12 @@ try {
   if (warmupRequests > 0) {
     // V8 compiles a function once it is hot; until then the router runs interpreted code and
     // its background compiler threads count in its CPU. Every target gets the same warm-up.
-    const all = [worker.url, router.url, ...refs.map((r) => r.url)];
+    const all = [
+      worker.url,
+      router.url,
+      ...variantRouters.map(([, r]) => r.url),
+      ...refs.map((r) => r.url),
+    ];
     for (const mode of modes) {
       const body = chatBody(1, mode === 'stream');
       for (const url of all) {
@@ -494,7 +555,7 @@ try {
     }
   }
   console.log(
-    `kvroute proxy benchmark: ${connections} connections, ${duration}s per body in ${rounds} interleaved rounds (+${warmup}s warm-up per body, ${warmupRequests} requests per target and mode first), method ${values.method}, ${bundleDir ? 'esbuild bundles' : 'tsx sources'}; reference: ${refs.map((r) => r.name).join(', ') || 'none'}`,
+    `kvroute proxy benchmark: ${connections} connections, ${duration}s per body in ${rounds} interleaved rounds (+${warmup}s warm-up per body, ${warmupRequests} requests per target and mode first), method ${values.method}, ${bundleDir ? 'esbuild bundles' : 'tsx sources'}; reference: ${refs.map((r) => r.name).join(', ') || 'none'}${variants.length > 0 ? `; kvroute variants: ${variants.join(', ')}` : ''}; bodies: ${values['unique-tail'] ? 'each with its own tail' : 'identical'}`,
   );
   console.log(
     `machine: ${cpus().length} CPUs, load average ${loadavg()
@@ -515,6 +576,7 @@ try {
   const kvCpu = new Map<string, number | undefined>();
   const nginxCpu = new Map<string, number | undefined>();
   const kvRatio = new Map<string, number>();
+  const variantCost = new Map<string, { thr: number; cpu: number }>();
   let failed = 0;
   for (const mode of modes) {
     for (const kb of sizes) {
@@ -522,6 +584,7 @@ try {
       const targets: Target[] = [
         { name: 'direct', url: worker.url, pid: undefined },
         { name: 'kvroute', url: router.url, pid: router.child.pid },
+        ...variantRouters.map(([n, r]) => ({ name: n, url: r.url, pid: r.child.pid })),
         ...refs.map((r) => ({ name: r.name, url: r.url, pid: r.child.pid })),
       ];
       const measured = await measureAll(targets, body, worker.child.pid);
@@ -550,8 +613,17 @@ try {
         if (name === 'nginx') nginxCpu.set(key, m.cpuUs);
       }
       const kv = results.find(([n]) => n === 'kvroute')![1];
+      for (const [n, m] of results) {
+        if (!n.startsWith('kv+')) continue;
+        const thr = m.reqPerSec / kv.reqPerSec;
+        const cpu = (m.cpuUs ?? Number.NaN) / (kv.cpuUs ?? Number.NaN);
+        variantCost.set(`${n}:${mode}:${kb}`, { thr, cpu });
+        console.log(
+          `  ${n} vs kvroute: throughput ${fmt(thr, 3)}x (cost ${fmt((1 - thr) * 100, 1)}%), CPU/request ${fmt(cpu, 3)}x (+${fmt((m.cpuUs ?? Number.NaN) - (kv.cpuUs ?? Number.NaN), 0)} us)`,
+        );
+      }
       const ratios = results
-        .filter(([n]) => n !== 'direct' && n !== 'kvroute')
+        .filter(([n]) => n !== 'direct' && n !== 'kvroute' && !n.startsWith('kv+'))
         .map(
           ([n, m]) =>
             `${n}: CPU ${fmt((kv.cpuUs ?? Number.NaN) / (m.cpuUs ?? Number.NaN), 2)}x, throughput ${fmt(kv.reqPerSec / m.reqPerSec, 2)}x`,
@@ -588,6 +660,17 @@ try {
         `  ${mode}: CPU at 136 KB / at 120 KB ${fmt(step, 2)} (target <= 1.3: ${verdict(step <= 1.3)})`,
       );
     }
+  }
+
+  for (const [n] of variantRouters) {
+    const costs = [...variantCost.entries()].filter(([k]) => k.startsWith(`${n}:`));
+    const thr = costs.map(([, c]) => c.thr);
+    const cpu = costs.map(([, c]) => c.cpu).filter((c) => Number.isFinite(c));
+    const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+    const worst = Math.min(...thr);
+    console.log(
+      `  ${n}: throughput cost vs kvroute ${fmt((1 - mean(thr)) * 100, 1)}% on average, ${fmt((1 - worst) * 100, 1)}% at worst; CPU/request +${fmt((mean(cpu) - 1) * 100, 1)}% on average${n === 'kv+record' ? ` (target <= 5% throughput: ${verdict(1 - mean(thr) <= 0.05)})` : ''}`,
+    );
   }
 
   if (values.latency) {

@@ -16,6 +16,13 @@ export interface RunningRouter {
    * (default SHUTDOWN_GRACE_MS); then the remaining connections are cut.
    */
   close(graceMs?: number): Promise<void>;
+  /**
+   * Re-reads the configuration (flags, environment, the YAML file again) and switches every
+   * group's method and options to the new ones (what SIGHUP does). An invalid file, or one
+   * whose model groups differ, is refused with the error logged, and the running policy is
+   * kept. Settings other than methods and options are not applied (they need a restart).
+   */
+  reload(source?: string): { ok: true; switches: number } | { ok: false; error: string };
 }
 
 /**
@@ -56,6 +63,7 @@ export async function startRouter(
   env: NodeJS.ProcessEnv,
 ): Promise<RunningRouter> {
   let config = resolveConfig(argv, env);
+  const resolvedAtStart = config;
   const mocks = config.mockWorkers > 0 ? await startMockWorkers(config) : undefined;
   if (mocks) config = { ...config, workerUrls: [...config.workerUrls, ...mocks.urls] };
   const app = buildRouter(config, { logger: loggerOptions(config.logLevel, config.logFormat) });
@@ -90,6 +98,26 @@ export async function startRouter(
     app,
     url,
     config,
+    reload: (source = 'sighup') => {
+      const log = app.log;
+      try {
+        const next = resolveConfig(argv, env);
+        const events = app.kvroute.reloadPolicies(next, source);
+        const ignored = changedSettings(resolvedAtStart, next);
+        if (ignored.length > 0) {
+          log.warn(
+            { ignored },
+            `${source}: only methods and options are reloaded; changes to ${ignored.join(', ')} need a restart`,
+          );
+        }
+        if (events.length === 0) log.info(`${source}: configuration re-read, no policy changed`);
+        return { ok: true, switches: events.length };
+      } catch (err) {
+        const error = (err as Error).message;
+        log.error({ error }, `${source}: new configuration refused, the running policy is kept`);
+        return { ok: false, error };
+      }
+    },
     close: async (graceMs = SHUTDOWN_GRACE_MS) => {
       const cut = setTimeout(() => app.server.closeAllConnections(), graceMs);
       try {
@@ -126,4 +154,32 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Pro
   };
   process.once('SIGINT', () => stop('SIGINT'));
   process.once('SIGTERM', () => stop('SIGTERM'));
+  // SIGHUP re-reads the YAML file and switches methods and options (see RunningRouter.reload).
+  process.on('SIGHUP', () => {
+    if (!stopping) running.reload('sighup');
+  });
+}
+
+/** Policy fields: what a reload applies (the rest of a re-read config needs a restart). */
+const RELOADED = new Set([
+  'loadBalanceMethod',
+  'methodOptions',
+  'policyOptions',
+  'dpCacheAffinity',
+  'affinityMaxEntries',
+  'affinityTtlMs',
+  'modelGroups',
+]);
+
+/** Top-level settings that differ between two resolved configs, policy fields aside. */
+function changedSettings(before: RouterConfig, after: RouterConfig): string[] {
+  const keys = new Set([...Object.keys(before), ...Object.keys(after)]);
+  const out: string[] = [];
+  for (const k of keys) {
+    if (RELOADED.has(k)) continue;
+    const a = (before as unknown as Record<string, unknown>)[k];
+    const b = (after as unknown as Record<string, unknown>)[k];
+    if (JSON.stringify(a) !== JSON.stringify(b)) out.push(k);
+  }
+  return out;
 }

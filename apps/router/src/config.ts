@@ -13,6 +13,7 @@ import {
 } from '@kvroute/policy';
 import { parse as parseYaml } from 'yaml';
 import { RouterConfigError } from './errors.ts';
+import { type ModelGroupConfig, parseModelGroups, validateModelGroups } from './model-groups.ts';
 import type { OutlierConfig } from './outlier.ts';
 
 export interface HealthConfig {
@@ -118,6 +119,22 @@ export interface RouterConfig {
   mockBasePort?: number;
   /** Forward requests to paths the router does not know to a worker instead of a 404. */
   passThroughUnknown: boolean;
+  /** Record the routed traffic to this JSONL file (recording/recorder.ts); undefined = off. */
+  recordTrace?: string;
+  /** The HMAC secret for the recorded block ids; undefined = a random one per recording. */
+  recordTraceSecretFile?: string;
+  recordBlockTokens: number;
+  recordSampleRate: number;
+  recordRotateBytes: number;
+  recordRotateMs: number;
+  recordQueueBytes: number;
+  /** Cost profile (file or built-in name) of the live cache model (shadow/); undefined = off. */
+  shadowProfile?: string;
+  /** KV tokens per rank for the live cache model; undefined = the profile's. */
+  shadowKvCapacity?: number;
+  shadowPageSize: number;
+  /** Requests per rank in the drift gauge's sliding window. */
+  shadowWindow: number;
   logLevel: string;
   /** 'json' (one object per line), 'pretty' (readable lines), 'auto' = pretty on a TTY. */
   logFormat: 'auto' | 'json' | 'pretty';
@@ -139,6 +156,11 @@ export interface RouterConfig {
   /** A rank silent this long after a request, or this long after a lost batch, is not live. */
   kvEventsStaleMs: number;
   kvEventsMaxBlocks: number;
+  /**
+   * Worker groups keyed by model (YAML `models:`, or --model-group): each its own workers,
+   * method and options. Empty: one group of --worker-urls that takes every model.
+   */
+  modelGroups: ModelGroupConfig[];
 }
 
 export const DEFAULT_CONFIG: RouterConfig = {
@@ -199,6 +221,13 @@ export const DEFAULT_CONFIG: RouterConfig = {
   mockTimeScale: 1,
   mockDpSize: 1,
   passThroughUnknown: false,
+  recordBlockTokens: 512,
+  recordSampleRate: 1,
+  recordRotateBytes: 256 * 1024 * 1024,
+  recordRotateMs: 3_600_000,
+  recordQueueBytes: 16 * 1024 * 1024,
+  shadowPageSize: 1,
+  shadowWindow: 1000,
   logLevel: 'info',
   logFormat: 'auto',
   serviceDiscovery: false,
@@ -209,9 +238,10 @@ export const DEFAULT_CONFIG: RouterConfig = {
   kvEventsTopic: '',
   kvEventsStaleMs: 10_000,
   kvEventsMaxBlocks: 4_194_304,
+  modelGroups: [],
 };
 
-type Kind = 'string' | 'int' | 'number' | 'bool' | 'duration' | 'list' | 'kv';
+type Kind = 'string' | 'int' | 'number' | 'bool' | 'duration' | 'list' | 'kv' | 'groups';
 
 export interface OptionSpec {
   /** Flag name without the dashes; also the YAML key (camelCase `key` is accepted too). */
@@ -310,6 +340,13 @@ export const OPTIONS: readonly OptionSpec[] = [
     help: 'Affinity entry lifetime',
   },
   ...methodOptionSpecs(),
+  {
+    flag: 'model-group',
+    key: 'modelGroups',
+    kind: 'groups',
+    aliases: ['models'],
+    help: "A worker group serving one model, routed to by the request's `model`: NAME=URL[,URL...][;method=M][;OPTION=V...] (repeatable; YAML: `models:`, a list of maps with model, aliases, default, worker-urls, load-balance-method, method options, policy-option)",
+  },
   {
     flag: 'policy-option',
     key: 'policyOptions',
@@ -694,6 +731,80 @@ export const OPTIONS: readonly OptionSpec[] = [
     help: 'Forward requests to paths the router does not serve to a healthy worker (round robin) instead of answering 404',
   },
   {
+    flag: 'record-trace',
+    key: 'recordTrace',
+    kind: 'string',
+    help: 'Record the routed traffic to this JSONL file (docs/recorded-trace.md: Mooncake fields, HMAC-keyed block ids, no prompt text); also on/off through POST /trace_recording',
+  },
+  {
+    flag: 'record-trace-secret-file',
+    key: 'recordTraceSecretFile',
+    kind: 'string',
+    help: 'File with the per-deployment HMAC secret of recorded block ids and keys (>= 16 bytes); default: a random secret per recording',
+  },
+  {
+    flag: 'record-block-tokens',
+    key: 'recordBlockTokens',
+    kind: 'int',
+    min: 1,
+    help: 'Recorded trace: prompt tokens per hash id',
+  },
+  {
+    flag: 'record-sample-rate',
+    key: 'recordSampleRate',
+    kind: 'number',
+    min: 0,
+    help: 'Recorded trace: share of requests recorded, in (0, 1]',
+  },
+  {
+    flag: 'record-rotate-bytes',
+    key: 'recordRotateBytes',
+    kind: 'int',
+    min: 0,
+    help: 'Recorded trace: rotate the file at this size (PATH.000001, ...); 0 = never',
+  },
+  {
+    flag: 'record-rotate-age',
+    key: 'recordRotateMs',
+    kind: 'duration',
+    min: 0,
+    help: 'Recorded trace: rotate the file at this age; 0 = never',
+  },
+  {
+    flag: 'record-queue-bytes',
+    key: 'recordQueueBytes',
+    kind: 'int',
+    min: 1024,
+    help: 'Recorded trace: lines waiting for the disk at most this many bytes; beyond it lines are dropped (kvroute_trace_dropped_total)',
+  },
+  {
+    flag: 'shadow-profile',
+    key: 'shadowProfile',
+    kind: 'string',
+    help: "Run the simulator's per-rank cache model on the routed traffic with this cost profile (JSON file or built-in name) and export predicted vs observed cached tokens and a drift gauge",
+  },
+  {
+    flag: 'shadow-kv-capacity',
+    key: 'shadowKvCapacity',
+    kind: 'int',
+    min: 1,
+    help: "Shadow cache model: KV tokens per rank (default: the profile's)",
+  },
+  {
+    flag: 'shadow-page-size',
+    key: 'shadowPageSize',
+    kind: 'int',
+    min: 1,
+    help: "Shadow cache model: the engines' KV page size in tokens",
+  },
+  {
+    flag: 'shadow-window',
+    key: 'shadowWindow',
+    kind: 'int',
+    min: 1,
+    help: 'Shadow cache model: requests per rank in the drift gauge window',
+  },
+  {
     flag: 'kv-events-endpoint',
     key: 'kvEventsEndpoint',
     kind: 'string',
@@ -850,6 +961,8 @@ function convert(o: OptionSpec, value: unknown, what: string): unknown {
         .split(/[\s,]+/)
         .filter((s) => s.length > 0);
     }
+    case 'groups':
+      return parseModelGroups(value, what, readGroupKey);
     case 'kv': {
       if (value !== null && typeof value === 'object' && !Array.isArray(value)) return { ...value };
       const s = asString();
@@ -871,7 +984,7 @@ function put(acc: Partial, o: OptionSpec, value: unknown): void {
       ...((acc.get(o.key) as Record<string, unknown>) ?? {}),
       ...(value as object),
     });
-  } else if (o.kind === 'list' && acc.has(o.key)) {
+  } else if ((o.kind === 'list' || o.kind === 'groups') && acc.has(o.key)) {
     acc.set(o.key, [...(acc.get(o.key) as string[]), ...(value as string[])]);
   } else {
     acc.set(o.key, value);
@@ -913,6 +1026,16 @@ export function parseArgs(args: readonly string[]): { values: Partial; configFil
       else put(values, o, true);
       continue;
     }
+    if (o.kind === 'groups') {
+      const groups: unknown[] = [];
+      if (inline !== undefined) groups.push(...(convert(o, inline, what) as unknown[]));
+      while (inline === undefined && i + 1 < argv.length && !argv[i + 1]!.startsWith('--')) {
+        groups.push(...(convert(o, argv[++i], what) as unknown[]));
+      }
+      if (groups.length === 0) throw new RouterConfigError(`${what} needs NAME=URL[,URL...]`);
+      put(values, o, groups);
+      continue;
+    }
     if (o.kind === 'list') {
       // SGLang style: --worker-urls A B C (values up to the next flag).
       const items: string[] = inline !== undefined ? (convert(o, inline, what) as string[]) : [];
@@ -936,7 +1059,10 @@ export function readEnv(env: NodeJS.ProcessEnv): Partial {
     const name = envName(o);
     const raw = env[name];
     if (raw === undefined || raw === '') continue;
-    if (o.kind === 'kv') {
+    if (o.kind === 'groups') {
+      for (const part of raw.split(/\s+/).filter((s) => s.length > 0))
+        put(values, o, convert(o, part, name));
+    } else if (o.kind === 'kv') {
       for (const part of raw.split(',').filter((s) => s.trim()))
         put(values, o, convert(o, part.trim(), name));
     } else {
@@ -986,6 +1112,26 @@ function stripTrailingSlash(url: string): string {
   return url.replace(/\/+$/, '');
 }
 
+function checkWorkerUrl(u: string, what: string): string {
+  let parsed: URL;
+  try {
+    parsed = new URL(u);
+  } catch {
+    throw new RouterConfigError(`${what}: "${u}" is not a URL (expected http://host:port)`);
+  }
+  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
+    throw new RouterConfigError(`${what}: "${u}" must be http:// or https://`);
+  }
+  return stripTrailingSlash(u);
+}
+
+/** A key of a `models:` entry (or of an admin policy switch), read as the router-wide option of that name would be. */
+export function readGroupKey(key: string, value: unknown, what: string) {
+  const o = BY_FLAG.get(key);
+  if (!o || o.kind === 'groups') return undefined;
+  return { path: o.key, value: convert(o, value, what) };
+}
+
 /** Merges the sources (defaults < YAML < env < flags) and checks the result as a whole. */
 export function resolveConfig(
   argv: readonly string[],
@@ -1017,20 +1163,21 @@ export function resolveConfig(
 
 export function validateConfig(cfg: RouterConfig): RouterConfig {
   const urls: string[] = [];
-  for (const u of cfg.workerUrls) {
-    let parsed: URL;
-    try {
-      parsed = new URL(u);
-    } catch {
-      throw new RouterConfigError(`--worker-urls: "${u}" is not a URL (expected http://host:port)`);
-    }
-    if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
-      throw new RouterConfigError(`--worker-urls: "${u}" must be http:// or https://`);
-    }
-    urls.push(stripTrailingSlash(u));
-  }
+  for (const u of cfg.workerUrls) urls.push(checkWorkerUrl(u, '--worker-urls'));
   if (new Set(urls).size !== urls.length)
     throw new RouterConfigError('--worker-urls: a URL is listed twice');
+  if (cfg.modelGroups.length > 0) {
+    validateModelGroups(cfg.modelGroups, (u) => checkWorkerUrl(u, 'models: worker-urls'));
+    const grouped = cfg.modelGroups.flatMap((g) => g.workerUrls);
+    // (A config validated before already carries the groups' workers in workerUrls.)
+    if (urls.some((u) => !grouped.includes(u)) || cfg.mockWorkers > 0) {
+      throw new RouterConfigError(
+        'models: with worker groups, list each worker under its group (worker-urls of a models entry), not in --worker-urls or --mock-workers',
+      );
+    }
+    // One flat list in group order: what onReady adds, and what --kv-events-endpoints follow.
+    urls.splice(0, urls.length, ...grouped);
+  }
   if (urls.length === 0 && cfg.mockWorkers === 0 && !cfg.adminToken && !cfg.serviceDiscovery) {
     throw new RouterConfigError(
       'no workers: give --worker-urls URL..., --service-discovery --selector k=v, or --mock-workers N (or --admin-token to add them later)',
@@ -1060,6 +1207,11 @@ export function validateConfig(cfg: RouterConfig): RouterConfig {
   }
   if (cfg.adminPort !== undefined && cfg.adminPort === cfg.port && cfg.port !== 0) {
     throw new RouterConfigError('--admin-port must differ from --port');
+  }
+  if (!(cfg.recordSampleRate > 0 && cfg.recordSampleRate <= 1)) {
+    throw new RouterConfigError(
+      `--record-sample-rate: must be in (0, 1], got ${cfg.recordSampleRate}`,
+    );
   }
   if (cfg.apiKeys.some((k) => k.length < 8)) {
     throw new RouterConfigError('--api-key: keys must be at least 8 characters');
@@ -1141,6 +1293,7 @@ const VALUE_HINT: Record<Kind, string> = {
   duration: 'DURATION',
   list: 'A B ...',
   kv: 'KEY=VALUE',
+  groups: 'NAME=URL,...',
 };
 
 function defaultOf(o: OptionSpec): string | undefined {

@@ -17,6 +17,10 @@ const STATUS = {
   invalid_admin_request: 400,
   payload_too_large: 413,
   unknown_url: 404,
+  /** A `model` no worker group serves (a router with groups keyed by model). */
+  model_not_found: 404,
+  /** POST /policy (or a SIGHUP reload) with a method or options the policy refuses. */
+  invalid_policy: 400,
   /** Every rank is down (or removed): nothing to try. */
   no_healthy_rank: 503,
   /** The chosen worker could not be reached and no other rank was left to retry on. */
@@ -40,12 +44,18 @@ const STATUS = {
 
 export type RouterErrorCode = keyof typeof STATUS;
 
+/** Where OpenAI's `type` differs from the one its status implies: its unknown-model 404. */
+const TYPE: Partial<Record<RouterErrorCode, string>> = {
+  model_not_found: 'invalid_request_error',
+};
+
 export class RouterError extends ProtocolError {
   override readonly code: RouterErrorCode;
   /** Seconds for a Retry-After header (429, 503). */
   retryAfterSec: number | undefined;
   constructor(code: RouterErrorCode, message: string, param: string | null = null) {
-    super(STATUS[code], message, { code, param });
+    const type = TYPE[code];
+    super(STATUS[code], message, type ? { code, param, type } : { code, param });
     this.name = 'RouterError';
     this.code = code;
   }

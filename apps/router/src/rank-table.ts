@@ -64,6 +64,8 @@ export class RankTable {
   private readonly slots: RankSlot[] = [];
   private readonly byUrl = new Map<string, Worker>();
   private anyExternal = false;
+  /** Called as a worker's ranks are added or removed, before anything can route to them. */
+  onChange: (() => void) | undefined;
 
   get size(): number {
     return this.slots.length;
@@ -116,6 +118,7 @@ export class RankTable {
       this.tracker.setHealthy(slot.rank, true);
     }
     this.byUrl.set(url, worker);
+    this.onChange?.();
     return worker;
   }
 
@@ -125,6 +128,7 @@ export class RankTable {
     worker.removed = true;
     this.byUrl.delete(url);
     for (const r of worker.ranks) this.tracker.setHealthy(r, false);
+    this.onChange?.();
     return worker;
   }
 

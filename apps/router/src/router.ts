@@ -5,7 +5,7 @@
 import { createServer, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { KubeConfig } from '@kubernetes/client-node';
-import { createDispatcher, type Dispatcher, type DispatcherConfig } from '@kvroute/policy';
+import type { Dispatcher, DispatcherConfig } from '@kvroute/policy';
 import {
   createHttpAgent,
   createRoutingTokenizer,
@@ -18,6 +18,7 @@ import {
 } from '@kvroute/protocol';
 import { type Tracer, trace } from '@opentelemetry/api';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import { Counter, Gauge } from 'prom-client';
 import type { Agent } from 'undici';
 import { Admission } from './admission.ts';
 import { loadApiKeys, type RouterConfig } from './config.ts';
@@ -28,6 +29,7 @@ import { HealthMonitor } from './health.ts';
 import { KvEventsFeed, type KvEventsSettings, kvEventsEnabled } from './kv-events/feed.ts';
 import { LoadPoller } from './load-poller.ts';
 import { createRouterMetrics, type RouterMetrics } from './metrics.ts';
+import { dispatcherConfigOf, PolicyState, type PolicySwitchEvent } from './model-groups.ts';
 import { OutlierDetector } from './outlier.ts';
 import { adminPlugin } from './plugins/admin.ts';
 import { engineApiPlugin, forwardToOneWorker } from './plugins/engine-api.ts';
@@ -36,7 +38,14 @@ import { workersApiPlugin } from './plugins/workers-api.ts';
 import { proxyPlugin } from './proxy/plugin.ts';
 import { createProxyHandler, type ProxyHandler } from './proxy/route.ts';
 import { RankTable, type Worker } from './rank-table.ts';
+import {
+  effectiveOptions,
+  type PolicyDescription,
+  recordingSettings,
+  TraceRecorder,
+} from './recording/recorder.ts';
 import { createReliabilityMetrics } from './reliability-metrics.ts';
+import { ShadowCacheModel } from './shadow/shadow-cache.ts';
 import { addWorker, fetchContextLength, fetchModelId } from './topology.ts';
 
 export interface BuildRouterOptions {
@@ -54,6 +63,9 @@ export interface BuildRouterOptions {
 export interface RouterState {
   readonly config: RouterConfig;
   readonly table: RankTable;
+  /** The worker groups (one per model, or the implicit one), their policies and switches. */
+  readonly policy: PolicyState;
+  /** The default group's current dispatcher (the only one without groups). */
   readonly dispatcher: Dispatcher;
   readonly health: HealthMonitor;
   readonly outlier: OutlierDetector;
@@ -69,9 +81,26 @@ export interface RouterState {
   adminApp?: FastifyInstance;
   /** The events-fed cache index, when --kv-events-endpoint(s) is set. */
   readonly kvEvents: KvEventsFeed | undefined;
-  /** Adds a worker at runtime (the admin POST /ranks path). */
-  addWorker(url: string, dpSize?: number): Promise<Worker>;
+  /**
+   * Applies a re-read configuration's methods and options to every group (SIGHUP's path):
+   * all or nothing; throws RouterConfigError, switching nothing, when the new config is
+   * invalid or its groups differ. Other settings in it are not applied (they need a restart).
+   */
+  reloadPolicies(next: RouterConfig, source: string): PolicySwitchEvent[];
+  /** Counts a switch refused (bad method or options): the old policy kept running. */
+  noteSwitchRefused(source: string): void;
+  /** Adds a worker at runtime (the admin POST /ranks path), to the group of `model` if given. */
+  addWorker(url: string, dpSize?: number, model?: string): Promise<Worker>;
   removeWorker(url: string): Worker | undefined;
+  /** The traffic recorder (--record-trace, admin POST /trace_recording). */
+  readonly recorder: TraceRecorder;
+  /** With --shadow-profile: the live cache model behind the kvroute_shadow_* metrics. */
+  readonly shadow: ShadowCacheModel | undefined;
+  /**
+   * Marks a switch of method or options (hot reload) in the recorded trace, if one runs.
+   * Whoever switches the policy calls it with the policy now in force.
+   */
+  markPolicySwitch(policy: PolicyDescription): void;
 }
 
 declare module 'fastify' {
@@ -82,16 +111,17 @@ declare module 'fastify' {
 
 /** The policy config the CLI flags describe (a plain object). */
 export function dispatcherConfig(config: RouterConfig): DispatcherConfig {
-  const out: DispatcherConfig = { method: config.loadBalanceMethod };
-  Object.assign(out, config.methodOptions);
-  if (Object.keys(config.policyOptions).length > 0) out.options = { ...config.policyOptions };
-  if (config.dpCacheAffinity === 'routing_key') {
-    out.affinity = {
-      kind: 'routing_key',
-      maxEntries: config.affinityMaxEntries,
-      ttlMs: config.affinityTtlMs,
-    };
-  }
+  return dispatcherConfigOf(config);
+}
+
+/** Numeric stats summed over every group's dispatcher (one group: its own). */
+function sumStats(
+  all: readonly (Record<string, number> | undefined)[],
+): Record<string, number> | undefined {
+  const present = all.filter((x) => x !== undefined);
+  if (present.length <= 1) return present[0];
+  const out: Record<string, number> = {};
+  for (const s of present) for (const [k, v] of Object.entries(s)) out[k] = (out[k] ?? 0) + v;
   return out;
 }
 
@@ -179,7 +209,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     requestTimeout: 0,
     return503OnClosing: false,
   });
-  const dispatcher = createDispatcher(dispatcherConfig(config));
+  const policy = new PolicyState(config, config.modelGroups);
   const tokenizer =
     opts.tokenizer ??
     createRoutingTokenizer(config.tokenizer ? { tokenizerJsonPath: config.tokenizer } : {});
@@ -206,7 +236,11 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
         return { ...r, url, worker: url, model: worker?.model ?? 'unknown' };
       }),
     affinity: () => {
-      const a = dispatcher.stats().affinity;
+      const a = sumStats(
+        policy.groups.map(
+          (g) => g.dispatcher.stats().affinity as Record<string, number> | undefined,
+        ),
+      ) as ReturnType<Dispatcher['stats']>['affinity'];
       return a && { ...a, evictions: a.evictions + a.expirations };
     },
   });
@@ -216,6 +250,34 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     admission,
     () => outlier.ejectionsTotal,
   );
+  const policySwitches = new Counter({
+    name: 'kvroute_router_policy_switches_total',
+    help: "Policy switches at run time (admin POST /policy, SIGHUP) by worker group ('default' without groups) and the method switched to",
+    labelNames: ['group', 'method'] as const,
+    registers: [metrics.registry],
+  });
+  new Gauge({
+    name: 'kvroute_router_policy_info',
+    help: "The method each worker group runs now ('default' without groups): 1",
+    labelNames: ['group', 'method'] as const,
+    registers: [metrics.registry],
+    collect() {
+      this.reset();
+      for (const g of policy.groups)
+        this.set({ group: g.name || 'default', method: g.dispatcher.method }, 1);
+    },
+  });
+  const switchesRefused = new Counter({
+    name: 'kvroute_router_policy_switch_refused_total',
+    help: 'Policy switches refused (invalid method or options, or changed groups on reload); the running policy was kept',
+    labelNames: ['source'] as const,
+    registers: [metrics.registry],
+  });
+  policy.events.on('policy_switch', (e) => {
+    const group = e.group || 'default';
+    policySwitches.inc({ group, method: e.to.method });
+    app.log.info({ group, from: e.from, to: e.to, source: e.source }, 'policy switched');
+  });
   // The smallest context any worker reports bounds max_tokens (a request may go to any of them).
   const contexts = new Map<string, number>();
   let limits: RequestLimits = { ...DEFAULT_LIMITS, maxJsonDepth: config.maxJsonDepth };
@@ -238,21 +300,67 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     maxBlocksPerRank: config.kvEventsMaxBlocks,
   };
   const kvEvents = kvEventsEnabled(kvSettings)
-    ? new KvEventsFeed(
-        kvSettings,
-        table,
-        config.workerUrls,
-        metrics.registry,
-        log,
-        () => dispatcher.stats().method,
+    ? new KvEventsFeed(kvSettings, table, config.workerUrls, metrics.registry, log, () =>
+        sumStats(policy.groups.map((g) => g.dispatcher.stats().method)),
       )
     : undefined;
 
+  /** Which group each rank serves, re-derived when workers come or go. */
+  const refreshGroups = (): void => {
+    const owners = [];
+    for (let r = 0; r < table.size; r++) {
+      const w = table.slot(r)?.worker;
+      owners.push(w && !w.removed ? policy.groupOfUrl(w.url) : undefined);
+    }
+    policy.refreshRanks(owners);
+  };
+  table.onChange = refreshGroups;
+
+  const describe = (d: Dispatcher): PolicyDescription => ({
+    method: d.method,
+    options: effectiveOptions(d.method, d.options),
+  });
+  const recorder = new TraceRecorder({
+    policy: () => describe(policy.defaultGroup.dispatcher),
+    groups: () =>
+      policy.multiModel
+        ? policy.groups.map((g) => ({ ...describe(g.dispatcher), group: g.name }))
+        : [],
+    ranks: () => table.size,
+    tokenizer: tokenizer.kind,
+    registry: metrics.registry,
+    log,
+  });
+  const shadow =
+    config.shadowProfile !== undefined
+      ? new ShadowCacheModel(
+          {
+            profile: config.shadowProfile,
+            kvCapacity: config.shadowKvCapacity,
+            pageSize: config.shadowPageSize,
+            window: config.shadowWindow,
+          },
+          metrics.registry,
+        )
+      : undefined;
+
+  // Hot reload (admin, SIGHUP) marks the recording where the policy changed.
+  policy.events.on('policy_switch', (e) => {
+    const to = describe(policy.find(e.group)?.dispatcher ?? policy.defaultGroup.dispatcher);
+    recorder.markPolicySwitch(policy.multiModel ? { ...to, group: e.group } : to);
+  });
+
   const state: RouterState = {
     config,
+    recorder,
+    shadow,
+    markPolicySwitch: (policy) => recorder.markPolicySwitch(policy),
     kvEvents,
     table,
-    dispatcher,
+    policy,
+    get dispatcher() {
+      return policy.defaultGroup.dispatcher;
+    },
     health,
     outlier,
     admission,
@@ -261,13 +369,36 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     tokenizer,
     agent,
     limits: () => limits,
-    addWorker: async (url, dpSize) => {
-      const worker = await addWorker(table, agent, url, {
-        dpAware: config.dpAware,
-        dpSize: dpSize ?? config.dpSize,
-        timeoutMs: Math.max(config.health.timeoutMs, 5_000),
-      });
-      worker.model = await fetchModelId(agent, url, config.health.timeoutMs, health.headers);
+    reloadPolicies: (next, source) => {
+      try {
+        return policy.reload(next, next.modelGroups, source);
+      } catch (err) {
+        switchesRefused.inc({ source });
+        throw err;
+      }
+    },
+    noteSwitchRefused: (source) => switchesRefused.inc({ source }),
+    addWorker: async (url, dpSize, model) => {
+      const group =
+        model === undefined ? (policy.groupOfUrl(url) ?? policy.defaultGroup) : policy.find(model);
+      if (!group) throw new Error(`no worker group serves the model "${model}"`);
+      // Known before its ranks exist, so no other group's policy ever sees them as its own.
+      policy.assign(url, group);
+      let worker: Worker;
+      try {
+        worker = await addWorker(table, agent, url, {
+          dpAware: config.dpAware,
+          dpSize: dpSize ?? config.dpSize,
+          timeoutMs: Math.max(config.health.timeoutMs, 5_000),
+        });
+      } catch (err) {
+        if (!table.worker(url)) policy.forget(url);
+        throw err;
+      }
+      // The metrics' `model` label: with groups, the group's name (what clients ask for).
+      worker.model = policy.multiModel
+        ? group.name
+        : await fetchModelId(agent, url, config.health.timeoutMs, health.headers);
       if (config.maxModelLen === undefined) {
         const ctx = await fetchContextLength(agent, url, config.health.timeoutMs, health.headers);
         if (ctx !== undefined) {
@@ -280,6 +411,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     removeWorker: (url) => {
       const w = table.removeWorker(url);
       if (contexts.delete(url)) updateLimits();
+      if (w) policy.forget(url);
       return w;
     },
   };
@@ -290,6 +422,9 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     // One round of checks before serving, so readiness reflects the fleet from the start.
     await health.checkAll();
     await kvEvents?.start();
+    if (config.recordTrace !== undefined) {
+      await recorder.start(recordingSettings(config, config.recordTrace));
+    }
     health.start();
     loadPoller.start();
   });
@@ -298,6 +433,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     loadPoller.stop();
     outlier.stop();
     admission.close();
+    await recorder.close();
     await state.adminApp?.close();
     await kvEvents?.close();
     await agent.destroy();
@@ -324,7 +460,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
   const serveProxy: ProxyHandler = createProxyHandler({
     config,
     table,
-    dispatcher,
+    policy,
     tokenizer,
     agent,
     health,
@@ -337,6 +473,8 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     kvIndex: kvEvents,
     workerLabel: (w) => metricsUrl(config, w, w.url),
     tracer: config.otel ? (opts.tracer ?? trace.getTracer('@kvroute/router')) : undefined,
+    recorder,
+    shadow,
   });
   // Attempts that sent nothing yet leave a worker as soon as it is taken out.
   health.onDown = (w, reason) => serveProxy.evacuate(w, reason);

@@ -7,8 +7,10 @@ import {
   type RoutingKeyAffinity,
 } from './affinity/routing-key.ts';
 import { NoHealthyRankError, PolicyConfigError, RoutedRankError } from './errors.ts';
-import { type LoadTracker, requestTokens } from './load-tracker.ts';
+import type { LoadIndex } from './load-index.ts';
+import { type LoadClaim, type LoadTracker, requestTokens } from './load-tracker.ts';
 import { isOptionKey } from './options.ts';
+import { scanLeast } from './pickers.ts';
 import { methodNames, methodRegistry } from './registry.ts';
 import {
   type Decision,
@@ -133,6 +135,56 @@ function methodOptions(name: string, config: Record<string, unknown>): Record<st
   return Object.assign(Object.create(null), topLevel, nested ?? {});
 }
 
+/**
+ * A dispatch ticket as a class: hosts open one per request, so it must be cheap to allocate
+ * (an object literal with a getter and closures cost ~10x more, most of it in the GC).
+ */
+class Ticket implements DispatchTicket {
+  readonly rank: number;
+  readonly reason: Decision['reason'];
+  readonly matchedTokens?: number;
+  readonly tokens: number;
+  #open = true;
+  readonly #decision: Decision;
+  readonly #tracker: LoadTracker;
+  readonly #claim: LoadClaim;
+  readonly #method: Method;
+
+  constructor(
+    decision: Decision,
+    tokens: number,
+    tracker: LoadTracker,
+    claim: LoadClaim,
+    method: Method,
+  ) {
+    this.rank = decision.rank;
+    this.reason = decision.reason;
+    if (decision.matchedTokens !== undefined) this.matchedTokens = decision.matchedTokens;
+    this.tokens = tokens;
+    this.#decision = decision;
+    this.#tracker = tracker;
+    this.#claim = claim;
+    this.#method = method;
+  }
+
+  get open(): boolean {
+    return this.#open;
+  }
+
+  done(outcome: TicketOutcome = 'completed'): boolean {
+    if (!OUTCOMES.has(outcome)) {
+      throw new TypeError(
+        `ticket outcome must be one of ${[...OUTCOMES].join(', ')}, got ${JSON.stringify(outcome)}`,
+      );
+    }
+    if (!this.#open) return false;
+    this.#open = false;
+    this.#tracker.release(this.#claim);
+    this.#method.complete?.(this.#decision, outcome);
+    return true;
+  }
+}
+
 export function createDispatcher(config: DispatcherConfig): Dispatcher {
   if (!isPlainObject(config)) {
     throw new PolicyConfigError(
@@ -175,8 +227,36 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
     return best;
   };
 
+  // The load index of the ranks being decided on, when they are a tracker's own (begin
+  // without a view): the least-loaded choice is then O(log R) and the healthy list is built
+  // only if a method asks for it.
+  let loadIndex: LoadIndex | undefined;
+  let healthyList: readonly RankState[] | undefined;
+
+  const pickLeast = (order: 'tokens' | 'requests'): RankState => {
+    if (!loadIndex) return scanLeast(mctx, order);
+    const n = mctx.ranks.length;
+    let rank: number;
+    if (loadIndex.minIsUnique(order)) rank = loadIndex.firstMinFrom(order, 0);
+    else {
+      rank = loadIndex.firstMinFrom(order, tieCursor);
+      tieCursor = (rank + 1) % n;
+    }
+    return mctx.ranks[rank] as RankState;
+  };
+
   // Reused per call: methods must not keep it (MethodContext is valid only during the call).
-  const mctx: MethodContext = { request: {}, ranks: [], healthy: [], nowMs: 0, tieBreak };
+  const mctx: MethodContext = {
+    request: {},
+    ranks: [],
+    get healthy(): readonly RankState[] {
+      healthyList ??= healthyOf(mctx.ranks);
+      return healthyList;
+    },
+    nowMs: 0,
+    tieBreak,
+    pickLeast,
+  };
 
   const healthyOf = (ranks: readonly RankState[]): readonly RankState[] => {
     let all = true;
@@ -218,16 +298,23 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
     request: RouteRequest,
     ranks: readonly RankState[],
     ctx: DispatchContext | undefined,
+    index?: LoadIndex,
   ): Decision => {
-    const healthy = healthyOf(ranks);
-    if (healthy.length === 0) throw new NoHealthyRankError(ranks.length);
+    loadIndex = index;
+    if (index) {
+      // A tracker's own ranks: numbered by construction, health counted by the index.
+      healthyList = undefined;
+      if (index.healthyCount === 0) throw new NoHealthyRankError(ranks.length);
+    } else {
+      healthyList = healthyOf(ranks);
+      if (healthyList.length === 0) throw new NoHealthyRankError(ranks.length);
+    }
     const nowMs = ctx?.nowMs ?? 0;
     if (!Number.isFinite(nowMs)) {
       throw new RangeError(`ctx.nowMs must be a finite number, got ${nowMs}`);
     }
     mctx.request = request;
     mctx.ranks = ranks;
-    mctx.healthy = healthy;
     mctx.nowMs = nowMs;
     mctx.kvIndex = ctx?.kvIndex;
 
@@ -274,7 +361,7 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
     method: name as string,
     options,
     maxPromptTokens: method.maxPromptTokens ?? Number.POSITIVE_INFINITY,
-    dispatch: decide,
+    dispatch: (request, ranks, ctx) => decide(request, ranks, ctx),
     begin(request, tracker, ctx) {
       const view = ctx?.view ?? tracker.ranks;
       if (view.length !== tracker.ranks.length) {
@@ -282,30 +369,11 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
           `ctx.view has ${view.length} ranks but the tracker has ${tracker.ranks.length}`,
         );
       }
-      const decision = decide(request, view, ctx);
+      const own = view === tracker.ranks && tracker.index?.numRanks === view.length;
+      const decision = decide(request, view, ctx, own ? tracker.index : undefined);
       const tokens = requestTokens(promptLength(request), request.maxNewTokens);
       const claim = tracker.claim(decision.rank, tokens);
-      let open = true;
-      const ticket: DispatchTicket = {
-        ...decision,
-        tokens,
-        get open() {
-          return open;
-        },
-        done(outcome: TicketOutcome = 'completed') {
-          if (!OUTCOMES.has(outcome)) {
-            throw new TypeError(
-              `ticket outcome must be one of ${[...OUTCOMES].join(', ')}, got ${JSON.stringify(outcome)}`,
-            );
-          }
-          if (!open) return false;
-          open = false;
-          tracker.release(claim);
-          method.complete?.(decision, outcome);
-          return true;
-        },
-      };
-      return ticket;
+      return new Ticket(decision, tokens, tracker, claim, method);
     },
     stats() {
       const out: DispatcherStats = { decisions, reasons: Object.fromEntries(reasons) };

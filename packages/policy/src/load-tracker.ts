@@ -7,6 +7,7 @@
 // whatever a client sent (a max_tokens of 1.8e308 used to leave +Infinity on a rank for good,
 // which switched off cache_aware's overload spill). Hosts normally never call onDispatch and
 // onComplete themselves: Dispatcher.begin() returns a ticket that does both.
+import { LoadIndex } from './load-index.ts';
 import type { RankState } from './types.ts';
 
 /**
@@ -46,8 +47,16 @@ export interface LoadClaim {
 }
 
 export interface LoadTracker {
-  /** One state per rank, `ranks[i].rank === i`; pass it to Dispatcher.dispatch as is. */
+  /**
+   * One state per rank, `ranks[i].rank === i`; pass it to Dispatcher.dispatch as is. Change
+   * it only through this tracker's methods: the index below follows them, not the objects.
+   */
   readonly ranks: RankState[];
+  /**
+   * The ranks' load, indexed (least loaded in O(log R)); Dispatcher.begin uses it when the
+   * method sees the tracker's own ranks.
+   */
+  readonly index?: LoadIndex;
   /**
    * Adds a request to a rank. Prefer Dispatcher.begin(), which calls this with the rule's
    * weight. `tokens` must be a finite number >= 0.
@@ -94,6 +103,7 @@ export function createLoadTracker(numRanks: number, opts: LoadTrackerOptions = {
   // Generation of each rank slot; bumped when the slot is dropped, so late completions for
   // the old occupant cannot drain a new rank that took the same number.
   const generations: number[] = new Array(numRanks).fill(0);
+  const index = new LoadIndex(numRanks);
 
   const at = (rank: number, op: string): RankState => {
     const state = Number.isInteger(rank) ? ranks[rank] : undefined;
@@ -106,16 +116,19 @@ export function createLoadTracker(numRanks: number, opts: LoadTrackerOptions = {
   const add = (state: RankState, tokens: number): void => {
     state.inFlightRequests++;
     state.inFlightTokens += tokens;
+    index.set(state.rank, state);
   };
   const remove = (state: RankState, tokens: number): void => {
     state.inFlightRequests = Math.max(0, state.inFlightRequests - 1);
     // An idle rank holds no tokens, whatever rounding a caller's fractional counts left.
     state.inFlightTokens =
       state.inFlightRequests === 0 ? 0 : Math.max(0, state.inFlightTokens - tokens);
+    index.set(state.rank, state);
   };
 
   return {
     ranks,
+    index,
     onDispatch(rank, tokens) {
       checkTokens(tokens);
       add(at(rank, 'onDispatch'), tokens);
@@ -136,7 +149,9 @@ export function createLoadTracker(numRanks: number, opts: LoadTrackerOptions = {
       remove(state, claim.tokens);
     },
     setHealthy(rank, healthy) {
-      at(rank, 'setHealthy').healthy = healthy;
+      const state = at(rank, 'setHealthy');
+      state.healthy = healthy;
+      index.set(rank, state);
     },
     resize(n) {
       checkCount(n);
@@ -148,6 +163,7 @@ export function createLoadTracker(numRanks: number, opts: LoadTrackerOptions = {
         ranks.push(makeRank(i));
         if (generations[i] === undefined) generations[i] = 0;
       }
+      index.resize(n);
     },
   };
 }

@@ -36,3 +36,40 @@ export function leastLoadedCool(
 export function leastLoaded(ctx: MethodContext, candidates: readonly RankState[]): RankState {
   return leastLoadedCool(ctx, candidates, NO_FILL);
 }
+
+/**
+ * The healthy rank with the least load in `order` ('tokens': in-flight tokens, then requests;
+ * 'requests': in-flight requests), remaining ties by the dispatcher's rotating tie-break.
+ * Indexed (O(log R)) when the dispatcher offers it, else one pass over the healthy ranks.
+ */
+export function leastBy(ctx: MethodContext, order: 'tokens' | 'requests'): RankState {
+  if (ctx.pickLeast) return ctx.pickLeast(order);
+  return scanLeast(ctx, order);
+}
+
+/** leastBy's definition as a scan; the dispatcher's indexed answer must equal it. */
+export function scanLeast(ctx: MethodContext, order: 'tokens' | 'requests'): RankState {
+  const healthy = ctx.healthy;
+  const byTokens = order === 'tokens';
+  let minTokens = Number.POSITIVE_INFINITY;
+  let minRequests = Number.POSITIVE_INFINITY;
+  let count = 0;
+  let best = healthy[0] as RankState;
+  for (const r of healthy) {
+    const t = byTokens ? r.inFlightTokens : 0;
+    if (t < minTokens || (t === minTokens && r.inFlightRequests < minRequests)) {
+      minTokens = t;
+      minRequests = r.inFlightRequests;
+      best = r;
+      count = 1;
+    } else if (t === minTokens && r.inFlightRequests === minRequests) {
+      count++;
+    }
+  }
+  if (count === 1) return best;
+  return ctx.tieBreak(
+    healthy.filter(
+      (r) => (byTokens ? r.inFlightTokens : 0) === minTokens && r.inFlightRequests === minRequests,
+    ),
+  );
+}

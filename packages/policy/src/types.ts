@@ -103,6 +103,13 @@ export interface MethodContext {
    * dispatcher, so equal candidates take turns instead of the lowest rank always winning.
    */
   tieBreak(candidates: readonly RankState[]): RankState;
+  /**
+   * The healthy rank with the least load in `order` ('tokens': in-flight tokens, then
+   * requests; 'requests': in-flight requests), ties by `tieBreak`'s rotation. The same rank a
+   * scan of `healthy` with `tieBreak` gives, in O(log R) when the host's tracker keeps a load
+   * index. Optional so hand-made contexts (tests) may omit it; use pickers.leastBy.
+   */
+  pickLeast?(order: 'tokens' | 'requests'): RankState;
 }
 
 /** How a dispatched request ended, as the host reports it when it closes the ticket. */

@@ -1,4 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { prefixKey, rendezvousScore } from '../src/hashing/chained.ts';
+import { prefixKeyLength } from '../src/hashing/prefix-digest.ts';
 import {
   createDispatcher,
   createLoadTracker,
@@ -6,7 +8,25 @@ import {
   PolicyRangeError,
   TokenIdRangeError,
 } from '../src/index.ts';
+import type { RankState } from '../src/types.ts';
 import { makeRanks, prng, randomIds } from './helpers.ts';
+
+/**
+ * The algorithm as documented, written the slow way: sort ranks by descending score (ties to
+ * the lower rank) and walk to the first healthy one within the bound.
+ */
+function sortedWalk(ids: number[], ranks: readonly RankState[], epsilon: number): number {
+  const key = prefixKey(ids, prefixKeyLength(ids.length, 256, 4096));
+  const healthy = ranks.filter((r) => r.healthy);
+  let total = ids.length;
+  for (const r of healthy) total += r.inFlightTokens;
+  const bound = ((1 + epsilon) * total) / healthy.length;
+  const order = healthy
+    .map((r) => r.rank)
+    .sort((a, b) => rendezvousScore(key, b) - rendezvousScore(key, a) || a - b);
+  for (const rank of order) if ((ranks[rank] as RankState).inFlightTokens <= bound) return rank;
+  return -1;
+}
 
 const prompts = (seed: number, count: number, length = 600): number[][] => {
   const rand = prng(seed);
@@ -166,5 +186,20 @@ describe('consistent_hash', () => {
     const d = createDispatcher({ method: 'consistent_hash' });
     expect(() => d.dispatch({ inputIds: [1, 2.5, 3] }, makeRanks(2))).toThrow(TokenIdRangeError);
     expect(() => d.dispatch({ inputIds: [1, -1] }, makeRanks(2))).toThrow(/inputIds\[1\]/);
+  });
+
+  it('picks exactly what the sorted walk down each key rank order picks, under any load', () => {
+    const rand = prng(31);
+    for (let trial = 0; trial < 300; trial++) {
+      const n = 1 + Math.floor(rand() * 64);
+      const down = Array.from({ length: n }, (_, i) => i).filter(() => rand() < 0.2);
+      const ranks = makeRanks(n, down.length === n ? [] : down);
+      for (const r of ranks) r.inFlightTokens = Math.floor(rand() * 4) * 500;
+      const ids = randomIds(rand, 300 + Math.floor(rand() * 600));
+      const d = createDispatcher({ method: 'consistent_hash', epsilon: 0.1 });
+      const expected = sortedWalk(ids, ranks, 0.1);
+      const got = d.dispatch({ inputIds: ids }, ranks);
+      if (expected >= 0) expect(got.rank).toBe(expected);
+    }
   });
 });

@@ -19,6 +19,8 @@ export interface ProtocolRouteRequest {
    * tokens (scanRequest with a prefix cap); absent: `inputIds.length`.
    */
   promptTokens?: number;
+  /** The body's `model` (a router with several worker groups routes by it). */
+  model?: string;
 }
 
 /** Tokenizes the prompt and merges header/body routing hints (headers win). */
@@ -43,6 +45,7 @@ export function buildRouteRequest(
     if (hints.routedRankSource !== undefined) out.routedRankSource = hints.routedRankSource;
   }
   if (hints.bootstrapRoom !== undefined) out.bootstrapRoom = hints.bootstrapRoom;
+  if (parsed.model !== undefined) out.model = parsed.model;
   return out;
 }
 
@@ -75,5 +78,6 @@ export function routeRequestFromScan(
     if (hints.routedRankSource !== undefined) out.routedRankSource = hints.routedRankSource;
   }
   if (hints.bootstrapRoom !== undefined) out.bootstrapRoom = hints.bootstrapRoom;
+  if (scanned.model !== undefined) out.model = scanned.model;
   return out;
 }

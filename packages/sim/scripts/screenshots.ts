@@ -66,6 +66,24 @@ const reports: [string, string[]][] = [
     ],
   ],
   ['sweep-agentic', ['sweep', '--scenario', 'agentic', '--set', 'sessions=60']],
+  [
+    'run-agentic-pd',
+    [
+      'run',
+      '--scenario',
+      'agentic',
+      '--set',
+      'sessions=60',
+      '--ranks',
+      '8',
+      '--layout',
+      'pd',
+      '--prefill-ranks',
+      '4',
+      '--decode-ranks',
+      '4',
+    ],
+  ],
 ];
 const pages: [string, string][] = [];
 for (const [name, argv] of reports) {

@@ -24,6 +24,17 @@ export type {
   PrefillCoefficients,
 } from './cost/cost-model.ts';
 export { costModelFromSpec, loadProfileFile, parseProfileSpec } from './cost/cost-model.ts';
+export type { KvLink } from './cost/kv-transfer.ts';
+export {
+  checkKvLink,
+  DEFAULT_KV_LINK_GBPS,
+  DEFAULT_KV_SETUP_MS,
+  kvTransferBytes,
+  kvTransferMs,
+  profileKvBytesPerToken,
+} from './cost/kv-transfer.ts';
+export type { MemoryModel, ModelShape } from './cost/memory.ts';
+export { kvBytesPerToken, kvCapacityFromMemory } from './cost/memory.ts';
 export { getProfile, getProfileSpec, profileNames } from './cost/profiles.ts';
 export type { ScheduledEvent, Scheduler } from './engine/event-queue.ts';
 export { EventHeap, EventQueue, HeapEvent } from './engine/event-queue.ts';
@@ -45,6 +56,28 @@ export type {
   RequestRecord,
   SubsetLatency,
 } from './metrics/types.ts';
+export type {
+  HitRateTarget,
+  LayoutComparison,
+  LayoutComparisonOptions,
+  LayoutRow,
+} from './pd/compare-layouts.ts';
+export { compareLayouts, replyShare } from './pd/compare-layouts.ts';
+export type {
+  DecodeRankOptions,
+  DecodeRankStats,
+  DecodeRequest,
+  DecodeStepRecord,
+} from './pd/decode-rank.ts';
+export { DecodeRankModel } from './pd/decode-rank.ts';
+export type {
+  DecodeRankSummary,
+  PdRequestRecord,
+  PdRunResult,
+  PdSimulateOptions,
+  PdSummary,
+} from './pd/simulate-pd.ts';
+export { recordItlMs, simulatePd } from './pd/simulate-pd.ts';
 export type { RankOverrides, SimulateOptions } from './simulate.ts';
 export { simulatePlan } from './simulate.ts';
 export { WorkloadOptionError } from './workloads/options.ts';
@@ -57,6 +90,14 @@ export {
   scenarioNames,
 } from './workloads/registry.ts';
 export { defaultTracePath, resolveTracePath, TraceFormatError } from './workloads/replay.ts';
+export {
+  type PolicySwitch,
+  parseTrace,
+  readTraceFile,
+  type TraceFile,
+  type TraceLine,
+  type TraceStart,
+} from './workloads/trace-file.ts';
 export type {
   ClusterEvent,
   ScenarioDefinition,

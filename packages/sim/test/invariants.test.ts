@@ -4,11 +4,14 @@
 // comes before its own prefill could have finished.
 import { describe, expect, it } from 'vitest';
 import type { CostModel } from '../src/cost/cost-model.ts';
+import { kvTransferMs, profileKvBytesPerToken } from '../src/cost/kv-transfer.ts';
 import { getProfile, profileNames } from '../src/cost/profiles.ts';
 import { EventQueue } from '../src/engine/event-queue.ts';
 import type { StepRecord } from '../src/entities/rank.ts';
 import { RankModel } from '../src/entities/rank.ts';
 import type { PolicyRunResult } from '../src/metrics/types.ts';
+import type { DecodeStepRecord } from '../src/pd/decode-rank.ts';
+import { simulatePd } from '../src/pd/simulate-pd.ts';
 import { type RankOverrides, simulatePlan } from '../src/simulate.ts';
 import { buildWorkload } from '../src/workloads/registry.ts';
 import type { WorkloadPlan, WorkloadRequest } from '../src/workloads/types.ts';
@@ -138,6 +141,89 @@ describe('physical invariants on every built-in profile', () => {
     const before = ttft(a);
     expect(ttft(b).map((t, i) => t - before[i]!)).toEqual(before.map(() => expect.closeTo(40, 6)));
   });
+});
+
+/**
+ * The same invariants on the prefill/decode-disaggregated layout: every prefill step within
+ * the profile, every prefill and decode rank busy no longer than the run, Little's law over
+ * the host's occupancy, and every TTFT at least its prefill floor plus its KV transfer.
+ */
+function checkPdRun(
+  plan: WorkloadPlan,
+  profile: CostModel,
+  prefillRanks: number,
+  decodeRanks: number,
+  rank?: RankOverrides,
+) {
+  const steps: StepRecord[] = [];
+  const decodeSteps: DecodeStepRecord[] = [];
+  const link = { gbps: 100, setupMs: 1 };
+  const run = simulatePd(plan, {
+    prefillPolicy: { method: 'cache_aware' },
+    decodePolicy: { method: 'total_tokens' },
+    prefillRanks,
+    decodeRanks,
+    profile,
+    seed: 1,
+    link,
+    ...(rank !== undefined ? { rank } : {}),
+    onStep: (s) => steps.push(s),
+    onDecodeStep: (s) => decodeSteps.push(s),
+  });
+  const { summary, records } = run;
+  expect(summary.failed).toBe(0);
+  expect(records.length).toBeGreaterThan(0);
+  for (const s of steps) {
+    expect(s.endMs - s.startMs).toBeGreaterThanOrEqual(s.prefillMs - EPS);
+    if (s.prefillTokens > 0) {
+      expect(s.prefillMs).toBeGreaterThanOrEqual(profile.prefillFloorMs(s.prefillTokens, 0) - EPS);
+    }
+  }
+  for (const s of decodeSteps) {
+    let floor = 0;
+    for (let j = 0; j < s.steps; j++) floor += profile.decodeStepMs(s.batch, 0);
+    expect(s.endMs - s.startMs).toBeGreaterThanOrEqual(floor - EPS);
+  }
+  const firstArrival = Math.min(...records.map((r) => r.arrivalMs));
+  const lastEnd = Math.max(...records.map((r) => r.endMs));
+  for (const r of summary.perRank) {
+    expect(r.prefillBusyMs + r.decodeBusyMs).toBeLessThanOrEqual(lastEnd + 2e-3);
+  }
+  for (const d of run.pd.decodePerRank) expect(d.decodeBusyMs).toBeLessThanOrEqual(lastEnd + 2e-3);
+  const span = lastEnd - firstArrival;
+  const lambda = records.length / span;
+  const w = records.reduce((a, r) => a + (r.endMs - r.arrivalMs), 0) / records.length;
+  const L = run.meanInSystem;
+  expect(L).toBeGreaterThan(0);
+  expect(Math.abs(L - lambda * w) / L).toBeLessThan(0.01);
+  const overhead = profile.overheadMs ?? 0;
+  const bytes = profileKvBytesPerToken(profile);
+  for (const r of records) {
+    const floor =
+      overhead +
+      profile.prefillFloorMs(r.inputTokens - r.cachedTokens, r.cachedTokens) +
+      kvTransferMs(r.inputTokens, bytes, link);
+    expect(r.ttftMs).toBeGreaterThanOrEqual(floor - EPS);
+  }
+  return run;
+}
+
+describe('physical invariants of the prefill/decode layout on every built-in profile', () => {
+  for (const name of profileNames()) {
+    const profile = getProfile(name);
+    it(`${name}: a burst of cold prompts, one prefill and one decode rank`, () => {
+      checkPdRun(burst(64, 700, 4), profile, 1, 1);
+    });
+    it(`${name}: agentic sessions on 2 prefill and 2 decode ranks, roomy and tight KV pools`, () => {
+      const plan = buildWorkload(
+        'agentic',
+        { sessions: 12, sessionsPerS: 2, turnsMax: 4, ranks: 4 },
+        7,
+      );
+      checkPdRun(plan, profile, 2, 2);
+      checkPdRun(plan, profile, 2, 2, { kvCapacityTokens: 60_000, maxRunningRequests: 8 });
+    });
+  }
 });
 
 describe('batched prefill', () => {

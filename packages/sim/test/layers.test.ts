@@ -1,7 +1,8 @@
 // The package is split by audience: the model (`@kvroute/sim/model`) must load alone, so a
 // host such as the mock worker pays for no renderer, CLI or HTTP code. This follows every
 // relative import from src/model.ts and fails on any file outside the model's folders (host/ is
-// the simulation's host side: arrivals, cluster events, request bookkeeping) or any
+// the simulation's host side: arrivals, cluster events, request bookkeeping; pd/ the
+// prefill/decode-disaggregated layout's entities and host) or any
 // import of another package other than the policy core and seedrandom.
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -10,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 
 const pkg = fileURLToPath(new URL('../', import.meta.url));
 const src = join(pkg, 'src');
-const MODEL_DIRS = ['engine', 'entities', 'cache', 'cost', 'workloads', 'metrics', 'host'];
+const MODEL_DIRS = ['engine', 'entities', 'cache', 'cost', 'workloads', 'metrics', 'host', 'pd'];
 const MODEL_FILES = ['model.ts', 'simulate.ts', 'compare.ts'];
 const MODEL_PACKAGES = ['@kvroute/policy', 'seedrandom'];
 

@@ -13,6 +13,7 @@ import { describeError } from '@kvroute/protocol';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { request } from 'undici';
 import { RouterError } from '../errors.ts';
+import type { WorkerGroup } from '../model-groups.ts';
 import { noRankLeft } from '../proxy/route.ts';
 import type { Worker } from '../rank-table.ts';
 import type { RouterState } from '../router.ts';
@@ -43,11 +44,24 @@ export type ForwardHandler = (req: FastifyRequest, reply: FastifyReply) => Promi
  * and query go as received. router.ts also uses it as the 404 handler under
  * --pass-through-unknown.
  */
-export function forwardToOneWorker(state: RouterState): ForwardHandler {
+export function forwardToOneWorker(
+  state: RouterState,
+  /** With worker groups: the group whose workers may answer (undefined: any worker). */
+  groupOf?: (req: FastifyRequest) => WorkerGroup | undefined,
+): ForwardHandler {
   const { table, health, config } = state;
   let cursor = 0;
   return async (req, reply) => {
-    const workers = table.workers().filter((w) => w.healthy && !w.ejected && !w.removed);
+    const group = groupOf?.(req);
+    const workers = table
+      .workers()
+      .filter(
+        (w) =>
+          w.healthy &&
+          !w.ejected &&
+          !w.removed &&
+          (group === undefined || state.policy.groupOfUrl(w.url) === group),
+      );
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries(req.headers)) {
       if (v === undefined || DROP_REQUEST.has(k)) continue;
@@ -83,12 +97,16 @@ export function forwardToOneWorker(state: RouterState): ForwardHandler {
 
 export async function engineApiPlugin(app: FastifyInstance, opts: EngineApiOptions): Promise<void> {
   const forward = forwardToOneWorker(opts.state);
-  for (const path of [
+  // With worker groups, a model card comes from a worker of the group that serves it, and a
+  // model no group serves is OpenAI's 404.
+  const { policy } = opts.state;
+  app.get(
     '/v1/models/:id',
-    '/get_server_info',
-    '/get_model_info',
-    '/health_generate',
-  ]) {
+    policy.multiModel
+      ? forwardToOneWorker(opts.state, (req) => policy.resolve((req.params as { id: string }).id))
+      : forward,
+  );
+  for (const path of ['/get_server_info', '/get_model_info', '/health_generate']) {
     app.get(path, forward);
   }
   for (const path of ['/tokenize', '/detokenize']) app.post(path, forward);
@@ -136,6 +154,8 @@ export function registerFlushCache(
       : failed.status >= 400 && failed.status < 500
         ? failed.status
         : 502;
+    // The live cache model follows the workers' caches (a partial flush leaves it as it was).
+    if (status === 200) state.shadow?.reset();
     reply.code(status).send({
       flushed: results.filter((r) => r.status >= 200 && r.status < 300).length,
       workers: results,

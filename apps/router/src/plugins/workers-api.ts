@@ -3,7 +3,11 @@
 //   /readiness  some rank is routable and its worker has passed a check or served a request;
 //   /health     SGLang's meaning, "this endpoint can serve requests": the same condition as
 //               /readiness, so it never says ok before any worker was checked;
-//   /v1/models  the union of the healthy workers' model lists (no load accounting).
+//   /v1/models  the union of the healthy workers' model lists (no load accounting); with worker
+//               groups keyed by model, one card per name a client may send (model and
+//               aliases): the workers' own card when one of the group's workers lists that id,
+//               else a card made from the configured name, so the list is never missing a
+//               group whose workers are down, nor shows a name the router would refuse.
 
 import { describeError, getText } from '@kvroute/protocol';
 import type { FastifyInstance } from 'fastify';
@@ -21,6 +25,7 @@ export async function workersApiPlugin(
   const { config, table, health } = opts.state;
   // Workers may serve different models: the list is the union of what every healthy worker
   // reports (first card per id wins), as the router serves all of them.
+  const { policy } = opts.state;
   app.get('/v1/models', async (_req, reply) => {
     const workers = table.workers().filter((w) => w.healthy && !w.ejected);
     const lists = await Promise.all(
@@ -41,6 +46,33 @@ export async function workersApiPlugin(
         }
       }),
     );
+    if (policy.multiModel) {
+      const reported = new Map<string, Map<string, unknown>>();
+      workers.forEach((w, i) => {
+        const g = policy.groupOfUrl(w.url);
+        if (!g) return;
+        const cards = reported.get(g.name) ?? new Map<string, unknown>();
+        reported.set(g.name, cards);
+        for (const card of lists[i] ?? []) {
+          if (card && typeof card.id === 'string' && !cards.has(card.id)) cards.set(card.id, card);
+        }
+      });
+      const data: unknown[] = [];
+      for (const g of policy.groups) {
+        for (const id of g.names) {
+          data.push(
+            reported.get(g.name)?.get(id) ?? {
+              id,
+              object: 'model',
+              created: 0,
+              owned_by: 'kvroute-router',
+            },
+          );
+        }
+      }
+      reply.send({ object: 'list', data });
+      return;
+    }
     const answered = lists.filter((l) => l !== undefined);
     if (answered.length === 0) throw noRankLeft(undefined, 'no worker answered /v1/models');
     const byId = new Map<string, unknown>();

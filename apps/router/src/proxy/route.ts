@@ -13,7 +13,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import {
-  type Dispatcher,
   type DispatchTicket,
   type KvIndexView,
   NoHealthyRankError,
@@ -27,6 +26,7 @@ import {
   parseJsonBody,
   parseRequest,
   payloadTooLarge,
+  type ReportedUsage,
   type RequestKind,
   type RequestLimits,
   type RoutingTokenizer,
@@ -46,9 +46,12 @@ import { RouterError } from '../errors.ts';
 import type { HealthMonitor } from '../health.ts';
 import { LogLimiter } from '../log-limiter.ts';
 import type { RouterMetrics } from '../metrics.ts';
+import type { PolicyState, WorkerGroup } from '../model-groups.ts';
 import type { OutlierDetector } from '../outlier.ts';
 import type { RankTable, Worker } from '../rank-table.ts';
+import type { TraceRecorder } from '../recording/recorder.ts';
 import type { ReliabilityMetrics } from '../reliability-metrics.ts';
+import type { ShadowCacheModel, ShadowTicket } from '../shadow/shadow-cache.ts';
 import { firstByteTimeoutMs } from '../timeouts.ts';
 import { RequestTrace } from '../tracing.ts';
 import { CLIENT_GONE, readBody } from './body.ts';
@@ -65,7 +68,8 @@ import { RetryBudget } from './retry.ts';
 export interface ProxyContext {
   config: RouterConfig;
   table: RankTable;
-  dispatcher: Dispatcher;
+  /** The worker groups: a request's `model` picks one, whose current dispatcher decides. */
+  policy: PolicyState;
   tokenizer: RoutingTokenizer;
   agent: Agent;
   health: HealthMonitor;
@@ -82,6 +86,20 @@ export interface ProxyContext {
   workerLabel(worker: Worker): string;
   /** With --otel: where the request spans go (tracing.ts); undefined = no OTel call at all. */
   tracer?: Tracer | undefined;
+  /** The traffic recorder (recording/): read once per request, nothing more while it is off. */
+  recorder?: TraceRecorder | undefined;
+  /** With --shadow-profile: the live cache model every dispatched attempt goes through. */
+  shadow?: ShadowCacheModel | undefined;
+}
+
+/** What a recorded request's line says about its last attempt. */
+interface Outcome {
+  rank: number;
+  reason: string;
+  status: number;
+  firstByteAt?: number | undefined;
+  usage?: ReportedUsage | undefined;
+  streamedTokens?: number | undefined;
 }
 
 /** Serves one proxied POST on the raw request/response; never throws. */
@@ -125,7 +143,7 @@ export function noRankLeft(
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
-  const { config, table, dispatcher, tokenizer, agent, outlier, admission, metrics, log, kvIndex } =
+  const { config, table, policy, tokenizer, agent, outlier, admission, metrics, log, kvIndex } =
     ctx;
   const rel = ctx.reliability;
   const budget = new RetryBudget(config);
@@ -187,6 +205,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     let reserved = 0;
     let admitted = false;
     const rt = new RequestTrace(req.headers.traceparent, ctx.tracer, route);
+    const receivedAt = ctx.recorder?.active ? performance.now() : 0;
     try {
       const key = admission.checkApiKey(req.headers.authorization);
       if (config.rateLimitRps > 0)
@@ -203,7 +222,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       if (slot !== true) await slot;
       admitted = true;
       budget.active++;
-      await handleProxy(req, res, kind, route, body.raw, rt);
+      await handleProxy(req, res, kind, route, body.raw, rt, receivedAt);
     } catch (err) {
       if (err === CLIENT_GONE) {
         countRejected(route, 499);
@@ -253,14 +272,30 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     route: string,
     raw: Buffer,
     rt: RequestTrace,
+    receivedAt: number,
   ): Promise<void> {
     if (raw.length === 0) {
       throw badRequest('Request body is empty: expected a JSON object', { code: 'invalid_json' });
     }
-    const { routeRequest, stream, routedRankSpans } = readRequest(req, kind, raw, ctx.limits());
+    // A recorded request (and, with --shadow-profile, every request) keeps its whole prompt's
+    // tokens: the trace's block ids and the cache model cover all of it, routing reads less.
+    const recorded = receivedAt !== 0 && ctx.recorder!.sample();
+    const shadow = ctx.shadow;
+    const { routeRequest, stream, routedRankSpans, allIds } = readRequest(
+      req,
+      kind,
+      raw,
+      ctx.limits(),
+      recorded || shadow !== undefined,
+    );
+    const group = policy.resolve(routeRequest.model);
+    // Other groups' ranks: the policy sees them as down (undefined with one group).
+    const outside = group.outside;
+    // What the recorded line says (the last attempt's rank and outcome).
+    const rec: Outcome | undefined = recorded ? { rank: -1, reason: '', status: 0 } : undefined;
     const routed = routeRequest.routedRank;
     if (routed !== undefined) {
-      checkRoutedRank(routed, routedRankParam(routeRequest.routedRankSource));
+      checkRoutedRank(routed, routedRankParam(routeRequest.routedRankSource), group);
     }
     // The policy's request also carries max new tokens: its dispatch ticket weighs the load
     // (promptTokens when the scan passed only the prefix the method reads).
@@ -285,21 +320,27 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     };
     res.on('close', onClose);
 
-    // Allocated on the first failure only: most requests never retry.
+    // Allocated on the first failure only: most requests never retry. Holds the other
+    // groups' ranks too, once allocated; until then `outside` stands for it.
     let excluded: Set<number> | undefined;
     let lastFailure: { rank: number; workerRank: number; failure: AttemptFailure } | undefined;
     let retrying = false;
     try {
       for (let attemptNo = 0; ; attemptNo++) {
         if (clientGone) {
+          if (rec) rec.status = 499;
           countRejected(route, 499);
           return;
         }
         if (timedOut) throw deadlineError();
         const full = fullRanks();
-        const skip = full ? new Set([...(excluded ?? []), ...full]) : excluded;
+        const skip = full
+          ? new Set([...(excluded ?? outside ?? []), ...full])
+          : (excluded ?? outside);
         const view = table.view(skip);
         let decision: DispatchTicket;
+        // The group's policy now: a switch after this leaves this attempt's ticket on it.
+        const dispatcher = group.dispatcher;
         const t0 = performance.now();
         try {
           // The ticket holds the rank's load until it is closed below, whatever happens.
@@ -310,7 +351,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           );
         } catch (err) {
           if (err instanceof NoHealthyRankError || err instanceof RoutedRankError) {
-            if (full && table.hasHealthy(excluded)) {
+            if (full && table.hasHealthy(excluded ?? outside)) {
               // Every routable rank is at --max-concurrent-per-rank: wait for one to free up.
               await admission.waitForChange();
               attemptNo--;
@@ -350,12 +391,23 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           if (routed !== undefined || attemptNo >= config.maxRetries || !budget.hasRoom()) {
             return false;
           }
-          const ex = new Set(excluded);
+          const ex = new Set(excluded ?? outside);
           ex.add(rank);
           return table.hasHealthy(ex);
         };
         const sentAt = performance.now();
         const m = rankMetrics(rankLabel, worker);
+        if (rec) {
+          rec.rank = rank;
+          rec.reason = decision.reason;
+          rec.firstByteAt = undefined;
+        }
+        const predicted: ShadowTicket | undefined = shadow?.begin(
+          rank,
+          worker.url,
+          allIds!,
+          routeRequest.maxTokens,
+        );
         const headers = upstreamRequestHeaders(
           req.headers,
           outBody.length,
@@ -380,7 +432,9 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           maxHeldBytes: config.maxHeldResponseBytes,
           decide: (status) => (status >= 500 && canRetryAfter() ? 'discard' : 'pipe'),
           onFirstByte: () => {
-            (stream ? m.ttftStream : m.ttftPlain).observe((performance.now() - sentAt) / 1e3);
+            const now = performance.now();
+            if (rec) rec.firstByteAt = now;
+            (stream ? m.ttftStream : m.ttftPlain).observe((now - sentAt) / 1e3);
             rt.firstByte(rank, decision.reason);
           },
           interToken: m.interToken,
@@ -395,6 +449,9 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         let result: ForwardResult;
         try {
           result = await thisCall.start();
+        } catch (err) {
+          predicted?.done(undefined, false);
+          throw err;
         } finally {
           // Whatever happened (even a throw from undici's dispatch), the rank's load goes back.
           decision.done();
@@ -406,7 +463,14 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           admission.wake();
         }
 
+        if (predicted) {
+          predicted.done(
+            result.kind === 'piped' ? result.usage : undefined,
+            result.kind === 'piped' && result.end === 'complete',
+          );
+        }
         if (result.kind === 'aborted') {
+          if (rec) rec.status = timedOut ? 504 : 499;
           if (timedOut) {
             outlier.failure(worker, 'request deadline passed');
             throw deadlineError();
@@ -419,7 +483,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           if (failure.kind === 'connect') ctx.health.reportConnectError(worker, failure.detail);
           if (failure.kind !== 'worker-down') outlier.failure(worker, failure.detail);
           rel.failure(rankLabel, 'before-client-bytes', failure.kind);
-          excluded ??= new Set<number>();
+          excluded ??= new Set<number>(outside);
           excluded.add(rank);
           lastFailure = { rank, workerRank: worker.ranks[0] ?? rank, failure };
           if ((failure.kind === 'status' || canRetryAfter()) && budget.tryAcquire()) {
@@ -463,12 +527,37 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           if (usage.outputTokens !== undefined) m.outputTokens.inc(usage.outputTokens);
         }
         metrics.countRequest(route, rankLabel, decision.reason, status);
+        if (rec) {
+          rec.status = Number(status);
+          rec.usage = usage;
+          if (stream) rec.streamedTokens = thisCall.tokenEvents;
+        }
         return;
       }
+    } catch (err) {
+      if (rec) rec.status = (err as { status?: number }).status ?? 500;
+      throw err;
     } finally {
       if (retrying) budget.release();
       clearTimeout(timer);
       res.off('close', onClose);
+      // Requests that never reached a rank (refused, no rank healthy) have no line.
+      if (rec && rec.rank >= 0) {
+        ctx.recorder!.record({
+          receivedAt,
+          ids: allIds!,
+          rank: rec.rank,
+          reason: rec.reason,
+          usage: rec.usage,
+          streamedTokens: rec.streamedTokens,
+          firstByteAt: rec.firstByteAt,
+          endAt: performance.now(),
+          status: rec.status || 500,
+          routingKey: routeRequest.routingKey,
+          model: routeRequest.model,
+          stream,
+        });
+      }
     }
   }
 
@@ -482,24 +571,36 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     kind: RequestKind,
     raw: Buffer,
     limits: RequestLimits,
+    wholePrompt: boolean,
   ): {
     routeRequest: ProtocolRouteRequest;
     stream: boolean;
     routedRankSpans: [number, number][];
+    /** With wholePrompt: every prompt token (routeRequest.inputIds is capped for the method). */
+    allIds?: Uint32Array;
   } {
-    const cap = dispatcher.maxPromptTokens;
+    const cap = policy.maxPromptTokens;
     if (tokenizer.kind === 'approximate') {
-      const scanned = scanRequest(kind, raw, { maxPromptTokens: cap, limits });
+      const scanned = scanRequest(kind, raw, {
+        maxPromptTokens: wholePrompt ? Number.POSITIVE_INFINITY : cap,
+        limits,
+      });
+      const routeRequest = routeRequestFromScan(scanned, req.headers);
+      const allIds = scanned.inputIds;
+      // The method gets exactly what a capped scan would have given it.
+      if (wholePrompt && allIds.length > cap) routeRequest.inputIds = allIds.subarray(0, cap);
       return {
-        routeRequest: routeRequestFromScan(scanned, req.headers),
+        routeRequest,
         stream: scanned.stream,
         routedRankSpans: scanned.routedRankSpans,
+        ...(wholePrompt ? { allIds } : {}),
       };
     }
     const body = parseJsonBody(raw, limits);
     const parsed: ParsedRequest = parseRequest(kind, body, limits);
     // Also the policy's RouteRequest as is: same field names, absent hints left out.
     const routeRequest = buildRouteRequest(parsed, tokenizer, req.headers);
+    const allIds = routeRequest.inputIds;
     if (routeRequest.inputIds.length > cap) {
       routeRequest.promptTokens = routeRequest.inputIds.length;
       routeRequest.inputIds = routeRequest.inputIds.subarray(0, cap);
@@ -509,6 +610,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       stream: parsed.stream,
       routedRankSpans:
         body.routed_dp_rank === undefined ? [] : topLevelSpans(raw, 'routed_dp_rank'),
+      ...(wholePrompt ? { allIds } : {}),
     };
   }
 
@@ -525,7 +627,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     return out;
   }
 
-  function checkRoutedRank(routed: number, source: string): void {
+  function checkRoutedRank(routed: number, source: string, group: WorkerGroup): void {
     if (!config.allowRankOverride) {
       throw new RouterError(
         'rank_override_forbidden',
@@ -538,6 +640,13 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       throw new RouterError(
         'invalid_rank',
         `${source} ${routed} is not a rank of this router: it has ranks 0..${table.size - 1}`,
+        source,
+      );
+    }
+    if (group.outside?.has(routed)) {
+      throw new RouterError(
+        'invalid_rank',
+        `${source} ${routed} serves another model than "${group.name}"`,
         source,
       );
     }

@@ -10,12 +10,32 @@
 
 export class ChainedPrefixIndex {
   private sets: Map<number, true>[] = [];
+  // Inverted: which ranks hold each key, so a match starts from the ranks holding the first
+  // window instead of asking every rank.
+  private holders = new Map<number, number[]>();
   evictions = 0;
 
   /** Number of ranks tracked; grows and shrinks with the host's rank count. */
   resize(numRanks: number): void {
     while (this.sets.length < numRanks) this.sets.push(new Map());
+    for (let r = numRanks; r < this.sets.length; r++) this.clear(r);
     if (this.sets.length > numRanks) this.sets.length = numRanks;
+  }
+
+  private addHolder(key: number, rank: number): void {
+    const list = this.holders.get(key);
+    if (list) list.push(rank);
+    else this.holders.set(key, [rank]);
+  }
+
+  private dropHolder(key: number, rank: number): void {
+    const list = this.holders.get(key);
+    if (!list) return;
+    const i = list.indexOf(rank);
+    if (i < 0) return;
+    list[i] = list[list.length - 1] as number;
+    list.pop();
+    if (list.length === 0) this.holders.delete(key);
   }
 
   get numRanks(): number {
@@ -24,7 +44,10 @@ export class ChainedPrefixIndex {
 
   /** Forgets everything a rank held (it restarted, died, or was removed). */
   clear(rank: number): void {
-    this.sets[rank]?.clear();
+    const set = this.sets[rank];
+    if (!set || set.size === 0) return;
+    for (const key of set.keys()) this.dropHolder(key, rank);
+    set.clear();
   }
 
   /** Entries (windows) held for a rank. */
@@ -61,6 +84,33 @@ export class ChainedPrefixIndex {
   }
 
   /**
+   * The ranks holding at least the first key that `accept` admits, with how many leading keys
+   * each holds: `outRanks[i]` holds `outCounts[i]` keys (both cleared first). Same answers as
+   * `match` for those ranks (every rank not listed holds none), at a cost of the holders'
+   * matched lengths, whatever the rank count.
+   */
+  matchHolders(
+    keys: readonly number[],
+    accept: (rank: number) => boolean,
+    outRanks: number[],
+    outCounts: number[],
+  ): void {
+    outRanks.length = 0;
+    outCounts.length = 0;
+    if (keys.length === 0) return;
+    const first = this.holders.get(keys[0] as number);
+    if (!first) return;
+    for (const r of first) {
+      if (!accept(r)) continue;
+      const set = this.sets[r] as Map<number, true>;
+      let n = 1;
+      while (n < keys.length && set.has(keys[n] as number)) n++;
+      outRanks.push(r);
+      outCounts.push(n);
+    }
+  }
+
+  /**
    * Records that `rank` now caches the prefixes `keys` (all windows of one request), keeping
    * at most `capacity` keys for the rank (least recently used go first). Returns how many
    * keys were new to the rank (what it had to prefill, as far as the index knows).
@@ -78,9 +128,11 @@ export class ChainedPrefixIndex {
           const oldest = set.keys().next();
           if (!oldest.done) {
             set.delete(oldest.value);
+            this.dropHolder(oldest.value, rank);
             this.evictions++;
           }
         }
+        this.addHolder(key, rank);
       }
       set.set(key, true);
     }

@@ -199,6 +199,15 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
   const blockKeys: number[] = [];
   let lastShared = 0;
   const matched: number[] = [];
+  const touched: number[] = [];
+  const counts: number[] = [];
+  let denseWritten = false;
+  // One closure for the sparse match's health filter, pointed at the current ranks per call.
+  const healthyRank = {
+    ranks: [] as readonly RankState[],
+    accept: (r: number): boolean =>
+      r < healthyRank.ranks.length && (healthyRank.ranks[r] as RankState).healthy,
+  };
   const healthyRanks: number[] = [];
   const liveRanks: number[] = [];
   const fill: number[] = [];
@@ -261,39 +270,56 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
     matchAll(ctx, k) {
       // No sync here: ranks the index does not know yet hold nothing, and unhealthy ranks are
       // not matched, so reading before the commit's sync gives the same answer.
+      const kv = ctx.kvIndex;
+      if (!kv) {
+        // Learned index only: start from the ranks holding the first window (the inverted
+        // index), so no rank that holds none of the prompt is visited. `matched` stays a dense
+        // array of zeros between calls; only the entries written last time are reset.
+        const n = ctx.ranks.length;
+        if (matched.length !== n || denseWritten) {
+          matched.length = n;
+          matched.fill(0);
+          denseWritten = false;
+        } else for (const r of touched) if (r < n) matched[r] = 0;
+        healthyRank.ranks = ctx.ranks;
+        index.matchHolders(k, healthyRank.accept, touched, counts);
+        for (let i = 0; i < touched.length; i++) {
+          matched[touched[i] as number] = (counts[i] as number) * window;
+        }
+        return matched;
+      }
+      // The dense path writes every entry; the sparse one must then reset them all once.
+      denseWritten = true;
       healthyRanks.length = 0;
       liveRanks.length = 0;
-      const kv = ctx.kvIndex;
       for (const r of ctx.healthy) {
-        if (kv?.isLive(r.rank)) liveRanks.push(r.rank);
+        if (kv.isLive(r.rank)) liveRanks.push(r.rank);
         else healthyRanks.push(r.rank);
       }
       matched.length = ctx.ranks.length;
       matched.fill(0);
       if (k.length > 0 && healthyRanks.length > 0) index.match(k, healthyRanks, matched);
       for (let i = 0; i < matched.length; i++) matched[i] = (matched[i] as number) * window;
-      if (kv) {
-        if (liveRanks.length > 0) {
-          // What this dispatcher sent in the last pendingMs and the engine has not reported
-          // yet (prefills in flight) counts as held too.
-          const pendingOn = k.length > 0 && pending.size() > 0;
-          if (pendingOn) {
-            pending.match(k, liveRanks, ctx.nowMs, pendingMatched);
-            for (const r of liveRanks) pendingMatched[r] = (pendingMatched[r] as number) * window;
-          }
-          const ids = ctx.request.inputIds;
-          const bs = kv.blockSize;
-          if (ids && bs !== undefined && blockKeys.length === 0 && window % bs !== 0) {
-            // Block size not dividing the window: the events index needs keys of its own.
-            chainedBlockKeys(ids, bs, maxPrefixTokens, blockKeys);
-            lastRequest = undefined;
-          }
-          kv.matchKeys(blockKeys, liveRanks, matched);
-          if (pendingOn) {
-            for (const r of liveRanks) {
-              const p = pendingMatched[r] as number;
-              if (p > (matched[r] as number)) matched[r] = p;
-            }
+      if (liveRanks.length > 0) {
+        // What this dispatcher sent in the last pendingMs and the engine has not reported
+        // yet (prefills in flight) counts as held too.
+        const pendingOn = k.length > 0 && pending.size() > 0;
+        if (pendingOn) {
+          pending.match(k, liveRanks, ctx.nowMs, pendingMatched);
+          for (const r of liveRanks) pendingMatched[r] = (pendingMatched[r] as number) * window;
+        }
+        const ids = ctx.request.inputIds;
+        const bs = kv.blockSize;
+        if (ids && bs !== undefined && blockKeys.length === 0 && window % bs !== 0) {
+          // Block size not dividing the window: the events index needs keys of its own.
+          chainedBlockKeys(ids, bs, maxPrefixTokens, blockKeys);
+          lastRequest = undefined;
+        }
+        kv.matchKeys(blockKeys, liveRanks, matched);
+        if (pendingOn) {
+          for (const r of liveRanks) {
+            const p = pendingMatched[r] as number;
+            if (p > (matched[r] as number)) matched[r] = p;
           }
         }
       }

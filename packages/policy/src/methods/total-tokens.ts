@@ -1,14 +1,16 @@
 // total_tokens: the healthy rank with the fewest in-flight tokens, then the fewest requests.
 //
-// Algorithm: one pass for the lexicographic minimum (tokens, requests) over healthy ranks;
-// remaining ties go to the dispatcher's rotating tie-breaker (SGLang sent them to rank 0 and
-// considered inactive ranks).
-// Cost: O(healthy ranks), no allocation unless there is a tie.
+// Algorithm: the lexicographic minimum (tokens, requests) over healthy ranks (the tracker's
+// load index, or one pass); remaining ties go to the dispatcher's rotating tie-breaker
+// (SGLang sent them to rank 0 and considered inactive ranks).
+// Cost: O(log ranks) through the load tracker's index when the host dispatches on the
+// tracker's own ranks (Dispatcher.begin without a view); else one pass over the healthy ranks.
 // Failure modes: cache-blind, so shared prefixes scatter; "tokens" are the host's estimate
 // (input + max new tokens, the dispatch ticket's accounting rule), not the engine's actual work.
 // Options: none.
 import { defineMethod } from '../define-method.ts';
-import type { Decision, Method, MethodContext, RankState } from '../types.ts';
+import { leastBy } from '../pickers.ts';
+import type { Decision, Method, MethodContext } from '../types.ts';
 
 export const createTotalTokens = defineMethod(
   'total_tokens',
@@ -18,32 +20,7 @@ export const createTotalTokens = defineMethod(
       name: 'total_tokens',
       maxPromptTokens: 0,
       select(ctx: MethodContext): Decision {
-        const healthy = ctx.healthy;
-        let minTokens = Number.POSITIVE_INFINITY;
-        let minRequests = Number.POSITIVE_INFINITY;
-        let count = 0;
-        let best = healthy[0] as RankState;
-        for (const r of healthy) {
-          if (
-            r.inFlightTokens < minTokens ||
-            (r.inFlightTokens === minTokens && r.inFlightRequests < minRequests)
-          ) {
-            minTokens = r.inFlightTokens;
-            minRequests = r.inFlightRequests;
-            best = r;
-            count = 1;
-          } else if (r.inFlightTokens === minTokens && r.inFlightRequests === minRequests) {
-            count++;
-          }
-        }
-        if (count > 1) {
-          best = ctx.tieBreak(
-            healthy.filter(
-              (r) => r.inFlightTokens === minTokens && r.inFlightRequests === minRequests,
-            ),
-          );
-        }
-        return { rank: best.rank, reason: 'least-tokens' };
+        return { rank: leastBy(ctx, 'tokens').rank, reason: 'least-tokens' };
       },
     }) satisfies Method,
 );

@@ -12,6 +12,7 @@ import {
   SIM_OPTIONS,
 } from '../common.ts';
 import { emitRunReport } from '../emit-report.ts';
+import { PD_FLAGS_HELP, PD_OPTIONS, readLayout, runPdLayout } from '../pd-layout.ts';
 import { compare } from '../simulate.ts';
 
 const usage = `usage: kvroute-sim run --scenario NAME [--policies a,b,c] [flags]
@@ -24,12 +25,14 @@ TTFT, throughput, per-rank imbalance, evicted tokens and queueing delay.
   --policies LIST       comma-separated method names (default ${DEFAULT_POLICIES});
                         per-policy options as name:key=value, e.g. prefix_match:window=128
 ${ROUTER_FLAGS_HELP}
+${PD_FLAGS_HELP}
 ${SIM_FLAGS_HELP}
 
 examples:
   kvroute-sim run --scenario seed-sequential --policies round_robin,total_tokens,prefix_match
   kvroute-sim run --scenario agentic --ranks 8 --set sessions=50 --json - | jq '.policies[].hitRate'
   kvroute-sim run --scenario agentic --ranks 4 --policies cache_aware --replicas 3 --index-source events
+  kvroute-sim run --scenario agentic --ranks 8 --layout pd --prefill-ranks 4 --decode-ranks 4 --link-gbps 400 --prefill-policy cache_aware --decode-policy total_tokens --html pd.html
 `;
 
 export const command: Subcommand = {
@@ -42,9 +45,11 @@ export const command: Subcommand = {
       policies: { type: 'string' },
       ...SIM_OPTIONS,
       ...ROUTER_OPTIONS,
+      ...PD_OPTIONS,
     });
     const scenario = requireScenario(p);
     const flags = readSimFlags(p, scenario, io);
+    if (readLayout(p) === 'pd') return runPdLayout(io, p, { command: 'run', scenario, flags });
     const policies = readPolicies(p, flags);
     const { report, samples, extras } = compare(io, {
       command: 'run',

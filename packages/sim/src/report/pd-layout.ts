@@ -1,0 +1,330 @@
+// The layout report: colocated against prefill/decode-disaggregated on one workload (run
+// --layout pd) or over prefill:decode splits at one GPU count (sweep --layout pd). The same
+// object renders as the text table, JSON, CSV, markdown and a self-contained HTML page.
+import type { TopLevelSpec } from 'vega-lite';
+import type { HitRateTarget, LayoutRow } from '../pd/compare-layouts.ts';
+import { ecdfPoints } from './charts.ts';
+import { fmtInt, fmtMs, fmtNum, fmtPct, renderTable } from './format.ts';
+import { escapeHtml, htmlPage, renderSvg } from './html.ts';
+
+export interface LayoutReport {
+  format: 'kvroute-sim-layouts/v1';
+  command: 'run' | 'sweep';
+  scenario: string;
+  scenarioOptions: Record<string, unknown>;
+  profile: string;
+  seed: string | number;
+  link: { gbps: number; setupMs: number };
+  prefillPolicy: string;
+  decodePolicy: string;
+  /** The rows, without their TTFT samples. */
+  rows: Omit<LayoutRow, 'ttftSamples'>[];
+  targets: HitRateTarget[];
+}
+
+export function layoutReport(
+  head: Omit<LayoutReport, 'format' | 'rows' | 'targets'>,
+  rows: readonly LayoutRow[],
+  targets: readonly HitRateTarget[],
+): LayoutReport {
+  return {
+    format: 'kvroute-sim-layouts/v1',
+    ...head,
+    rows: rows.map(({ ttftSamples: _s, ...r }) => r),
+    targets: [...targets],
+  };
+}
+
+const HEADER = [
+  'layout',
+  'GPUs',
+  'policy',
+  'hit rate',
+  'TTFT p50',
+  'TTFT p90',
+  'TTFT p99',
+  'ITL p50',
+  'ITL p99',
+  'transfer p50',
+  'decode wait p50',
+  'req/s',
+  'tok/s',
+  'out tok/s/GPU',
+  'failed',
+];
+
+function cells(r: LayoutReport['rows'][number]): string[] {
+  return [
+    r.label,
+    String(r.gpus),
+    r.decodePolicy !== undefined ? `${r.policy} / ${r.decodePolicy}` : r.policy,
+    fmtPct(r.hitRate),
+    fmtMs(r.ttftMs.p50),
+    fmtMs(r.ttftMs.p90),
+    fmtMs(r.ttftMs.p99),
+    fmtMs(r.itlMs.p50),
+    fmtMs(r.itlMs.p99),
+    r.transferMs ? fmtMs(r.transferMs.p50) : '-',
+    r.decodeWaitMs ? fmtMs(r.decodeWaitMs.p50) : '-',
+    fmtNum(r.throughputRps),
+    fmtInt(r.throughputTokPerS),
+    fmtInt(r.outputTokPerSPerGpu),
+    String(r.failed),
+  ];
+}
+
+/** One line per PD split: its prefill hit rate against colocated on as many GPUs. */
+export function targetLines(report: LayoutReport): string[] {
+  return report.targets.map((t) => {
+    const [p, d] = t.split;
+    const gap = (t.pdHitRate - t.colocatedHitRate) * 100;
+    return `hit-rate target, pd ${p}:${d}: prefill side ${fmtPct(t.pdHitRate)} vs colocated ${report.prefillPolicy} on ${p} ranks ${fmtPct(t.colocatedHitRate)} (${gap >= 0 ? '+' : ''}${gap.toFixed(2)} pt): ${t.met ? 'met' : 'MISSED'}${t.replyShare > 0 ? `; previous replies, cached only where they were generated, are ${fmtPct(t.replyShare)} of input tokens` : ''}`;
+  });
+}
+
+function meta(report: LayoutReport): string {
+  return `scenario ${report.scenario}, profile ${report.profile}, seed ${report.seed}; PD: prefill ${report.prefillPolicy}, decode ${report.decodePolicy}, link ${report.link.gbps} Gb/s + ${report.link.setupMs} ms setup; colocated rows run the prefill method on every rank. ITL = per-request mean inter-token latency; transfer = link queueing + whole-prompt KV transfer.`;
+}
+
+export function renderLayoutTable(report: LayoutReport): string {
+  return `${[
+    renderTable(HEADER, report.rows.map(cells)),
+    '',
+    ...targetLines(report),
+    meta(report),
+  ].join('\n')}\n`;
+}
+
+export function renderLayoutMarkdown(report: LayoutReport): string {
+  const esc = (s: string) => s.replace(/\|/g, '\\|');
+  const lines = [
+    `# kvroute-sim layouts: ${report.scenario}`,
+    '',
+    meta(report),
+    '',
+    `| ${HEADER.join(' | ')} |`,
+    `| ${HEADER.map((_, i) => (i === 0 || i === 2 ? '---' : '---:')).join(' | ')} |`,
+    ...report.rows.map((r) => `| ${cells(r).map(esc).join(' | ')} |`),
+    '',
+    ...targetLines(report).map((l) => `- ${l}`),
+    '',
+  ];
+  return lines.join('\n');
+}
+
+function round6(_key: string, value: unknown): unknown {
+  if (typeof value === 'number' && !Number.isInteger(value) && Number.isFinite(value)) {
+    return Math.round(value * 1e6) / 1e6;
+  }
+  return value;
+}
+
+export function layoutToJson(report: LayoutReport): string {
+  return `${JSON.stringify(report, round6, 2)}\n`;
+}
+
+export function layoutToCsv(report: LayoutReport): string {
+  const cols = [
+    'layout',
+    'label',
+    'gpus',
+    'prefill_ranks',
+    'decode_ranks',
+    'policy',
+    'decode_policy',
+    'requests',
+    'failed',
+    'hit_rate',
+    'ttft_p50_ms',
+    'ttft_p90_ms',
+    'ttft_p99_ms',
+    'itl_p50_ms',
+    'itl_p99_ms',
+    'transfer_p50_ms',
+    'decode_wait_p50_ms',
+    'throughput_rps',
+    'throughput_tok_per_s',
+    'output_tok_per_s_per_gpu',
+  ];
+  const n = (v: number | undefined) => (v === undefined ? '' : String(round6('', v)));
+  const lines = report.rows.map((r) =>
+    [
+      r.layout,
+      r.label,
+      r.gpus,
+      r.prefillRanks,
+      r.decodeRanks,
+      r.policy,
+      r.decodePolicy ?? '',
+      r.requests,
+      r.failed,
+      n(r.hitRate),
+      n(r.ttftMs.p50),
+      n(r.ttftMs.p90),
+      n(r.ttftMs.p99),
+      n(r.itlMs.p50),
+      n(r.itlMs.p99),
+      n(r.transferMs?.p50),
+      n(r.decodeWaitMs?.p50),
+      n(r.throughputRps),
+      n(r.throughputTokPerS),
+      n(r.outputTokPerSPerGpu),
+    ].join(','),
+  );
+  return `${[cols.join(','), ...lines].join('\n')}\n`;
+}
+
+const WIDTH = 560;
+
+function ttftCdf(rows: readonly LayoutRow[]): TopLevelSpec {
+  const labels = rows.map((r) => r.label);
+  const values = rows.flatMap((r) =>
+    ecdfPoints(r.ttftSamples).map((p) => ({ layout: r.label, ttftMs: p.x, fraction: p.y })),
+  );
+  const xs = values.map((v) => v.ttftMs).filter((x) => x > 0);
+  const lo = xs.length > 0 ? Math.min(...xs) : 1;
+  const hi = xs.length > 0 ? Math.max(...xs) : 1;
+  const log = hi / lo > 20;
+  return {
+    title: 'TTFT distribution per layout',
+    width: WIDTH,
+    height: 260,
+    data: { values },
+    mark: { type: 'line', interpolate: 'step-after' },
+    encoding: {
+      x: {
+        field: 'ttftMs',
+        type: 'quantitative',
+        title: 'TTFT (ms)',
+        scale: log ? { type: 'log', domain: [lo, hi] } : { domain: [0, hi] },
+      },
+      y: { field: 'fraction', type: 'quantitative', title: 'fraction of requests' },
+      color: {
+        field: 'layout',
+        type: 'nominal',
+        scale: { domain: labels },
+        legend: { orient: 'bottom', columns: 1 },
+      },
+      strokeDash: { field: 'layout', type: 'nominal', scale: { domain: labels } },
+    },
+  } as TopLevelSpec;
+}
+
+/** Grouped bars of one family of figures (TTFT or ITL percentiles, throughput) per layout. */
+function bars(
+  title: string,
+  rows: readonly LayoutRow[],
+  series: readonly [string, (r: LayoutRow) => number][],
+  axis: string,
+): TopLevelSpec {
+  const labels = rows.map((r) => r.label);
+  const names = series.map(([n]) => n);
+  const values = rows.flatMap((r) =>
+    series.map(([name, f]) => ({ layout: r.label, name, value: f(r) })),
+  );
+  return {
+    title,
+    width: WIDTH,
+    height: Math.max(80, 18 * values.length),
+    data: { values },
+    encoding: {
+      y: { field: 'layout', type: 'nominal', sort: labels, title: null },
+      yOffset: { field: 'name', type: 'nominal', sort: names },
+      x: { field: 'value', type: 'quantitative', title: axis },
+    },
+    layer: [
+      {
+        mark: 'bar',
+        encoding: {
+          color: {
+            field: 'name',
+            type: 'nominal',
+            scale: { domain: names },
+            legend: { orient: 'bottom', title: null },
+          },
+        },
+      },
+      {
+        mark: { type: 'text', align: 'left', dx: 3, fontSize: 10 },
+        encoding: { text: { field: 'value', type: 'quantitative', format: ',.1f' } },
+      },
+    ],
+  } as TopLevelSpec;
+}
+
+async function chart(spec: TopLevelSpec): Promise<string> {
+  return `<div class="chart">${await renderSvg(spec)}</div>`;
+}
+
+export async function renderLayoutHtml(
+  report: LayoutReport,
+  rows: readonly LayoutRow[],
+): Promise<string> {
+  const title = `kvroute-sim layouts: ${report.scenario}`;
+  const th = HEADER.map((h) => `<th>${escapeHtml(h)}</th>`).join('');
+  const trs = report.rows
+    .map(
+      (r) =>
+        `<tr${r.layout === 'pd' ? ' class="pd"' : ''}>${cells(r)
+          .map((c) => `<td>${escapeHtml(c)}</td>`)
+          .join('')}</tr>`,
+    )
+    .join('\n');
+  const targets = targetLines(report)
+    .map((l) => `<li>${escapeHtml(l)}</li>`)
+    .join('\n');
+  const body = [
+    `<h1>${escapeHtml(title)}</h1>`,
+    `<p class="meta">${escapeHtml(meta(report))} Times in ms of simulated time.</p>`,
+    `<div class="wide"><table>\n<thead><tr>${th}</tr></thead>\n<tbody>\n${trs}\n</tbody>\n</table></div>`,
+    ...(targets ? [`<ul>${targets}</ul>`] : []),
+    '<h2>Time to first token</h2>',
+    await chart(ttftCdf(rows)),
+    await chart(
+      bars(
+        'TTFT per layout',
+        rows,
+        [
+          ['p50', (r) => r.ttftMs.p50],
+          ['p90', (r) => r.ttftMs.p90],
+          ['p99', (r) => r.ttftMs.p99],
+        ],
+        'ms',
+      ),
+    ),
+    '<h2>Inter-token latency</h2>',
+    await chart(
+      bars(
+        'Per-request mean inter-token latency',
+        rows,
+        [
+          ['p50', (r) => r.itlMs.p50],
+          ['p99', (r) => r.itlMs.p99],
+        ],
+        'ms',
+      ),
+    ),
+    '<h2>Throughput</h2>',
+    await chart(
+      bars(
+        'Output tokens per second per GPU',
+        rows,
+        [['out tok/s/GPU', (r) => r.outputTokPerSPerGpu]],
+        'tokens/s',
+      ),
+    ),
+  ].join('\n');
+  const style = `
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1400px; color: #222; padding: 0 1rem; }
+h1 { font-size: 1.4rem; } h2 { font-size: 1.1rem; margin-top: 2rem; }
+table { border-collapse: collapse; font-size: 0.85rem; }
+th, td { border-bottom: 1px solid #ddd; padding: 0.3rem 0.6rem; text-align: right; white-space: nowrap; }
+th:first-child, td:first-child { text-align: left; }
+th { white-space: normal; vertical-align: bottom; }
+tr.pd { background: #f3f7fd; }
+.meta { color: #555; font-size: 0.9rem; }
+.chart { margin: 1rem 0; overflow-x: auto; }
+.wide { overflow-x: auto; }
+`;
+  return htmlPage(title, body, style);
+}
