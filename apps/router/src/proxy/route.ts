@@ -52,7 +52,7 @@ import type { RankTable, Worker } from '../rank-table.ts';
 import type { TraceRecorder } from '../recording/recorder.ts';
 import type { ReliabilityMetrics } from '../reliability-metrics.ts';
 import type { ShadowCacheModel, ShadowTicket } from '../shadow/shadow-cache.ts';
-import { firstByteTimeoutMs } from '../timeouts.ts';
+import { FirstByteBound, loadCostProfile } from '../timeouts.ts';
 import { RequestTrace } from '../tracing.ts';
 import { CLIENT_GONE, readBody } from './body.ts';
 import {
@@ -147,6 +147,11 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     ctx;
   const rel = ctx.reliability;
   const budget = new RetryBudget(config);
+  // A bad --cost-profile fails the router's construction, naming the flag.
+  const firstByte = new FirstByteBound(
+    config,
+    config.costProfile !== undefined ? loadCostProfile(config.costProfile) : undefined,
+  );
   const logLimiter = new LogLimiter();
   const outbound: OutboundHeaderPolicy = {
     forwardClientAuth: config.forwardClientAuth,
@@ -302,7 +307,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     const policyRequest: ProtocolRouteRequest & { maxNewTokens?: number } = routeRequest;
     policyRequest.maxNewTokens = routeRequest.maxTokens;
     const promptTokens = routeRequest.promptTokens ?? routeRequest.inputIds.length;
-    const firstByteMs = firstByteTimeoutMs(config, promptTokens, routeRequest.maxTokens, stream);
+    const firstByteMs = firstByte.ms(promptTokens, routeRequest.maxTokens, stream);
 
     // One timer for the whole request, across retries; it aborts whichever attempt is current.
     let call: ForwardCall | undefined;
