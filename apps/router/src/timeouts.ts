@@ -77,3 +77,33 @@ export class FirstByteBound {
     return Math.ceil(m.firstByteTimeoutMs + prefill + decode);
   }
 }
+
+const bounds = new WeakMap<object, FirstByteBound>();
+
+/**
+ * The bound for a router config, built once per config (its --cost-profile loaded then; a bad
+ * one throws, naming the flag).
+ */
+export function firstByteBoundFor(
+  config: TimeoutModel & { costProfile?: string | undefined },
+): FirstByteBound {
+  let b = bounds.get(config);
+  if (!b) {
+    b = new FirstByteBound(
+      config,
+      config.costProfile !== undefined ? loadCostProfile(config.costProfile) : undefined,
+    );
+    bounds.set(config, b);
+  }
+  return b;
+}
+
+/** The first-byte bound of one attempt under `config`, ms (0: timeout off). */
+export function firstByteTimeoutMs(
+  config: TimeoutModel & { costProfile?: string | undefined },
+  promptTokens: number,
+  maxTokens: number,
+  stream: boolean,
+): number {
+  return firstByteBoundFor(config).ms(promptTokens, maxTokens, stream);
+}

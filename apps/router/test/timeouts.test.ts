@@ -8,7 +8,7 @@ import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DEFAULT_CONFIG, resolveConfig } from '../src/config.ts';
 import { buildRouter } from '../src/router.ts';
-import { FirstByteBound, loadCostProfile } from '../src/timeouts.ts';
+import { FirstByteBound, firstByteTimeoutMs, loadCostProfile } from '../src/timeouts.ts';
 import { completionBody, startFakeWorker } from './helpers/fake-worker.ts';
 
 const cleanups: (() => Promise<void> | void)[] = [];
@@ -56,6 +56,9 @@ describe('first-byte bound', () => {
     expect(b.ms(2500, 100, true)).toBe(Math.ceil(10_000 + 3 * 2505));
     // Not streaming: 100 output tokens at the 10 ms decode step.
     expect(b.expectedMs(2500, 100, false)).toBeCloseTo(5 + 2500 + 100 * 10, 6);
+    // Every user of a config (the proxy route, prefill/decode mode) gets the same bound.
+    const config = { ...DEFAULT_CONFIG, firstByteSlowdown: 3, costProfile: slowProfileFile() };
+    expect(firstByteTimeoutMs(config, 2500, 100, true)).toBe(b.ms(2500, 100, true));
     // The linear settings no longer apply.
     const linear = new FirstByteBound(DEFAULT_CONFIG).ms(2500, 100, true);
     expect(b.ms(2500, 100, true)).not.toBe(linear);

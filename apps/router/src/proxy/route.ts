@@ -52,7 +52,7 @@ import type { RankTable, Worker } from '../rank-table.ts';
 import type { TraceRecorder } from '../recording/recorder.ts';
 import type { ReliabilityMetrics } from '../reliability-metrics.ts';
 import type { ShadowCacheModel, ShadowTicket } from '../shadow/shadow-cache.ts';
-import { FirstByteBound, loadCostProfile } from '../timeouts.ts';
+import { firstByteBoundFor } from '../timeouts.ts';
 import { RequestTrace } from '../tracing.ts';
 import { CLIENT_GONE, readBody } from './body.ts';
 import {
@@ -159,10 +159,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
   const rel = ctx.reliability;
   const budget = new RetryBudget(config);
   // A bad --cost-profile fails the router's construction, naming the flag.
-  const firstByte = new FirstByteBound(
-    config,
-    config.costProfile !== undefined ? loadCostProfile(config.costProfile) : undefined,
-  );
+  const firstByte = firstByteBoundFor(config);
   const logLimiter = new LogLimiter();
   const outbound: OutboundHeaderPolicy = {
     forwardClientAuth: config.forwardClientAuth,
