@@ -2,7 +2,12 @@
 // parts: arrivals (host/arrivals.ts: when requests are sent), the request host
 // (host/requests.ts: dispatch, submit, records), the cluster (host/cluster.ts: ranks and
 // cluster events). The policy (from @kvroute/policy, used as is) only decides.
-import { createDispatcher, createLoadTracker, type DispatcherConfig } from '@kvroute/policy';
+import {
+  createDispatcher,
+  createLoadTracker,
+  type Dispatcher,
+  type DispatcherConfig,
+} from '@kvroute/policy';
 import type { CostModel } from './cost/cost-model.ts';
 import { EventQueue } from './engine/event-queue.ts';
 import type { RankModel, StepRecord } from './entities/rank.ts';
@@ -123,6 +128,25 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
     { maxConcurrency: opts.maxConcurrency },
   );
   cluster.schedule(plan.events);
+  // Policy switches (a hot reload): every replica takes a new dispatcher from that moment;
+  // requests already dispatched close their tickets on the one that routed them, and the
+  // load they hold stays on the tracker, where the new dispatcher sees it.
+  const retired: Dispatcher[] = [];
+  for (const e of plan.events) {
+    if (e.kind !== 'policy-switch') continue;
+    const next = e.policy;
+    if (!next || typeof next.method !== 'string') {
+      throw new RangeError(`policy-switch event at ${e.atMs} ms: needs a policy with a method`);
+    }
+    // Built now, so an invalid switch fails the run before it starts, not halfway.
+    createDispatcher(next);
+    q.at(e.atMs, () => {
+      for (const r of replicas) {
+        retired.push(r.dispatcher);
+        r.dispatcher = createDispatcher(next);
+      }
+    });
+  }
 
   let lastProgress = -1;
   const progress = () => {
@@ -146,8 +170,8 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
 
   const { perRank, evictedNodes } = cluster.summaries();
   const reasons: Record<string, number> = {};
-  for (const r of replicas) {
-    for (const [k, v] of Object.entries(r.dispatcher.stats().reasons)) {
+  for (const d of [...retired, ...replicas.map((r) => r.dispatcher)]) {
+    for (const [k, v] of Object.entries(d.stats().reasons)) {
       reasons[k] = (reasons[k] ?? 0) + v;
     }
   }

@@ -6,8 +6,11 @@ import {
   DEFAULT_POLICIES,
   readPolicies,
   readSimFlags,
+  readSwitches,
   SIM_FLAGS_HELP,
   SIM_OPTIONS,
+  SWITCH_FLAGS_HELP,
+  SWITCH_OPTIONS,
 } from '../common.ts';
 import { emitRunReport } from '../emit-report.ts';
 import { UsageError } from '../errors.ts';
@@ -26,6 +29,7 @@ policy and prints the comparison table. The same as 'run --scenario replay --set
   --speedup X           number > 0: arrivals X times faster than recorded (default 1)
   --skip-invalid        switch: skip malformed lines and report how many, instead of failing
                         (default off)
+${SWITCH_FLAGS_HELP}
 ${SIM_FLAGS_HELP}
 
 example:
@@ -46,6 +50,7 @@ export const command: Subcommand = {
         speedup: { type: 'string' },
         'skip-invalid': { type: 'boolean' },
         ...SIM_OPTIONS,
+        ...SWITCH_OPTIONS,
       },
       true,
     );
@@ -80,6 +85,7 @@ export const command: Subcommand = {
       profile: flags.profile,
       policies,
       engine: flags.engine,
+      switches: readSwitches(p, flags),
     });
     await emitRunReport(io, flags.outputs, report, samples, extras);
     return 0;
