@@ -39,6 +39,51 @@ export const DEFAULT_WORKLOAD: Workload = {
   concurrency: 8,
 };
 
+// Deterministic words (no Math.random): word w of stream s.
+export function words(seed: number, n: number): string {
+  const out: string[] = [];
+  let x = seed >>> 0 || 1;
+  for (let i = 0; i < n; i++) {
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
+    out.push(`w${(x % 5000).toString(36)}`);
+  }
+  return out.join(' ');
+}
+
+/** One session of the workload: its tenant's system prompt and its id. */
+export interface Session {
+  system: string;
+  id: number;
+}
+
+export function sessionsOf(workload: Workload): Session[] {
+  const systems = Array.from({ length: workload.tenants }, (_, t) =>
+    words(1000 + t, workload.systemWords),
+  );
+  const sessions: Session[] = [];
+  for (let t = 0; t < workload.tenants; t++) {
+    for (let s = 0; s < workload.sessionsPerTenant; s++) {
+      sessions.push({ system: systems[t] as string, id: t * workload.sessionsPerTenant + s });
+    }
+  }
+  return sessions;
+}
+
+/** The prompt text of each turn of `session`: the history grows by one user turn each time. */
+export function turnPrompts(session: Session, workload: Workload): string[] {
+  let history = `session ${session.id}.`;
+  const out: string[] = [];
+  for (let turn = 0; turn < workload.turns; turn++) {
+    history += ` ${words(session.id * 100 + turn + 7, workload.turnWords)}`;
+    out.push(`${session.system}\n${history}`);
+  }
+  return out;
+}
+
 export type IndexSource = 'learned' | 'events';
 
 export interface RunResult {
@@ -51,6 +96,9 @@ export interface RunResult {
   hitRate: number;
   ttftP50Ms: number;
   ttftP99Ms: number;
+  ttftMeanMs: number;
+  /** Mean KV event lag, publish to apply, over every replica's batches (events only; else 0). */
+  eventLagMs: number;
   /** From the replicas' /metrics: rank scores from events vs the learned fallback. */
   eventScores: number;
   fallbackScores: number;
@@ -58,6 +106,8 @@ export interface RunResult {
 
 export interface Workers {
   workers: RunningMockWorker[];
+  /** Wall ms per model ms of the mock workers. */
+  timeScale: number;
   close(): Promise<void>;
 }
 
@@ -76,7 +126,11 @@ export async function startEventWorkers(n = 4, timeScale = 0.02): Promise<Worker
       }),
     ),
   );
-  return { workers, close: async () => void (await Promise.all(workers.map((w) => w.close()))) };
+  return {
+    workers,
+    timeScale,
+    close: async () => void (await Promise.all(workers.map((w) => w.close()))),
+  };
 }
 
 interface RouterProcess {
@@ -117,21 +171,6 @@ function stopRouter(r: RouterProcess): Promise<void> {
     r.child.once('exit', () => resolve());
     r.child.kill('SIGTERM');
   });
-}
-
-// Deterministic words (no Math.random): word w of stream s.
-function words(seed: number, n: number): string {
-  const out: string[] = [];
-  let x = seed >>> 0 || 1;
-  for (let i = 0; i < n; i++) {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    out.push(`w${(x % 5000).toString(36)}`);
-  }
-  return out.join(' ');
 }
 
 function percentile(sorted: readonly number[], p: number): number {
@@ -195,30 +234,20 @@ export async function runReplicas(
         }
       }
     }
-    const systems = Array.from({ length: workload.tenants }, (_, t) =>
-      words(1000 + t, workload.systemWords),
-    );
-    const sessions: { system: string; history: string; id: number }[] = [];
-    for (let t = 0; t < workload.tenants; t++) {
-      for (let s = 0; s < workload.sessionsPerTenant; s++) {
-        const id = t * workload.sessionsPerTenant + s;
-        sessions.push({ system: systems[t] as string, history: `session ${id}.`, id });
-      }
-    }
+    const sessions = sessionsOf(workload);
     let counter = 0;
     let promptTokens = 0;
     let cachedTokens = 0;
     const ttfts: number[] = [];
-    const runSession = async (s: (typeof sessions)[number]) => {
-      for (let turn = 0; turn < workload.turns; turn++) {
-        s.history += ` ${words(s.id * 100 + turn + 7, workload.turnWords)}`;
+    const runSession = async (s: Session) => {
+      for (const text of turnPrompts(s, workload)) {
         const target = routers[counter++ % replicas] as RouterProcess;
         const t0 = performance.now();
         const res = await fetch(`${target.url}/generate`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
           body: JSON.stringify({
-            text: `${s.system}\n${s.history}`,
+            text,
             // One new token: the response time is the time to first token.
             sampling_params: { max_new_tokens: 1 },
           }),
@@ -242,10 +271,14 @@ export async function runReplicas(
     );
     let eventScores = 0;
     let fallbackScores = 0;
+    let lagSum = 0;
+    let lagCount = 0;
     for (const r of routers) {
       const m = await (await fetch(`${r.url}/metrics`)).text();
       eventScores += metricSum(m, 'kvroute_kv_index_rank_scores_total', 'source="events"');
       fallbackScores += metricSum(m, 'kvroute_kv_index_rank_scores_total', 'source="learned"');
+      lagSum += metricSum(m, 'kvroute_kv_events_lag_seconds_sum');
+      lagCount += metricSum(m, 'kvroute_kv_events_lag_seconds_count');
     }
     ttfts.sort((a, b) => a - b);
     return {
@@ -258,6 +291,8 @@ export async function runReplicas(
       hitRate: cachedTokens / promptTokens,
       ttftP50Ms: percentile(ttfts, 0.5),
       ttftP99Ms: percentile(ttfts, 0.99),
+      ttftMeanMs: ttfts.reduce((a, b) => a + b, 0) / ttfts.length,
+      eventLagMs: lagCount > 0 ? (1000 * lagSum) / lagCount : 0,
       eventScores,
       fallbackScores,
     };

@@ -41,6 +41,12 @@ request at 1 KB <= 2x nginx's, throughput >= 0.7x direct, CPU per extra KB <= 3 
   --proxies LIST    reference proxies to try: nginx,haproxy (default both; skipped if absent)
   --method NAME     kvroute's --load-balance-method (default cache_aware)
   --latency         also the added-latency runs at 1 KB (fixed rate, one at a time)
+  --variants LIST   also kvroute with record (--record-trace, every request) and/or shadow
+                    (--shadow-profile), each its own process measured beside plain kvroute in the
+                    same run; prints each one's cost in throughput and CPU per request
+  --unique-tail     every request's last message ends with its own number (one new block per
+                    request for the recorder's hashing, as an agent's next turn) instead of
+                    every request sending the same body
   --cpu-prof DIR    run the router under node --cpu-prof, profiles written to DIR
   --tsx             run the TypeScript sources through tsx instead of esbuild bundles
   -h, --help        this help
@@ -58,6 +64,8 @@ const { values } = parseArgs({
     proxies: { type: 'string', default: 'nginx,haproxy' },
     method: { type: 'string', default: 'cache_aware' },
     latency: { type: 'boolean', default: false },
+    variants: { type: 'string', default: '' },
+    'unique-tail': { type: 'boolean', default: false },
     'cpu-prof': { type: 'string' },
     tsx: { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
@@ -87,6 +95,18 @@ const modes = values.modes.split(',').map((m) => {
   return m;
 });
 const wantProxies = values.proxies.split(',').filter((p) => p !== '');
+// kvroute with one opt-in feature on, measured beside plain kvroute: its extra flags.
+const VARIANTS: Record<string, (dir: string) => string[]> = {
+  record: (dir) => ['--record-trace', join(dir, 'bench-trace.jsonl')],
+  shadow: () => ['--shadow-profile', 'h200-llama-3.1-8b'],
+};
+const variants = values.variants.split(',').filter((v) => v !== '');
+for (const v of variants) {
+  if (!VARIANTS[v]) {
+    console.error(`--variants takes ${Object.keys(VARIANTS).join(', ')}, got '${v}'`);
+    process.exit(2);
+  }
+}
 
 // Both servers run as esbuild bundles with plain node, the form the router ships in (tsx
 // adds a loader and per-closure helpers to every request; --tsx measures the sources instead).
@@ -176,12 +196,16 @@ function chatBody(kb: number, stream: boolean): string {
     model: 'kvroute-mock',
     messages: [
       { role: 'system', content },
-      { role: 'user', content: 'Summarize the failing test and propose a fix.' },
+      { role: 'user', content: `Summarize the failing test and propose a fix. ${TAIL}` },
     ],
     max_tokens: 16,
     stream,
   });
 }
+
+/** Replaced, with --unique-tail, by each request's own number (same length). */
+const TAIL = '#000000000';
+let requestNo = 0;
 
 /** Closed loop (each connection sends as soon as its previous answer arrived), or a fixed rate. */
 async function load(
@@ -190,11 +214,24 @@ async function load(
   seconds: number,
   rate?: number,
 ): Promise<AutocannonResult> {
+  const at = body.lastIndexOf(TAIL);
   return autocannon({
     url: `${url}/v1/chat/completions`,
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body,
+    ...(values['unique-tail']
+      ? {
+          requests: [
+            {
+              setupRequest: (req: Record<string, unknown>) => ({
+                ...req,
+                body: `${body.slice(0, at)}#${String(++requestNo).padStart(9, '0')}${body.slice(at + TAIL.length)}`,
+              }),
+            },
+          ],
+        }
+      : {}),
     connections,
     pipelining: 1,
     duration: seconds,
@@ -401,6 +438,25 @@ try {
     bundleDir ?? routerRoot,
   );
   children.push(router.child);
+  const variantRouters: [string, { child: ChildProcess; url: string }][] = [];
+  for (const v of variants) {
+    const r = await startProcess(
+      `router (${v})`,
+      [
+        bundleDir ? join(bundleDir, 'kvroute-router.mjs') : join(routerRoot, 'src/server.ts'),
+        '--worker-urls',
+        worker.url,
+        '--port',
+        '0',
+        '--load-balance-method',
+        values.method,
+        ...VARIANTS[v]!(tmp),
+      ],
+      bundleDir ?? routerRoot,
+    );
+    children.push(r.child);
+    variantRouters.push([`kv+${v}`, r]);
+  }
   const refs: RefProxy[] = [];
   for (const name of wantProxies) {
     const start = name === 'nginx' ? startNginx : name === 'haproxy' ? startHaproxy : undefined;
@@ -413,7 +469,7 @@ try {
   }
 
   console.log(
-    `kvroute proxy benchmark: ${connections} connections, ${duration}s per run (+${warmup}s warm-up), method ${values.method}, ${bundleDir ? 'esbuild bundles' : 'tsx sources'}; reference: ${refs.map((r) => r.name).join(', ') || 'none'}`,
+    `kvroute proxy benchmark: ${connections} connections, ${duration}s per run (+${warmup}s warm-up), method ${values.method}, ${bundleDir ? 'esbuild bundles' : 'tsx sources'}; reference: ${refs.map((r) => r.name).join(', ') || 'none'}${variants.length > 0 ? `; kvroute variants: ${variants.join(', ')}` : ''}; bodies: ${values['unique-tail'] ? 'each with its own tail' : 'identical'}`,
   );
   console.log(
     `machine: ${cpus().length} CPUs, load average ${loadavg()
@@ -434,6 +490,7 @@ try {
   const kvCpu = new Map<string, number | undefined>();
   const nginxCpu = new Map<string, number | undefined>();
   const kvRatio = new Map<string, number>();
+  const variantCost = new Map<string, { thr: number; cpu: number }>();
   let failed = 0;
   for (const mode of modes) {
     for (const kb of sizes) {
@@ -441,6 +498,11 @@ try {
       const direct = await measure(worker.url, body, undefined, worker.child.pid);
       const targets: [string, string, number | undefined][] = [
         ['kvroute', router.url, router.child.pid],
+        ...variantRouters.map(([n, r]): [string, string, number | undefined] => [
+          n,
+          r.url,
+          r.child.pid,
+        ]),
         ...refs.map((r): [string, string, number | undefined] => [r.name, r.url, r.child.pid]),
       ];
       const results: [string, Measured][] = [['direct', direct]];
@@ -470,8 +532,17 @@ try {
         if (name === 'nginx') nginxCpu.set(key, m.cpuUs);
       }
       const kv = results.find(([n]) => n === 'kvroute')![1];
+      for (const [n, m] of results) {
+        if (!n.startsWith('kv+')) continue;
+        const thr = m.result.requests.average / kv.result.requests.average;
+        const cpu = (m.cpuUs ?? Number.NaN) / (kv.cpuUs ?? Number.NaN);
+        variantCost.set(`${n}:${mode}:${kb}`, { thr, cpu });
+        console.log(
+          `  ${n} vs kvroute: throughput ${fmt(thr, 3)}x (cost ${fmt((1 - thr) * 100, 1)}%), CPU/request ${fmt(cpu, 3)}x (+${fmt((m.cpuUs ?? Number.NaN) - (kv.cpuUs ?? Number.NaN), 0)} us)`,
+        );
+      }
       const ratios = results
-        .filter(([n]) => n !== 'direct' && n !== 'kvroute')
+        .filter(([n]) => n !== 'direct' && n !== 'kvroute' && !n.startsWith('kv+'))
         .map(
           ([n, m]) =>
             `${n}: CPU ${fmt((kv.cpuUs ?? Number.NaN) / (m.cpuUs ?? Number.NaN), 2)}x, throughput ${fmt(kv.result.requests.average / m.result.requests.average, 2)}x`,
@@ -508,6 +579,17 @@ try {
         `  ${mode}: CPU at 136 KB / at 120 KB ${fmt(step, 2)} (target <= 1.3: ${verdict(step <= 1.3)})`,
       );
     }
+  }
+
+  for (const [n] of variantRouters) {
+    const costs = [...variantCost.entries()].filter(([k]) => k.startsWith(`${n}:`));
+    const thr = costs.map(([, c]) => c.thr);
+    const cpu = costs.map(([, c]) => c.cpu).filter((c) => Number.isFinite(c));
+    const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+    const worst = Math.min(...thr);
+    console.log(
+      `  ${n}: throughput cost vs kvroute ${fmt((1 - mean(thr)) * 100, 1)}% on average, ${fmt((1 - worst) * 100, 1)}% at worst; CPU/request +${fmt((mean(cpu) - 1) * 100, 1)}% on average${n === 'kv+record' ? ` (target <= 5% throughput: ${verdict(1 - mean(thr) <= 0.05)})` : ''}`,
+    );
   }
 
   if (values.latency) {

@@ -119,6 +119,22 @@ export interface RouterConfig {
   mockBasePort?: number;
   /** Forward requests to paths the router does not know to a worker instead of a 404. */
   passThroughUnknown: boolean;
+  /** Record the routed traffic to this JSONL file (recording/recorder.ts); undefined = off. */
+  recordTrace?: string;
+  /** The HMAC secret for the recorded block ids; undefined = a random one per recording. */
+  recordTraceSecretFile?: string;
+  recordBlockTokens: number;
+  recordSampleRate: number;
+  recordRotateBytes: number;
+  recordRotateMs: number;
+  recordQueueBytes: number;
+  /** Cost profile (file or built-in name) of the live cache model (shadow/); undefined = off. */
+  shadowProfile?: string;
+  /** KV tokens per rank for the live cache model; undefined = the profile's. */
+  shadowKvCapacity?: number;
+  shadowPageSize: number;
+  /** Requests per rank in the drift gauge's sliding window. */
+  shadowWindow: number;
   logLevel: string;
   /** 'json' (one object per line), 'pretty' (readable lines), 'auto' = pretty on a TTY. */
   logFormat: 'auto' | 'json' | 'pretty';
@@ -205,6 +221,13 @@ export const DEFAULT_CONFIG: RouterConfig = {
   mockTimeScale: 1,
   mockDpSize: 1,
   passThroughUnknown: false,
+  recordBlockTokens: 512,
+  recordSampleRate: 1,
+  recordRotateBytes: 256 * 1024 * 1024,
+  recordRotateMs: 3_600_000,
+  recordQueueBytes: 16 * 1024 * 1024,
+  shadowPageSize: 1,
+  shadowWindow: 1000,
   logLevel: 'info',
   logFormat: 'auto',
   serviceDiscovery: false,
@@ -708,6 +731,80 @@ export const OPTIONS: readonly OptionSpec[] = [
     help: 'Forward requests to paths the router does not serve to a healthy worker (round robin) instead of answering 404',
   },
   {
+    flag: 'record-trace',
+    key: 'recordTrace',
+    kind: 'string',
+    help: 'Record the routed traffic to this JSONL file (docs/recorded-trace.md: Mooncake fields, HMAC-keyed block ids, no prompt text); also on/off through POST /trace_recording',
+  },
+  {
+    flag: 'record-trace-secret-file',
+    key: 'recordTraceSecretFile',
+    kind: 'string',
+    help: 'File with the per-deployment HMAC secret of recorded block ids and keys (>= 16 bytes); default: a random secret per recording',
+  },
+  {
+    flag: 'record-block-tokens',
+    key: 'recordBlockTokens',
+    kind: 'int',
+    min: 1,
+    help: 'Recorded trace: prompt tokens per hash id',
+  },
+  {
+    flag: 'record-sample-rate',
+    key: 'recordSampleRate',
+    kind: 'number',
+    min: 0,
+    help: 'Recorded trace: share of requests recorded, in (0, 1]',
+  },
+  {
+    flag: 'record-rotate-bytes',
+    key: 'recordRotateBytes',
+    kind: 'int',
+    min: 0,
+    help: 'Recorded trace: rotate the file at this size (PATH.000001, ...); 0 = never',
+  },
+  {
+    flag: 'record-rotate-age',
+    key: 'recordRotateMs',
+    kind: 'duration',
+    min: 0,
+    help: 'Recorded trace: rotate the file at this age; 0 = never',
+  },
+  {
+    flag: 'record-queue-bytes',
+    key: 'recordQueueBytes',
+    kind: 'int',
+    min: 1024,
+    help: 'Recorded trace: lines waiting for the disk at most this many bytes; beyond it lines are dropped (kvroute_trace_dropped_total)',
+  },
+  {
+    flag: 'shadow-profile',
+    key: 'shadowProfile',
+    kind: 'string',
+    help: "Run the simulator's per-rank cache model on the routed traffic with this cost profile (JSON file or built-in name) and export predicted vs observed cached tokens and a drift gauge",
+  },
+  {
+    flag: 'shadow-kv-capacity',
+    key: 'shadowKvCapacity',
+    kind: 'int',
+    min: 1,
+    help: "Shadow cache model: KV tokens per rank (default: the profile's)",
+  },
+  {
+    flag: 'shadow-page-size',
+    key: 'shadowPageSize',
+    kind: 'int',
+    min: 1,
+    help: "Shadow cache model: the engines' KV page size in tokens",
+  },
+  {
+    flag: 'shadow-window',
+    key: 'shadowWindow',
+    kind: 'int',
+    min: 1,
+    help: 'Shadow cache model: requests per rank in the drift gauge window',
+  },
+  {
     flag: 'kv-events-endpoint',
     key: 'kvEventsEndpoint',
     kind: 'string',
@@ -1110,6 +1207,11 @@ export function validateConfig(cfg: RouterConfig): RouterConfig {
   }
   if (cfg.adminPort !== undefined && cfg.adminPort === cfg.port && cfg.port !== 0) {
     throw new RouterConfigError('--admin-port must differ from --port');
+  }
+  if (!(cfg.recordSampleRate > 0 && cfg.recordSampleRate <= 1)) {
+    throw new RouterConfigError(
+      `--record-sample-rate: must be in (0, 1], got ${cfg.recordSampleRate}`,
+    );
   }
   if (cfg.apiKeys.some((k) => k.length < 8)) {
     throw new RouterConfigError('--api-key: keys must be at least 8 characters');

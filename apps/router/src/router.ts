@@ -38,7 +38,14 @@ import { workersApiPlugin } from './plugins/workers-api.ts';
 import { proxyPlugin } from './proxy/plugin.ts';
 import { createProxyHandler, type ProxyHandler } from './proxy/route.ts';
 import { RankTable, type Worker } from './rank-table.ts';
+import {
+  effectiveOptions,
+  type PolicyDescription,
+  recordingSettings,
+  TraceRecorder,
+} from './recording/recorder.ts';
 import { createReliabilityMetrics } from './reliability-metrics.ts';
+import { ShadowCacheModel } from './shadow/shadow-cache.ts';
 import { addWorker, fetchContextLength, fetchModelId } from './topology.ts';
 
 export interface BuildRouterOptions {
@@ -85,6 +92,15 @@ export interface RouterState {
   /** Adds a worker at runtime (the admin POST /ranks path), to the group of `model` if given. */
   addWorker(url: string, dpSize?: number, model?: string): Promise<Worker>;
   removeWorker(url: string): Worker | undefined;
+  /** The traffic recorder (--record-trace, admin POST /trace_recording). */
+  readonly recorder: TraceRecorder;
+  /** With --shadow-profile: the live cache model behind the kvroute_shadow_* metrics. */
+  readonly shadow: ShadowCacheModel | undefined;
+  /**
+   * Marks a switch of method or options (hot reload) in the recorded trace, if one runs.
+   * Whoever switches the policy calls it with the policy now in force.
+   */
+  markPolicySwitch(policy: PolicyDescription): void;
 }
 
 declare module 'fastify' {
@@ -309,8 +325,45 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
   };
   table.onChange = refreshGroups;
 
+  const describe = (d: Dispatcher): PolicyDescription => ({
+    method: d.method,
+    options: effectiveOptions(d.method, d.options),
+  });
+  const recorder = new TraceRecorder({
+    policy: () => describe(policy.defaultGroup.dispatcher),
+    groups: () =>
+      policy.multiModel
+        ? policy.groups.map((g) => ({ ...describe(g.dispatcher), group: g.name }))
+        : [],
+    ranks: () => table.size,
+    tokenizer: tokenizer.kind,
+    registry: metrics.registry,
+    log,
+  });
+  const shadow =
+    config.shadowProfile !== undefined
+      ? new ShadowCacheModel(
+          {
+            profile: config.shadowProfile,
+            kvCapacity: config.shadowKvCapacity,
+            pageSize: config.shadowPageSize,
+            window: config.shadowWindow,
+          },
+          metrics.registry,
+        )
+      : undefined;
+
+  // Hot reload (admin, SIGHUP) marks the recording where the policy changed.
+  policy.events.on('policy_switch', (e) => {
+    const to = describe(policy.find(e.group)?.dispatcher ?? policy.defaultGroup.dispatcher);
+    recorder.markPolicySwitch(policy.multiModel ? { ...to, group: e.group } : to);
+  });
+
   const state: RouterState = {
     config,
+    recorder,
+    shadow,
+    markPolicySwitch: (policy) => recorder.markPolicySwitch(policy),
     kvEvents,
     table,
     policy,
@@ -378,6 +431,9 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     // One round of checks before serving, so readiness reflects the fleet from the start.
     await health.checkAll();
     await kvEvents?.start();
+    if (config.recordTrace !== undefined) {
+      await recorder.start(recordingSettings(config, config.recordTrace));
+    }
     health.start();
     loadPoller.start();
   });
@@ -386,6 +442,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     loadPoller.stop();
     outlier.stop();
     admission.close();
+    await recorder.close();
     await state.adminApp?.close();
     await kvEvents?.close();
     await agent.destroy();
@@ -425,6 +482,8 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     kvIndex: kvEvents,
     workerLabel: (w) => metricsUrl(config, w, w.url),
     tracer: config.otel ? (opts.tracer ?? trace.getTracer('@kvroute/router')) : undefined,
+    recorder,
+    shadow,
   });
   // Attempts that sent nothing yet leave a worker as soon as it is taken out.
   health.onDown = (w, reason) => serveProxy.evacuate(w, reason);

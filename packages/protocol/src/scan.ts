@@ -229,10 +229,29 @@ class Walker {
   }
 }
 
+/**
+ * Escaped strings longer than this are decoded in pieces: JSON.parse of one string past V8's
+ * 128 KiB large-object threshold costs several times what the same bytes cost in pieces
+ * (a whole prompt decoded for the recorder or the live cache model, not a capped routing one).
+ */
+const DECODE_PIECE_BYTES = 64 * 1024;
+
 /** A string span's value: a plain slice when it has no escapes, else JSON's own decoding. */
 function decodeSpan(b: Buffer, sp: StrSpan): string {
   if (!sp.esc) return b.toString('utf8', sp.s, sp.e);
-  return JSON.parse(b.toString('utf8', sp.s - 1, sp.e + 1)) as string;
+  if (sp.e - sp.s <= DECODE_PIECE_BYTES) {
+    return JSON.parse(b.toString('utf8', sp.s - 1, sp.e + 1)) as string;
+  }
+  const parts: string[] = [];
+  for (let i = sp.s; i < sp.e; ) {
+    // Cut at an escape boundary (escapedLength stops at one or inside plain text), then move
+    // past UTF-8 continuation bytes so no character is split between pieces.
+    let cut = escapedLength(b, i, sp.e, DECODE_PIECE_BYTES).cut;
+    while (cut < sp.e && (b[cut]! & 0xc0) === 0x80) cut++;
+    parts.push(JSON.parse(`"${b.toString('utf8', i, cut)}"`) as string);
+    i = cut;
+  }
+  return parts.join('');
 }
 
 /**
@@ -276,11 +295,17 @@ function spanBytes(b: Buffer, sp: StrSpan): number {
   return sp.esc ? escapedLength(b, sp.s, sp.e).decoded : sp.e - sp.s;
 }
 
-/** The first `bytes` decoded bytes of a string span (more is fine), as a string. */
-function spanPrefix(b: Buffer, sp: StrSpan, bytes: number): string {
-  if (!sp.esc) return b.toString('utf8', sp.s, Math.min(sp.e, sp.s + bytes));
-  const { cut } = escapedLength(b, sp.s, sp.e, bytes);
-  return JSON.parse(`"${b.toString('utf8', sp.s, cut)}"`) as string;
+/**
+ * The first `bytes` decoded bytes of a string span (more is fine), as a string, and how many
+ * decoded bytes that is (all of the span's when it decodes to fewer).
+ */
+function spanPrefix(b: Buffer, sp: StrSpan, bytes: number): { text: string; decoded: number } {
+  if (!sp.esc) {
+    const end = Math.min(sp.e, sp.s + bytes);
+    return { text: b.toString('utf8', sp.s, end), decoded: end - sp.s };
+  }
+  const { cut, decoded } = escapedLength(b, sp.s, sp.e, bytes);
+  return { text: JSON.parse(`"${b.toString('utf8', sp.s, cut)}"`) as string, decoded };
 }
 
 /** Builds the canonical routing text up to a byte budget and counts the rest's bytes. */
@@ -312,9 +337,11 @@ class TextBudget {
       return;
     }
     this.total += spanBytes(this.b, sp);
+    // Escapes make the raw span longer than its text: it may still fit in the budget, and
+    // what follows it is then kept too.
     const v = spanPrefix(this.b, sp, this.left);
-    this.parts.push(v);
-    this.left = 0;
+    this.parts.push(v.text);
+    this.left -= v.decoded;
   }
   /** A JSON value re-serialised as the full path does (JSON.stringify of its parse). */
   json(start: number, end: number): void {

@@ -212,6 +212,26 @@ describe('scanRequest reads what routing needs, as the full path does', () => {
   });
 });
 
+describe('whole prompts past the large-string threshold', () => {
+  it('decode in pieces to exactly the full path ids, escapes and multi-byte characters across the cuts', () => {
+    // Escapes, 2-, 3- and 4-byte characters and surrogate-pair escapes at every offset
+    // around the 64 KiB piece boundaries.
+    const unit = String.raw`ab\n\"é€😀\u00e9\ud83d\ude00\t`;
+    const long = Array.from({ length: 13_000 }, (_, i) => `${i % 7 === 0 ? 'x' : ''}${unit}`).join(
+      '',
+    );
+    const text = `{"messages":[{"role":"system","content":"${long}"},{"role":"user","content":"q"}]}`;
+    expect(Buffer.byteLength(text)).toBeGreaterThan(200 * 1024);
+    expect(full('chat', text).route.inputIds.length).toBeGreaterThan(50_000);
+    agree('chat', text, [undefined, 100_000]);
+    // Long runs of 3-byte characters after one escape: some shift puts a cut inside one.
+    for (let shift = 0; shift < 3; shift++) {
+      const run = `\\n${'a'.repeat(shift)}${'€'.repeat(40_000)}`;
+      agree('chat', `{"messages":[{"role":"user","content":"${run}"}]}`, [undefined]);
+    }
+  });
+});
+
 describe('withRoutedRank', () => {
   const cases = [
     '{"prompt":"x","routed_dp_rank":3}',

@@ -44,6 +44,7 @@ export interface RouterModel {
   replicas?: number;
   indexSource?: IndexSource;
   eventLagMs?: number;
+  loadPollMs?: number;
 }
 
 export interface ComparisonResult {

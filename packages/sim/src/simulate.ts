@@ -46,6 +46,13 @@ export interface SimulateOptions {
   eventLagMs?: number;
   /** Tokens per KV event block. Default 16. */
   eventBlockSize?: number;
+  /**
+   * With replicas: each replica polls the ranks' request counts this often (ms) and adds the
+   * requests the others sent, as of its last poll, to its own (the router's
+   * --load-poll-interval); 0: always current. Default: no polling, a replica sees only its own
+   * requests.
+   */
+  loadPollMs?: number;
 }
 
 /** Requests in the system (sent, not completed), integrated over time. */
@@ -103,6 +110,7 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
     cluster: () => cluster,
     replicas,
     ...(kvEvents ? { kvIndex: kvEvents.index } : {}),
+    ...(opts.loadPollMs !== undefined ? { loadPollMs: opts.loadPollMs } : {}),
     onDone: (record, req) => {
       records.push(record);
       occupancy.change(-1);

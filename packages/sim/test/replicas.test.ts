@@ -41,3 +41,35 @@ describe('router replicas and index sources', () => {
     expect(() => hit(2, 'events', -1)).toThrow(/eventLagMs/);
   });
 });
+
+describe('load polls across replicas', () => {
+  const run = (loadPollMs?: number) =>
+    simulatePlan(plan(), {
+      policy: { method: 'total_requests' },
+      profile,
+      seed: 11,
+      replicas: 3,
+      ...(loadPollMs !== undefined ? { loadPollMs } : {}),
+    }).summary;
+
+  it('changes what a request-counting policy decides, finishes every request, stays deterministic', () => {
+    const none = run();
+    const polled = run(100);
+    const live = run(0);
+    console.log(
+      `total_requests, 3 replicas: TTFT p99 no poll ${none.ttftMs.p99.toFixed(0)} ms, 100 ms poll ${polled.ttftMs.p99.toFixed(0)} ms, live ${live.ttftMs.p99.toFixed(0)} ms`,
+    );
+    for (const s of [polled, live]) {
+      expect(s.requests).toBe(none.requests);
+      expect(s.failed).toBe(0);
+      expect(s.perRank.map((r) => r.requests)).not.toEqual(none.perRank.map((r) => r.requests));
+    }
+    // Each poll is an event of its own.
+    expect(polled.events).toBeGreaterThan(none.events);
+    expect(run(100)).toEqual(polled);
+  });
+
+  it('rejects a negative interval by name', () => {
+    expect(() => run(-1)).toThrow(/loadPollMs must be a number >= 0/);
+  });
+});

@@ -1,8 +1,9 @@
 // The admin API as a fastify plugin: GET /ranks (a snapshot of ranks and policy state),
 // POST /ranks (add or remove a worker at runtime), GET/POST /policy (each worker group's
-// method and options; a POST switches them without dropping a request) and POST
-// /flush_cache (every worker's cache dropped), all behind a bearer token. Registered only
-// when an admin token is configured, so without one these routes do not exist.
+// method and options; a POST switches them without dropping a request), POST /flush_cache
+// (every worker's cache dropped) and GET/POST /trace_recording (recording/admin-routes.ts),
+// all behind a bearer token. Registered only when an admin token is configured, so without
+// one these routes do not exist.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { methodOptionSchema } from '@kvroute/policy';
 import { parseJsonBody } from '@kvroute/protocol';
@@ -10,6 +11,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { readGroupKey } from '../config.ts';
 import { RouterConfigError, RouterError } from '../errors.ts';
 import type { PolicySettings, WorkerGroup } from '../model-groups.ts';
+import { registerTraceRecording } from '../recording/admin-routes.ts';
 import type { RouterState } from '../router.ts';
 import { registerFlushCache } from './engine-api.ts';
 
@@ -164,6 +166,7 @@ export async function adminPlugin(app: FastifyInstance, opts: AdminPluginOptions
     }
   });
   registerFlushCache(app, state, authorize);
+  registerTraceRecording(app, state, authorize);
   app.post('/ranks', { onRequest: authorize }, async (req) => {
     const body = parseJsonBody((req.body as Buffer | undefined) ?? Buffer.alloc(0));
     const { action, url, dp_size: dpSize, model } = body;

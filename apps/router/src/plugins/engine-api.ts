@@ -154,6 +154,8 @@ export function registerFlushCache(
       : failed.status >= 400 && failed.status < 500
         ? failed.status
         : 502;
+    // The live cache model follows the workers' caches (a partial flush leaves it as it was).
+    if (status === 200) state.shadow?.reset();
     reply.code(status).send({
       flushed: results.filter((r) => r.status >= 200 && r.status < 300).length,
       workers: results,

@@ -285,6 +285,8 @@ export class ForwardCall {
   private lastChunkAt = 0;
   /** performance.now() of the last event that carried tokens (0: none yet). */
   private lastTokenAt = 0;
+  /** Stream events that carried generated output (about one per token), counted with interToken. */
+  tokenEvents = 0;
 
   constructor(private readonly o: ForwardOptions) {
     this.done = new Promise((resolve) => {
@@ -490,6 +492,7 @@ export class ForwardCall {
       }
       const itl = this.o.interToken;
       if (itl !== undefined && carriesTokens(value)) {
+        this.tokenEvents++;
         const now = performance.now();
         if (this.lastTokenAt !== 0) itl.observe((now - this.lastTokenAt) / 1e3);
         this.lastTokenAt = now;

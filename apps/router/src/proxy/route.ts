@@ -26,6 +26,7 @@ import {
   parseJsonBody,
   parseRequest,
   payloadTooLarge,
+  type ReportedUsage,
   type RequestKind,
   type RequestLimits,
   type RoutingTokenizer,
@@ -48,7 +49,9 @@ import type { RouterMetrics } from '../metrics.ts';
 import type { PolicyState, WorkerGroup } from '../model-groups.ts';
 import type { OutlierDetector } from '../outlier.ts';
 import type { RankTable, Worker } from '../rank-table.ts';
+import type { TraceRecorder } from '../recording/recorder.ts';
 import type { ReliabilityMetrics } from '../reliability-metrics.ts';
+import type { ShadowCacheModel, ShadowTicket } from '../shadow/shadow-cache.ts';
 import { firstByteTimeoutMs } from '../timeouts.ts';
 import { RequestTrace } from '../tracing.ts';
 import { CLIENT_GONE, readBody } from './body.ts';
@@ -83,6 +86,20 @@ export interface ProxyContext {
   workerLabel(worker: Worker): string;
   /** With --otel: where the request spans go (tracing.ts); undefined = no OTel call at all. */
   tracer?: Tracer | undefined;
+  /** The traffic recorder (recording/): read once per request, nothing more while it is off. */
+  recorder?: TraceRecorder | undefined;
+  /** With --shadow-profile: the live cache model every dispatched attempt goes through. */
+  shadow?: ShadowCacheModel | undefined;
+}
+
+/** What a recorded request's line says about its last attempt. */
+interface Outcome {
+  rank: number;
+  reason: string;
+  status: number;
+  firstByteAt?: number | undefined;
+  usage?: ReportedUsage | undefined;
+  streamedTokens?: number | undefined;
 }
 
 /** Serves one proxied POST on the raw request/response; never throws. */
@@ -187,6 +204,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     let reserved = 0;
     let admitted = false;
     const rt = new RequestTrace(req.headers.traceparent, ctx.tracer, route);
+    const receivedAt = ctx.recorder?.active ? performance.now() : 0;
     try {
       const key = admission.checkApiKey(req.headers.authorization);
       admission.checkRate(key ?? req.socket?.remoteAddress ?? 'unknown');
@@ -202,7 +220,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       if (slot !== true) await slot;
       admitted = true;
       budget.active++;
-      await handleProxy(req, res, kind, route, body.raw, rt);
+      await handleProxy(req, res, kind, route, body.raw, rt, receivedAt);
     } catch (err) {
       if (err === CLIENT_GONE) {
         countRejected(route, 499);
@@ -249,14 +267,27 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     route: string,
     raw: Buffer,
     rt: RequestTrace,
+    receivedAt: number,
   ): Promise<void> {
     if (raw.length === 0) {
       throw badRequest('Request body is empty: expected a JSON object', { code: 'invalid_json' });
     }
-    const { routeRequest, stream, routedRankSpans } = readRequest(req, kind, raw, ctx.limits());
+    // A recorded request (and, with --shadow-profile, every request) keeps its whole prompt's
+    // tokens: the trace's block ids and the cache model cover all of it, routing reads less.
+    const recorded = receivedAt !== 0 && ctx.recorder!.sample();
+    const shadow = ctx.shadow;
+    const { routeRequest, stream, routedRankSpans, allIds } = readRequest(
+      req,
+      kind,
+      raw,
+      ctx.limits(),
+      recorded || shadow !== undefined,
+    );
     const group = policy.resolve(routeRequest.model);
     // Other groups' ranks: the policy sees them as down (undefined with one group).
     const outside = group.outside;
+    // What the recorded line says (the last attempt's rank and outcome).
+    const rec: Outcome | undefined = recorded ? { rank: -1, reason: '', status: 0 } : undefined;
     const routed = routeRequest.routedRank;
     if (routed !== undefined) {
       checkRoutedRank(routed, routedRankParam(routeRequest.routedRankSource), group);
@@ -291,6 +322,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     try {
       for (let attemptNo = 0; ; attemptNo++) {
         if (clientGone) {
+          if (rec) rec.status = 499;
           countRejected(route, 499);
           return;
         }
@@ -359,6 +391,17 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         };
         const sentAt = performance.now();
         const m = rankMetrics(rankLabel, worker);
+        if (rec) {
+          rec.rank = rank;
+          rec.reason = decision.reason;
+          rec.firstByteAt = undefined;
+        }
+        const predicted: ShadowTicket | undefined = shadow?.begin(
+          rank,
+          worker.url,
+          allIds!,
+          routeRequest.maxTokens,
+        );
         const headers = upstreamRequestHeaders(
           req.headers,
           outBody.length,
@@ -383,7 +426,9 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           maxHeldBytes: config.maxHeldResponseBytes,
           decide: (status) => (status >= 500 && canRetryAfter() ? 'discard' : 'pipe'),
           onFirstByte: () => {
-            (stream ? m.ttftStream : m.ttftPlain).observe((performance.now() - sentAt) / 1e3);
+            const now = performance.now();
+            if (rec) rec.firstByteAt = now;
+            (stream ? m.ttftStream : m.ttftPlain).observe((now - sentAt) / 1e3);
             rt.firstByte(rank, decision.reason);
           },
           interToken: m.interToken,
@@ -398,6 +443,9 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         let result: ForwardResult;
         try {
           result = await thisCall.start();
+        } catch (err) {
+          predicted?.done(undefined, false);
+          throw err;
         } finally {
           // Whatever happened (even a throw from undici's dispatch), the rank's load goes back.
           decision.done();
@@ -409,7 +457,14 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           admission.wake();
         }
 
+        if (predicted) {
+          predicted.done(
+            result.kind === 'piped' ? result.usage : undefined,
+            result.kind === 'piped' && result.end === 'complete',
+          );
+        }
         if (result.kind === 'aborted') {
+          if (rec) rec.status = timedOut ? 504 : 499;
           if (timedOut) {
             outlier.failure(worker, 'request deadline passed');
             throw deadlineError();
@@ -466,12 +521,37 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           if (usage.outputTokens !== undefined) m.outputTokens.inc(usage.outputTokens);
         }
         metrics.countRequest(route, rankLabel, decision.reason, status);
+        if (rec) {
+          rec.status = Number(status);
+          rec.usage = usage;
+          if (stream) rec.streamedTokens = thisCall.tokenEvents;
+        }
         return;
       }
+    } catch (err) {
+      if (rec) rec.status = (err as { status?: number }).status ?? 500;
+      throw err;
     } finally {
       if (retrying) budget.release();
       clearTimeout(timer);
       res.off('close', onEarlyClose);
+      // Requests that never reached a rank (refused, no rank healthy) have no line.
+      if (rec && rec.rank >= 0) {
+        ctx.recorder!.record({
+          receivedAt,
+          ids: allIds!,
+          rank: rec.rank,
+          reason: rec.reason,
+          usage: rec.usage,
+          streamedTokens: rec.streamedTokens,
+          firstByteAt: rec.firstByteAt,
+          endAt: performance.now(),
+          status: rec.status || 500,
+          routingKey: routeRequest.routingKey,
+          model: routeRequest.model,
+          stream,
+        });
+      }
     }
   }
 
@@ -485,24 +565,36 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     kind: RequestKind,
     raw: Buffer,
     limits: RequestLimits,
+    wholePrompt: boolean,
   ): {
     routeRequest: ProtocolRouteRequest;
     stream: boolean;
     routedRankSpans: [number, number][];
+    /** With wholePrompt: every prompt token (routeRequest.inputIds is capped for the method). */
+    allIds?: Uint32Array;
   } {
     const cap = policy.maxPromptTokens;
     if (tokenizer.kind === 'approximate') {
-      const scanned = scanRequest(kind, raw, { maxPromptTokens: cap, limits });
+      const scanned = scanRequest(kind, raw, {
+        maxPromptTokens: wholePrompt ? Number.POSITIVE_INFINITY : cap,
+        limits,
+      });
+      const routeRequest = routeRequestFromScan(scanned, req.headers);
+      const allIds = scanned.inputIds;
+      // The method gets exactly what a capped scan would have given it.
+      if (wholePrompt && allIds.length > cap) routeRequest.inputIds = allIds.subarray(0, cap);
       return {
-        routeRequest: routeRequestFromScan(scanned, req.headers),
+        routeRequest,
         stream: scanned.stream,
         routedRankSpans: scanned.routedRankSpans,
+        ...(wholePrompt ? { allIds } : {}),
       };
     }
     const body = parseJsonBody(raw, limits);
     const parsed: ParsedRequest = parseRequest(kind, body, limits);
     // Also the policy's RouteRequest as is: same field names, absent hints left out.
     const routeRequest = buildRouteRequest(parsed, tokenizer, req.headers);
+    const allIds = routeRequest.inputIds;
     if (routeRequest.inputIds.length > cap) {
       routeRequest.promptTokens = routeRequest.inputIds.length;
       routeRequest.inputIds = routeRequest.inputIds.subarray(0, cap);
@@ -512,6 +604,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       stream: parsed.stream,
       routedRankSpans:
         body.routed_dp_rank === undefined ? [] : topLevelSpans(raw, 'routed_dp_rank'),
+      ...(wholePrompt ? { allIds } : {}),
     };
   }
 

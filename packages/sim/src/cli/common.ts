@@ -87,11 +87,12 @@ export const SIM_OPTIONS: OptionSpec = {
   ...ENGINE_OPTIONS,
 };
 
-/** Router-side model flags (run and replay): replicas and where their cache index comes from. */
+/** Router-side model flags (run, replay, sweep): replicas, their cache index source, load polls. */
 export const ROUTER_OPTIONS: OptionSpec = {
   replicas: { type: 'string' },
   'index-source': { type: 'string' },
   'event-lag-ms': { type: 'string' },
+  'load-poll-ms': { type: 'string' },
 };
 
 export const ROUTER_FLAGS_HELP = `  --replicas N          router replicas in front of the ranks, requests spread round-robin
@@ -99,12 +100,16 @@ export const ROUTER_FLAGS_HELP = `  --replicas N          router replicas in fro
   --index-source SRC    where the routers' cache index comes from: learned (default, from
                         their own decisions), events (the ranks' KV events, shared by all
                         replicas, after --event-lag-ms), oracle (the caches themselves)
-  --event-lag-ms L      KV event delivery lag for --index-source events (default 5)`;
+  --event-lag-ms L      KV event delivery lag for --index-source events (default 5)
+  --load-poll-ms P      with --replicas >= 2: each replica polls the ranks' request counts every
+                        P ms and adds the others' requests, as of its last poll, to its own
+                        (the router's --load-poll-interval; 0: always current; default: none)`;
 
 export interface RouterModelFlags {
   replicas?: number;
   indexSource?: 'learned' | 'events' | 'oracle';
   eventLagMs?: number;
+  loadPollMs?: number;
 }
 
 export function readRouterFlags(p: Parsed): RouterModelFlags {
@@ -126,6 +131,15 @@ export function readRouterFlags(p: Parsed): RouterModelFlags {
     }
     if (source !== 'events') throw new UsageError('--event-lag-ms needs --index-source events');
     out.eventLagMs = n;
+  }
+  const poll = str(p, 'load-poll-ms');
+  if (poll !== undefined) {
+    const n = Number(poll);
+    if (poll.trim() === '' || !Number.isFinite(n) || n < 0) {
+      throw new UsageError(`--load-poll-ms must be a number >= 0, got "${poll}"`);
+    }
+    if ((out.replicas ?? 1) < 2) throw new UsageError('--load-poll-ms needs --replicas 2 or more');
+    out.loadPollMs = n;
   }
   return out;
 }

@@ -4,7 +4,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { methodNames } from '@kvroute/policy';
-import { resolveEngine } from '../entities/presets.ts';
+import { type EngineSettings, resolveEngine } from '../entities/presets.ts';
 import type { RankOverrides } from '../host/cluster.ts';
 import { compareLayouts } from '../pd/compare-layouts.ts';
 import {
@@ -24,6 +24,7 @@ import { emit, stdoutIsData } from './outputs.ts';
 import { parsePolicy } from './policies.ts';
 import { createProgress } from './progress.ts';
 import { buildWorkload } from './sim-api.ts';
+import { engineOptions } from './simulate.ts';
 
 export const LAYOUTS = ['colocated', 'pd'] as const;
 export const DEFAULT_PREFILL_POLICY = 'cache_aware';
@@ -44,8 +45,8 @@ export const PD_OPTIONS: OptionSpec = {
 
 export const PD_FLAGS_HELP = `  --layout colocated|pd every rank prefills and decodes (colocated, default), or prefill and
                         decode on separate ranks (pd): then the report compares the layouts
-  --prefill-ranks P     pd: prefill ranks (default: half of --ranks, at least 1)
-  --decode-ranks D      pd: decode ranks (default: --ranks minus P, at least 1)
+  --prefill-ranks P     pd: prefill ranks (default: half of --ranks, else of the scenario's)
+  --decode-ranks D      pd: decode ranks (default: the rest of --ranks); P + D = --ranks
   --link-gbps X         pd: prefill-to-decode link in Gb/s (default 400); the whole prompt's
                         KV (cached prefix included) crosses it
   --link-setup-ms MS    pd: fixed cost per KV transfer (default 1)
@@ -125,6 +126,13 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
       `--layout pd takes --prefill-policy and --decode-policy instead of --policies (valid methods: ${methodNames().join(', ')})`,
     );
   }
+  for (const flag of ['replicas', 'index-source', 'event-lag-ms']) {
+    if (str(p, flag) !== undefined) {
+      throw new UsageError(
+        `--${flag} is not modelled with --layout pd (one router, learned index)`,
+      );
+    }
+  }
   const prefill = methodFlag(p, 'prefill-policy', DEFAULT_PREFILL_POLICY, flags);
   const decode = methodFlag(p, 'decode-policy', DEFAULT_DECODE_POLICY, flags);
   let plan = buildWorkload(scenario, flags.scenarioOptions, flags.seed);
@@ -147,9 +155,24 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
     }
     const pr = str(p, 'prefill-ranks');
     const dr = str(p, 'decode-ranks');
-    const P =
-      pr !== undefined ? positiveInt('prefill-ranks', pr) : Math.max(1, Math.floor(total / 2));
-    const D = dr !== undefined ? positiveInt('decode-ranks', dr) : Math.max(1, total - P);
+    let P = pr !== undefined ? positiveInt('prefill-ranks', pr) : undefined;
+    let D = dr !== undefined ? positiveInt('decode-ranks', dr) : undefined;
+    if (P !== undefined && D !== undefined) {
+      if (flags.ranks !== undefined && P + D !== flags.ranks) {
+        throw new UsageError(
+          `--prefill-ranks ${P} + --decode-ranks ${D} must equal --ranks ${flags.ranks} (or leave --ranks out)`,
+        );
+      }
+    } else {
+      if (total < 2) throw new UsageError(`the pd layout needs at least 2 ranks, got ${total}`);
+      P ??= D !== undefined ? total - D : Math.floor(total / 2);
+      D ??= total - P;
+      if (P < 1 || D < 1) {
+        throw new UsageError(
+          `--ranks ${total} leaves no ${P < 1 ? 'prefill' : 'decode'} rank: give both --prefill-ranks and --decode-ranks`,
+        );
+      }
+    }
     splits = [[P, D]];
   }
   const gbps = str(p, 'link-gbps');
@@ -165,7 +188,12 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
     gbps: gbps !== undefined ? positiveNumber('link-gbps', gbps) : 400,
     ...(setupMs !== undefined ? { setupMs } : {}),
   };
-  const resolved = resolveEngine(flags.profile, engine.settings);
+  // The same engine resolution as a colocated run (host tier included).
+  const resolvedFlags = engineOptions(flags.profile, engine);
+  const resolved = resolveEngine(
+    flags.profile,
+    'engine' in resolvedFlags ? (resolvedFlags.engine as EngineSettings) : {},
+  );
   const { engine: _name, ...rank } = resolved;
   const rankOverrides: RankOverrides = rank;
   const progress = createProgress(io);

@@ -145,6 +145,8 @@ export interface SweepInput {
   /** Worker threads (default: one per core). */
   workers?: number;
   engine?: EngineFlags;
+  /** Router replicas and index source for every cell (--replicas, --index-source, ...). */
+  router?: RouterModel;
 }
 
 /** What a sweep's report is assembled from besides its cells: written into shard files. */
@@ -163,6 +165,7 @@ export interface SweepSpec {
   objective: SweepObjective;
   /** Rank model and client load, resolved (engine flags). */
   engine?: EngineOptions;
+  router?: RouterModel;
 }
 
 export const SHARD_FORMAT = 'kvroute-sim-sweep-shard/v1';
@@ -191,6 +194,9 @@ export function sweepSpec(input: SweepInput): SweepSpec {
     prefixLengths: [...input.prefixLengths],
     objective: input.objective,
     ...(input.engine !== undefined ? { engine: engineOptions(input.profile, input.engine) } : {}),
+    ...(input.router !== undefined && Object.keys(input.router).length > 0
+      ? { router: input.router }
+      : {}),
   };
 }
 
@@ -221,6 +227,7 @@ export function sweepJobs(spec: SweepSpec): CellJob[] {
     profile: spec.profileRef,
     policy,
     ...(spec.engine !== undefined ? { engine: spec.engine } : {}),
+    ...(spec.router !== undefined ? { router: spec.router } : {}),
   });
   return [
     ...sweepPairs(spec).map(({ window, prefixLength }) =>

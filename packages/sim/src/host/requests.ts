@@ -9,6 +9,7 @@ import {
   type KvIndexView,
   type LoadTracker,
   NoHealthyRankError,
+  type RankState,
 } from '@kvroute/policy';
 import type { Scheduler } from '../engine/event-queue.ts';
 import type { RequestRecord } from '../metrics/types.ts';
@@ -39,6 +40,15 @@ export interface RequestHostOptions {
   replicas?: readonly { dispatcher: Dispatcher; tracker: LoadTracker }[];
   /** The events-fed cache index the replicas share (index source events or oracle). */
   kvIndex?: KvIndexView;
+  /**
+   * Replicas poll the ranks' load this often (host ms), as the router's --load-poll-interval:
+   * a rank reports the requests it holds (running + waiting), the replica keeps what exceeds
+   * its own in-flight count then and adds it to its own live count until the next poll. Only
+   * request counts, as in the router (no engine reports pending tokens). Replica j polls at
+   * j/n of the interval. 0: every decision sees the ranks' counts as they are (a poll with no
+   * staleness, the reference). Undefined: never (a replica sees only its own requests).
+   */
+  loadPollMs?: number;
 }
 
 export function createRequestHost(o: RequestHostOptions): RequestHost {
@@ -47,10 +57,15 @@ export function createRequestHost(o: RequestHostOptions): RequestHost {
   let attempts = 0;
   let sent = 0;
   const replicas = o.replicas ?? [{ dispatcher, tracker }];
+  const poller =
+    o.loadPollMs !== undefined && replicas.length > 1
+      ? new LoadPolls(q, o.loadPollMs, replicas, () => o.cluster().slots)
+      : undefined;
 
   const dispatch = (f: Flight) => {
     let decision: DispatchTicket;
-    const replica = replicas[sent++ % replicas.length] as (typeof replicas)[number];
+    const index = sent++ % replicas.length;
+    const replica = replicas[index] as (typeof replicas)[number];
     if (replica.tracker !== tracker) {
       // A replica's own load view: its in-flight counts, the cluster's ranks and health.
       if (replica.tracker.ranks.length !== tracker.ranks.length) {
@@ -58,11 +73,17 @@ export function createRequestHost(o: RequestHostOptions): RequestHost {
       }
       for (const r of tracker.ranks) replica.tracker.setHealthy(r.rank, r.healthy);
     }
+    poller?.wake();
+    const view = poller?.view(index);
     try {
       decision = replica.dispatcher.begin(
         { inputIds: f.inputIds, routingKey: f.req.routingKey, maxNewTokens: f.req.outputTokens },
         replica.tracker,
-        o.kvIndex ? { nowMs: q.now(), kvIndex: o.kvIndex } : { nowMs: q.now() },
+        {
+          nowMs: q.now(),
+          ...(o.kvIndex ? { kvIndex: o.kvIndex } : {}),
+          ...(view ? { view } : {}),
+        },
       );
     } catch (err) {
       if (err instanceof NoHealthyRankError) {
@@ -148,4 +169,74 @@ export function createRequestHost(o: RequestHostOptions): RequestHost {
       for (const f of waiting) dispatch(f);
     },
   };
+}
+
+/**
+ * The replicas' load polls. Each tick is an event, so a replica's correction is exactly as
+ * old as its last poll; ticks stop while nothing is in flight (a poll then reads zeros) and
+ * resume on the next dispatch at the replica's next tick, so a finished run's queue drains.
+ */
+class LoadPolls {
+  /** Per replica, per rank: requests the rank reported beyond the replica's own, at its last poll. */
+  private readonly external: number[][];
+  private readonly running: boolean[];
+
+  constructor(
+    private readonly q: Scheduler,
+    private readonly intervalMs: number,
+    private readonly replicas: readonly { tracker: LoadTracker }[],
+    private readonly slots: () => readonly { flights: { size: number } }[],
+  ) {
+    if (!Number.isFinite(intervalMs) || intervalMs < 0) {
+      throw new RangeError(`loadPollMs must be a number >= 0, got ${intervalMs}`);
+    }
+    this.external = replicas.map(() => []);
+    this.running = replicas.map(() => false);
+  }
+
+  wake(): void {
+    if (this.intervalMs === 0) return;
+    const now = this.q.now();
+    const n = this.replicas.length;
+    for (let j = 0; j < n; j++) {
+      if (this.running[j]) continue;
+      this.running[j] = true;
+      const phase = (j * this.intervalMs) / n;
+      const k = Math.max(0, Math.ceil((now - phase) / this.intervalMs));
+      this.q.at(phase + k * this.intervalMs, () => this.poll(j));
+    }
+  }
+
+  private poll(j: number): void {
+    // Idle: this poll read zeros, and so would every poll until traffic comes back.
+    if (this.read(j) > 0) this.q.at(this.q.now() + this.intervalMs, () => this.poll(j));
+    else this.running[j] = false;
+  }
+
+  /** Replica j's poll: stores each rank's excess over its own count; returns the total reported. */
+  private read(j: number): number {
+    const slots = this.slots();
+    const own = (this.replicas[j] as { tracker: LoadTracker }).tracker.ranks;
+    const ext = this.external[j] as number[];
+    let busy = 0;
+    for (let r = 0; r < slots.length; r++) {
+      const reported = slots[r]?.flights.size ?? 0;
+      busy += reported;
+      ext[r] = Math.max(0, reported - (own[r]?.inFlightRequests ?? 0));
+    }
+    ext.length = slots.length;
+    return busy;
+  }
+
+  /** Replica j's rank states: its own in-flight counts plus its last poll's excess. */
+  view(j: number): RankState[] | undefined {
+    if (this.intervalMs === 0) this.read(j);
+    const ext = this.external[j] as number[];
+    const own = (this.replicas[j] as { tracker: LoadTracker }).tracker.ranks;
+    if (!ext.some((x) => x > 0)) return undefined;
+    return own.map((r) => {
+      const add = ext[r.rank] ?? 0;
+      return add > 0 ? { ...r, inFlightRequests: r.inFlightRequests + add } : r;
+    });
+  }
 }

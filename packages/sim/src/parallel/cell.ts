@@ -4,7 +4,7 @@
 // same function in the main thread and in a worker, so a parallel run is byte-identical to
 // a serial one by construction (the engine reads no clock and no global random source).
 import type { DispatcherConfig } from '@kvroute/policy';
-import { runComparisonDetailed } from '../compare.ts';
+import { type RouterModel, runComparisonDetailed } from '../compare.ts';
 import { type CostModel, loadProfileFile } from '../cost/cost-model.ts';
 import { getProfile } from '../cost/profiles.ts';
 import type { EngineSettings } from '../entities/presets.ts';
@@ -24,6 +24,8 @@ export interface CellJob {
   policy: DispatcherConfig;
   /** Rank model and client load (engine preset and settings, concurrency cap, request rate). */
   engine?: { engine?: EngineSettings; maxConcurrency?: number; requestRate?: number };
+  /** Router replicas, index source and load polls (plain data, as SimulateOptions takes them). */
+  router?: RouterModel;
 }
 
 export interface CellResult {
@@ -67,6 +69,7 @@ export class CellContext {
       profile,
       seed: job.seed,
       ...(job.engine ?? {}),
+      ...(job.router ? { router: job.router } : {}),
     });
     return {
       summary: result.policies[0]!,

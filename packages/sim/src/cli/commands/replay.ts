@@ -4,7 +4,10 @@ import { bool, parseCommandArgs, positiveNumber, str } from '../args.ts';
 import type { Subcommand } from '../command.ts';
 import {
   DEFAULT_POLICIES,
+  ROUTER_FLAGS_HELP,
+  ROUTER_OPTIONS,
   readPolicies,
+  readRouterFlags,
   readSimFlags,
   readSwitches,
   SIM_FLAGS_HELP,
@@ -29,6 +32,7 @@ policy and prints the comparison table. The same as 'run --scenario replay --set
   --speedup X           number > 0: arrivals X times faster than recorded (default 1)
   --skip-invalid        switch: skip malformed lines and report how many, instead of failing
                         (default off)
+${ROUTER_FLAGS_HELP}
 ${SWITCH_FLAGS_HELP}
 ${SIM_FLAGS_HELP}
 
@@ -50,6 +54,7 @@ export const command: Subcommand = {
         speedup: { type: 'string' },
         'skip-invalid': { type: 'boolean' },
         ...SIM_OPTIONS,
+        ...ROUTER_OPTIONS,
         ...SWITCH_OPTIONS,
       },
       true,
@@ -84,6 +89,7 @@ export const command: Subcommand = {
       ranks: flags.ranks,
       profile: flags.profile,
       policies,
+      router: readRouterFlags(p),
       engine: flags.engine,
       switches: readSwitches(p, flags),
     });

@@ -5,7 +5,15 @@ import { renderSweepTable } from '../../report/table.ts';
 import type { SweepObjective } from '../../report/types.ts';
 import { checkName, parseCommandArgs, positiveInt, positiveIntList, str } from '../args.ts';
 import type { Subcommand } from '../command.ts';
-import { readSimFlags, requireScenario, SIM_FLAGS_HELP, SIM_OPTIONS } from '../common.ts';
+import {
+  ROUTER_FLAGS_HELP,
+  ROUTER_OPTIONS,
+  readRouterFlags,
+  readSimFlags,
+  requireScenario,
+  SIM_FLAGS_HELP,
+  SIM_OPTIONS,
+} from '../common.ts';
 import { emitSweepReport } from '../emit-report.ts';
 import { UsageError } from '../errors.ts';
 import { emit } from '../outputs.ts';
@@ -55,6 +63,7 @@ Pairs whose prefix length is below the window are skipped (the policy rejects th
   --shard K/N           run only shard K of N (every N-th cell from the K-th) and write the
                         shard's results as JSON to --json FILE (default stdout); combine the N
                         files with 'kvroute-sim merge' into the report one run would give
+${ROUTER_FLAGS_HELP}
 ${SIM_FLAGS_HELP}
 
 example:
@@ -75,6 +84,7 @@ export const command: Subcommand = {
       shard: { type: 'string' },
       load: { type: 'string' },
       ...SIM_OPTIONS,
+      ...ROUTER_OPTIONS,
     });
     const scenario = requireScenario(p);
     const policy = str(p, 'policy') ?? 'prefix_match';
@@ -124,6 +134,7 @@ export const command: Subcommand = {
       profileRef: flags.profileRef,
       ...(workers !== undefined ? { workers } : {}),
       engine: flags.engine,
+      router: readRouterFlags(p),
     };
     const loadRaw = str(p, 'load');
     const shardRaw = str(p, 'shard');

@@ -1,0 +1,367 @@
+// The router's traffic recorder (--record-trace PATH, or on/off through the admin API): one
+// JSON line per completed request, in the format docs/recorded-trace.md defines (Mooncake's
+// timestamp, input_length, output_length, hash_ids, plus what the router observed), and event
+// lines for the recording's start and for policy switches. Never prompt text: prompts become
+// HMAC-keyed block ids (block-hasher.ts), routing keys a keyed hash.
+//
+// The request path pays nothing while recording is off (one boolean read), and while it is
+// on, only for the sampled requests: their full prompt's tokens are kept (routing may read
+// fewer) and, once the response is done, hashed (memoized on repeated prefixes) into a line
+// that goes to a bounded queue; the file is written asynchronously (trace-writer.ts).
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { methodOptionSchema } from '@kvroute/policy';
+import type { ReportedUsage } from '@kvroute/protocol';
+import { Counter, Gauge, type Registry } from 'prom-client';
+import type { RouterConfig } from '../config.ts';
+import { BlockHasher } from './block-hasher.ts';
+import { TraceWriter } from './trace-writer.ts';
+
+export interface RecordingSettings {
+  /** The live file; rotated files sit beside it as PATH.000001, ... */
+  path: string;
+  /** A file holding the per-deployment HMAC secret; absent: a random secret per recording. */
+  secretFile?: string;
+  /** Prompt tokens per hash id (Mooncake traces use 512). */
+  blockTokens: number;
+  /** Share of requests recorded, (0, 1]. */
+  sampleRate: number;
+  /** Rotate the live file at this size; 0 = never. */
+  rotateBytes: number;
+  /** Rotate the live file at this age; 0 = never. */
+  rotateMs: number;
+  /** Lines waiting for the disk, at most this many bytes; beyond it lines are dropped. */
+  queueBytes: number;
+}
+
+/** What the proxy knows about one finished request. Times are performance.now() ms. */
+export interface RecordedRequest {
+  receivedAt: number;
+  /** The whole prompt's routing tokens. */
+  ids: Uint32Array;
+  rank: number;
+  reason: string;
+  usage?: ReportedUsage | undefined;
+  /** Token-carrying stream events relayed (output length when the worker reported none). */
+  streamedTokens?: number | undefined;
+  /** First response byte, if any arrived. */
+  firstByteAt?: number | undefined;
+  endAt: number;
+  status: number;
+  routingKey?: string | undefined;
+  model?: string | undefined;
+  stream: boolean;
+}
+
+/** The policy in force, as the `start` and `policy_switch` lines state it. */
+export interface PolicyDescription {
+  method: string;
+  options: Record<string, unknown>;
+  group?: string;
+}
+
+export interface RecorderContext {
+  /** The method and options in force now (the default group's, with worker groups). */
+  policy(): PolicyDescription;
+  /** With worker groups: each group's policy (model name as `group`); else none. */
+  groups?(): PolicyDescription[];
+  /** Ranks routed to now. */
+  ranks(): number;
+  /** The routing tokenizer's kind (approximate or huggingface): what a token is. */
+  tokenizer: string;
+  registry: Registry;
+  log: { warn(obj: object, msg: string): void; info(obj: object, msg: string): void };
+}
+
+export interface RecordingStatus {
+  recording: boolean;
+  path?: string;
+  block_tokens?: number;
+  sample_rate?: number;
+  origin_unix_ms?: number;
+  /** Whether ids are keyed with a secret from a file (stable across recordings) or a random one. */
+  secret?: 'file' | 'random';
+  queued_lines?: number;
+  written_lines?: number;
+  rotations?: number;
+  recorded: number;
+  dropped: number;
+}
+
+/** The recording settings the config describes, at `path`. */
+export function recordingSettings(config: RouterConfig, path: string): RecordingSettings {
+  const out: RecordingSettings = {
+    path,
+    blockTokens: config.recordBlockTokens,
+    sampleRate: config.recordSampleRate,
+    rotateBytes: config.recordRotateBytes,
+    rotateMs: config.recordRotateMs,
+    queueBytes: config.recordQueueBytes,
+  };
+  if (config.recordTraceSecretFile !== undefined) out.secretFile = config.recordTraceSecretFile;
+  return out;
+}
+
+/** The effective options of a method: those set, then the schema's defaults. */
+export function effectiveOptions(
+  method: string,
+  set: Readonly<Record<string, unknown>>,
+): Record<string, unknown> {
+  let schema: Record<string, { default: unknown }>;
+  try {
+    schema = methodOptionSchema(method) as Record<string, { default: unknown }>;
+  } catch {
+    return { ...set };
+  }
+  const out: Record<string, unknown> = {};
+  for (const [name, spec] of Object.entries(schema)) out[name] = set[name] ?? spec.default;
+  return out;
+}
+
+/** Reads a secret file: its bytes, a trailing newline dropped; at least 16 bytes. */
+export function readSecretFile(path: string): Buffer {
+  let raw: Buffer;
+  try {
+    raw = readFileSync(path);
+  } catch (err) {
+    throw new Error(`--record-trace-secret-file ${path}: ${(err as Error).message}`);
+  }
+  let end = raw.length;
+  while (end > 0 && (raw[end - 1] === 0x0a || raw[end - 1] === 0x0d)) end--;
+  if (end < 16) {
+    throw new Error(
+      `--record-trace-secret-file ${path}: the secret must be at least 16 bytes, the file has ${end} (e.g. openssl rand -hex 32 > ${path})`,
+    );
+  }
+  return raw.subarray(0, end);
+}
+
+export class TraceRecorder {
+  /** True while a recording runs: the one thing the request path reads when it is off. */
+  active = false;
+  private settings: RecordingSettings | undefined;
+  private writer: TraceWriter | undefined;
+  private hasher: BlockHasher | undefined;
+  private originPerf = 0;
+  private originUnix = 0;
+  private secretKind: 'file' | 'random' = 'random';
+  private recordedCount = 0;
+  private droppedCount = 0;
+  private readonly recorded: Counter;
+  private readonly dropped: Counter;
+  private readonly errors: Counter;
+
+  constructor(private readonly ctx: RecorderContext) {
+    const registers = [ctx.registry];
+    this.recorded = new Counter({
+      name: 'kvroute_trace_recorded_total',
+      help: 'Request lines queued for the recorded trace (--record-trace)',
+      registers,
+    });
+    this.dropped = new Counter({
+      name: 'kvroute_trace_dropped_total',
+      help: 'Recorded-trace lines dropped because the write queue was full or a write failed',
+      registers,
+    });
+    this.errors = new Counter({
+      name: 'kvroute_trace_write_errors_total',
+      help: 'Recorded-trace file writes, rotations or closes that failed',
+      registers,
+    });
+    const self = this;
+    new Gauge({
+      name: 'kvroute_trace_recording',
+      help: '1 while the router records its traffic, else 0',
+      registers,
+      collect() {
+        this.set(self.active ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'kvroute_trace_queue_lines',
+      help: 'Recorded-trace lines waiting for the disk',
+      registers,
+      collect() {
+        this.set(self.writer?.queuedLines ?? 0);
+      },
+    });
+  }
+
+  /** Whether this request is recorded (the sampling draw); false while off. */
+  sample(): boolean {
+    if (!this.active) return false;
+    const rate = this.settings!.sampleRate;
+    return rate >= 1 || Math.random() < rate;
+  }
+
+  /** Starts a recording (stopping one that runs). Throws, naming the problem, on a bad setting. */
+  async start(settings: RecordingSettings): Promise<RecordingStatus> {
+    checkSettings(settings);
+    const secret =
+      settings.secretFile !== undefined ? readSecretFile(settings.secretFile) : randomBytes(32);
+    if (this.active) await this.stop();
+    this.originPerf = performance.now();
+    this.originUnix = Date.now();
+    this.secretKind = settings.secretFile !== undefined ? 'file' : 'random';
+    const hasher = new BlockHasher({ secret, blockTokens: settings.blockTokens });
+    const header = JSON.stringify(this.startLine(settings));
+    // The header states the policy at the start of the recording; a rotated file repeats
+    // the policy in force when it opens, so each file stands alone.
+    let first = true;
+    let writer: TraceWriter;
+    try {
+      writer = new TraceWriter({
+        path: settings.path,
+        rotateBytes: settings.rotateBytes,
+        rotateMs: settings.rotateMs,
+        queueBytes: settings.queueBytes,
+        header: () => {
+          if (first) {
+            first = false;
+            return header;
+          }
+          return JSON.stringify(this.startLine(settings));
+        },
+        onDrop: () => {
+          this.droppedCount++;
+          this.dropped.inc();
+        },
+        onError: (err) => {
+          this.errors.inc();
+          this.ctx.log.warn({ err, path: settings.path }, 'recorded trace: write failed');
+        },
+      });
+    } catch (err) {
+      throw new Error(`record trace ${settings.path}: ${(err as Error).message}`);
+    }
+    this.settings = settings;
+    this.hasher = hasher;
+    this.writer = writer;
+    this.active = true;
+    this.ctx.log.info(
+      { path: settings.path, sampleRate: settings.sampleRate, blockTokens: settings.blockTokens },
+      'recording traffic',
+    );
+    return this.status();
+  }
+
+  /** Stops the recording: what is queued is written, the file closed. */
+  async stop(): Promise<RecordingStatus> {
+    const writer = this.writer;
+    this.active = false;
+    this.writer = undefined;
+    this.hasher = undefined;
+    if (writer) {
+      await writer.close();
+      this.ctx.log.info({ path: this.settings?.path }, 'recording stopped');
+    }
+    const out = this.status();
+    return out;
+  }
+
+  status(): RecordingStatus {
+    const s = this.settings;
+    const w = this.writer;
+    if (!this.active || !s || !w) {
+      return { recording: false, recorded: this.recordedCount, dropped: this.droppedCount };
+    }
+    return {
+      recording: true,
+      path: s.path,
+      block_tokens: s.blockTokens,
+      sample_rate: s.sampleRate,
+      origin_unix_ms: this.originUnix,
+      secret: this.secretKind,
+      queued_lines: w.queuedLines,
+      written_lines: w.written,
+      rotations: w.rotations,
+      recorded: this.recordedCount,
+      dropped: this.droppedCount,
+    };
+  }
+
+  /** One request's line (the proxy calls it once the response is over). */
+  record(r: RecordedRequest): void {
+    const writer = this.writer;
+    const hasher = this.hasher;
+    if (!this.active || !writer || !hasher) return;
+    const usage = r.usage;
+    const line: Record<string, unknown> = {
+      timestamp: Math.max(0, Math.round(r.receivedAt - this.originPerf)),
+      input_length: Math.max(1, usage?.promptTokens ?? r.ids.length),
+      output_length: usage?.outputTokens ?? r.streamedTokens ?? 0,
+      hash_ids: hasher.hashIds(r.ids),
+      rank: r.rank,
+      reason: r.reason,
+    };
+    if (usage?.cachedTokens !== undefined) line.cached_tokens = usage.cachedTokens;
+    if (r.firstByteAt !== undefined) line.ttft_ms = round3(r.firstByteAt - r.receivedAt);
+    line.e2e_ms = round3(r.endAt - r.receivedAt);
+    line.status = r.status;
+    if (r.routingKey !== undefined) line.key = hasher.keyHash(r.routingKey);
+    if (r.model !== undefined) line.model = r.model;
+    line.stream = r.stream;
+    if (writer.push(JSON.stringify(line))) {
+      this.recordedCount++;
+      this.recorded.inc();
+    }
+  }
+
+  /** Marks a switch of method or options (hot reload) in the recording, if one runs. */
+  markPolicySwitch(p: PolicyDescription): void {
+    const writer = this.writer;
+    if (!this.active || !writer) return;
+    const line: Record<string, unknown> = {
+      event: 'policy_switch',
+      timestamp: Math.max(0, Math.round(performance.now() - this.originPerf)),
+      method: p.method,
+      options: p.options,
+    };
+    if (p.group !== undefined) line.group = p.group;
+    writer.push(JSON.stringify(line));
+  }
+
+  async close(): Promise<void> {
+    await this.stop();
+  }
+
+  private startLine(s: RecordingSettings): Record<string, unknown> {
+    const p = this.ctx.policy();
+    const line: Record<string, unknown> = {
+      event: 'start',
+      origin_unix_ms: this.originUnix,
+      block_tokens: s.blockTokens,
+      sample_rate: s.sampleRate,
+      method: p.method,
+      options: p.options,
+      ranks: this.ctx.ranks(),
+      tokenizer: this.ctx.tokenizer,
+    };
+    if (p.group !== undefined) line.group = p.group;
+    const groups = this.ctx.groups?.() ?? [];
+    if (groups.length > 0) line.groups = groups;
+    return line;
+  }
+}
+
+function round3(ms: number): number {
+  return Math.round(Math.max(0, ms) * 1000) / 1000;
+}
+
+function checkSettings(s: RecordingSettings): void {
+  if (typeof s.path !== 'string' || s.path.length === 0) {
+    throw new Error('record trace: the path must be a non-empty file path');
+  }
+  if (!Number.isInteger(s.blockTokens) || s.blockTokens < 1) {
+    throw new Error(`record trace: block tokens must be an integer >= 1, got ${s.blockTokens}`);
+  }
+  if (!(s.sampleRate > 0 && s.sampleRate <= 1)) {
+    throw new Error(`record trace: the sample rate must be in (0, 1], got ${s.sampleRate}`);
+  }
+  if (!(s.queueBytes >= 1024)) {
+    throw new Error(`record trace: the queue must hold at least 1024 bytes, got ${s.queueBytes}`);
+  }
+  if (!(s.rotateBytes >= 0) || !(s.rotateMs >= 0)) {
+    throw new Error('record trace: rotation size and age must be >= 0 (0 = never)');
+  }
+}

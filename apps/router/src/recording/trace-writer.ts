@@ -1,0 +1,212 @@
+// The recorded trace's file side: a bounded in-memory queue of finished lines and one
+// asynchronous writer draining it, so a request never waits on the disk. When the queue is
+// full (the disk is slower than the traffic, or stalled) a line is dropped and counted, never
+// queued without bound and never blocking the request that produced it.
+//
+// Files: the live file is PATH; rotation (by size, by age) renames it to PATH.NNNNNN with the
+// next free number, so `cat PATH.* PATH` is the recording in order, and every file opens with
+// the header line (the recording's `start` event, same origin each time). A recording that
+// starts where a file already exists moves that file aside the same way first: files of two
+// recordings are never mixed.
+import {
+  close,
+  closeSync,
+  existsSync,
+  open,
+  openSync,
+  readdirSync,
+  rename,
+  renameSync,
+  statSync,
+  write,
+} from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+import { promisify } from 'node:util';
+
+// Plain descriptors and fs.write (no FileHandle objects): one descriptor the writer owns.
+const closeAsync = promisify(close);
+const openAsync = promisify(open);
+const renameAsync = promisify(rename);
+
+export interface TraceWriterOptions {
+  path: string;
+  /** Rotate when the live file reaches this size; 0 = never. */
+  rotateBytes: number;
+  /** Rotate when the live file is this old (and holds a request line); 0 = never. */
+  rotateMs: number;
+  /** Lines waiting for the disk at most this many bytes; beyond it lines are dropped. */
+  queueBytes: number;
+  /** The first line of every file (without newline). */
+  header(): string;
+  /** A line was dropped because the queue was full. */
+  onDrop(): void;
+  /** A write, rotation or close failed (the line batch is lost, counted as dropped). */
+  onError(err: Error): void;
+}
+
+const ROTATED = /^\.(\d{6,})$/;
+
+/** The next free rotated name of `path` (PATH.000001, PATH.000002, ...). */
+export function nextRotatedPath(path: string): string {
+  const dir = dirname(path);
+  const base = basename(path);
+  let max = 0;
+  for (const name of readdirSync(dir)) {
+    if (!name.startsWith(base)) continue;
+    const m = ROTATED.exec(name.slice(base.length));
+    if (m) max = Math.max(max, Number(m[1]));
+  }
+  return join(dir, `${base}.${String(max + 1).padStart(6, '0')}`);
+}
+
+/** The rotated files of a recording at `path`, oldest first (not the live file). */
+export function rotatedFiles(path: string): string[] {
+  const dir = dirname(path);
+  const base = basename(path);
+  return readdirSync(dir)
+    .filter((n) => n.startsWith(base) && ROTATED.test(n.slice(base.length)))
+    .sort()
+    .map((n) => join(dir, n));
+}
+
+export class TraceWriter {
+  private fd: number;
+  private queue: string[] = [];
+  private queuedBytes = 0;
+  private writing = false;
+  private closed = false;
+  private fileBytes = 0;
+  private fileRequests = 0;
+  private openedAt = Date.now();
+  private ageTimer: NodeJS.Timeout | undefined;
+  private idle: (() => void) | undefined;
+  /** Lines written to disk and files rotated, for status and tests. */
+  written = 0;
+  rotations = 0;
+
+  /** Opens the file synchronously, so a bad path is an error at start, naming the path. */
+  constructor(private readonly o: TraceWriterOptions) {
+    if (existsSync(o.path) && statSync(o.path).size > 0)
+      renameSync(o.path, nextRotatedPath(o.path));
+    this.fd = openSync(o.path, 'a');
+    this.queueLine(o.header(), true);
+    if (o.rotateMs > 0) {
+      // Also when no request comes: a file past its age is closed so it can be shipped.
+      this.ageTimer = setInterval(() => this.kick(), Math.min(o.rotateMs, 60_000));
+      this.ageTimer.unref();
+    }
+  }
+
+  get queuedLines(): number {
+    return this.queue.length;
+  }
+
+  /** Queues one request or event line; false (and counted as dropped) when the queue is full. */
+  push(line: string): boolean {
+    if (this.closed) return false;
+    if (this.queuedBytes + line.length + 1 > this.o.queueBytes) {
+      this.o.onDrop();
+      return false;
+    }
+    this.queueLine(line, false);
+    return true;
+  }
+
+  private queueLine(line: string, header: boolean): void {
+    this.queue.push(line);
+    this.queuedBytes += line.length + 1;
+    if (!header) this.fileRequests++;
+    this.kick();
+  }
+
+  private kick(): void {
+    if (this.writing) return;
+    this.writing = true;
+    // After the current request's work: the disk write never runs inside a request's turn.
+    setImmediate(() => void this.pump());
+  }
+
+  private due(): boolean {
+    if (this.fileRequests === 0) return false;
+    if (this.o.rotateBytes > 0 && this.fileBytes >= this.o.rotateBytes) return true;
+    return this.o.rotateMs > 0 && Date.now() - this.openedAt >= this.o.rotateMs;
+  }
+
+  private async pump(): Promise<void> {
+    try {
+      for (;;) {
+        if (this.due() && !this.closed) await this.rotate();
+        if (this.queue.length === 0) break;
+        const lines = this.queue;
+        this.queue = [];
+        this.queuedBytes = 0;
+        const text = `${lines.join('\n')}\n`;
+        try {
+          await writeAll(this.fd, text);
+          this.fileBytes += Buffer.byteLength(text);
+          this.written += lines.length;
+        } catch (err) {
+          for (let i = 0; i < lines.length; i++) this.o.onDrop();
+          this.o.onError(err as Error);
+        }
+      }
+    } finally {
+      this.writing = false;
+      if (this.queue.length > 0) this.kick();
+      else this.idle?.();
+    }
+  }
+
+  private async rotate(): Promise<void> {
+    try {
+      await closeAsync(this.fd);
+      await renameAsync(this.o.path, nextRotatedPath(this.o.path));
+      this.fd = await openAsync(this.o.path, 'a');
+      this.rotations++;
+    } catch (err) {
+      this.o.onError(err as Error);
+      try {
+        this.fd = openSync(this.o.path, 'a');
+      } catch {
+        // Nothing left to write to: the next writes fail and count as dropped.
+      }
+    }
+    this.fileBytes = 0;
+    this.fileRequests = 0;
+    this.openedAt = Date.now();
+    this.queue.unshift(this.o.header());
+    this.queuedBytes += this.queue[0]!.length + 1;
+  }
+
+  /** Writes what is queued, then closes the file. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.ageTimer) clearInterval(this.ageTimer);
+    if (this.writing || this.queue.length > 0) {
+      await new Promise<void>((resolve) => {
+        this.idle = resolve;
+        this.kick();
+      });
+    }
+    try {
+      closeSync(this.fd);
+    } catch (err) {
+      this.o.onError(err as Error);
+    }
+  }
+}
+
+function writeAll(fd: number, text: string): Promise<void> {
+  const buf = Buffer.from(text, 'utf8');
+  return new Promise((resolve, reject) => {
+    const from = (offset: number): void => {
+      write(fd, buf, offset, buf.length - offset, null, (err, n) => {
+        if (err) reject(err);
+        else if (offset + n < buf.length) from(offset + n);
+        else resolve();
+      });
+    };
+    from(0);
+  });
+}

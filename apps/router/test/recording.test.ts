@@ -1,0 +1,551 @@
+// The traffic recorder (--record-trace): block ids, the file checked line by line against
+// docs/recorded-trace.md on a mock-worker run, rotation, sampling, the admin on/off switch,
+// drops when the queue is full, and policy-switch lines.
+import { createHmac } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startMockWorker } from '@kvroute/mock-worker';
+import type { FastifyInstance } from 'fastify';
+import { Registry } from 'prom-client';
+import { request } from 'undici';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { type RouterConfig, resolveConfig } from '../src/config.ts';
+import { BlockHasher } from '../src/recording/block-hasher.ts';
+import { TraceRecorder } from '../src/recording/recorder.ts';
+import { rotatedFiles, TraceWriter } from '../src/recording/trace-writer.ts';
+import { buildRouter } from '../src/router.ts';
+import { startFakeWorker } from './helpers/fake-worker.ts';
+
+const work = mkdtempSync(join(tmpdir(), 'kvroute-recording-'));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+let fileNo = 0;
+const tracePath = (): string => join(work, `trace-${fileNo++}.jsonl`);
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  while (cleanups.length) await cleanups.pop()!();
+});
+
+async function mockWorkers(n: number): Promise<string[]> {
+  const ws = await Promise.all(
+    Array.from({ length: n }, () => startMockWorker({ host: '127.0.0.1', port: 0, timeScale: 0 })),
+  );
+  for (const w of ws) cleanups.push(() => w.close());
+  return ws.map((w) => w.url);
+}
+
+async function router(argv: string[]): Promise<{ app: FastifyInstance; url: string }> {
+  const config: RouterConfig = resolveConfig(['--health-check-interval-ms', '0', ...argv]);
+  const app = buildRouter(config);
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  cleanups.push(async () => {
+    app.server.closeAllConnections();
+    await app.close();
+  });
+  return { app, url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}` };
+}
+
+async function chat(
+  url: string,
+  system: string,
+  user: string,
+  opts: { stream?: boolean; headers?: Record<string, string> } = {},
+): Promise<{ status: number; text: string }> {
+  const res = await request(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...opts.headers },
+    body: JSON.stringify({
+      model: 'kvroute-mock',
+      messages: [
+        { role: 'system', content: system },
+        { role: 'user', content: user },
+      ],
+      max_tokens: 4,
+      stream: opts.stream ?? false,
+    }),
+  });
+  return { status: res.statusCode, text: await res.body.text() };
+}
+
+function readLines(path: string): Record<string, unknown>[] {
+  return readFileSync(path, 'utf8')
+    .split('\n')
+    .filter((l) => l.length > 0)
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+}
+
+/** The request-line fields docs/recorded-trace.md defines, and which are required. */
+const REQUIRED = [
+  'timestamp',
+  'input_length',
+  'output_length',
+  'hash_ids',
+  'rank',
+  'reason',
+  'e2e_ms',
+  'status',
+  'stream',
+];
+const OPTIONAL = ['cached_tokens', 'ttft_ms', 'key', 'model'];
+
+function checkRequestLine(line: Record<string, unknown>, blockTokens: number): void {
+  for (const f of REQUIRED) expect(line, `field ${f}`).toHaveProperty(f);
+  for (const f of Object.keys(line)) expect([...REQUIRED, ...OPTIONAL]).toContain(f);
+  expect(Number.isInteger(line.timestamp) && (line.timestamp as number) >= 0).toBe(true);
+  expect(Number.isInteger(line.input_length) && (line.input_length as number) >= 1).toBe(true);
+  expect(Number.isInteger(line.output_length) && (line.output_length as number) >= 0).toBe(true);
+  const ids = line.hash_ids as number[];
+  expect(Array.isArray(ids)).toBe(true);
+  for (const id of ids) expect(Number.isSafeInteger(id) && id >= 0).toBe(true);
+  expect(Number.isInteger(line.rank)).toBe(true);
+  expect(typeof line.reason).toBe('string');
+  if ('cached_tokens' in line) expect(Number.isInteger(line.cached_tokens)).toBe(true);
+  if ('ttft_ms' in line) {
+    expect(typeof line.ttft_ms).toBe('number');
+    expect(line.e2e_ms as number).toBeGreaterThanOrEqual(line.ttft_ms as number);
+  }
+  expect(typeof line.e2e_ms).toBe('number');
+  expect(Number.isInteger(line.status)).toBe(true);
+  expect(typeof line.stream).toBe('boolean');
+  if ('key' in line) expect(line.key).toMatch(/^[0-9a-f]{16}$/);
+  void blockTokens;
+}
+
+// About 3.3 blocks of 512 approximate tokens (4 bytes each) of agent system prompt.
+const SYSTEM = Array.from(
+  { length: 120 },
+  (_, i) => `Rule ${i}: the careful agent reads the tool output before acting on it.`,
+).join('\n');
+
+describe('block ids', () => {
+  const secret = Buffer.from('0123456789abcdef0123456789abcdef');
+  const ids = (n: number, seed: number): Uint32Array =>
+    Uint32Array.from({ length: n }, (_, i) => (i * 2654435761 + seed) >>> 0);
+
+  it('are HMAC-SHA256 of the previous id and the block, chained, first 6 bytes big-endian', () => {
+    const h = new BlockHasher({ secret, blockTokens: 4 });
+    const tokens = ids(10, 1);
+    const got = h.hashIds(tokens);
+    expect(got).toHaveLength(3);
+    let prev: Buffer | undefined;
+    for (let b = 0; b < 3; b++) {
+      const block = Buffer.from(tokens.slice(b * 4, Math.min(10, b * 4 + 4)).buffer);
+      const mac = createHmac('sha256', secret);
+      if (prev) mac.update(prev);
+      const digest = mac.update(block).digest();
+      expect(got[b]).toBe(digest.readUIntBE(0, 6));
+      prev = digest.subarray(0, 6);
+    }
+  });
+
+  it('share leading ids exactly as far as the prompts share whole blocks', () => {
+    const h = new BlockHasher({ secret, blockTokens: 8 });
+    const a = ids(40, 7);
+    const b = a.slice();
+    b[21] = 12345; // inside block 2
+    const ia = h.hashIds(a);
+    const ib = h.hashIds(b);
+    expect(ib.slice(0, 2)).toEqual(ia.slice(0, 2));
+    // Chained: everything from the changed block on differs.
+    for (let i = 2; i < 5; i++) expect(ib[i]).not.toBe(ia[i]);
+  });
+
+  it('memoized ids are the ids a fresh hasher computes; another secret gives other ids', () => {
+    const memo = new BlockHasher({ secret, blockTokens: 16, memoBytes: 4096 });
+    const fresh = () => new BlockHasher({ secret, blockTokens: 16, memoBytes: 0 });
+    const prompts = Array.from({ length: 30 }, (_, i) => {
+      const p = ids(64 + (i % 5) * 17, 3);
+      p[60 + (i % 7)] = i;
+      return p;
+    });
+    for (const p of prompts) expect(memo.hashIds(p)).toEqual(fresh().hashIds(p));
+    expect(memo.memoHits).toBeGreaterThan(0);
+    const other = new BlockHasher({
+      secret: Buffer.from('another secret, 16+ bytes'),
+      blockTokens: 16,
+    });
+    expect(other.hashIds(prompts[0]!)[0]).not.toBe(fresh().hashIds(prompts[0]!)[0]);
+  });
+
+  it('refuses a short secret and a bad block size', () => {
+    expect(() => new BlockHasher({ secret: Buffer.from('short'), blockTokens: 512 })).toThrow(
+      /at least 16 bytes/,
+    );
+    expect(() => new BlockHasher({ secret, blockTokens: 0 })).toThrow(/block tokens/);
+  });
+});
+
+describe('recorded trace on mock workers', () => {
+  it('writes the start line, then one line per request as docs/recorded-trace.md defines', async () => {
+    const urls = await mockWorkers(2);
+    const path = tracePath();
+    const secretFile = join(work, 'secret');
+    writeFileSync(secretFile, 'a-deployment-secret-of-32-bytes!\n');
+    const { app, url } = await router([
+      '--worker-urls',
+      ...urls,
+      '--load-balance-method',
+      'cache_aware',
+      '--record-trace',
+      path,
+      '--record-trace-secret-file',
+      secretFile,
+    ]);
+    const turns = ['Summarize the failing test.', 'Propose a fix for the parser.', 'Write it.'];
+    const answers = [];
+    for (const [i, t] of turns.entries()) {
+      answers.push(
+        await chat(url, SYSTEM, t, {
+          stream: i === 1,
+          headers: i === 2 ? { 'x-routing-key': 'session-42' } : {},
+        }),
+      );
+    }
+    // A prompt that shares nothing with the others.
+    answers.push(await chat(url, 'Another agent entirely.', 'Hello there.'));
+    for (const a of answers) expect(a.status).toBe(200);
+    await app.close();
+
+    const text = readFileSync(path, 'utf8');
+    // Never prompt text: no fragment of any prompt is in the file.
+    for (const fragment of [
+      'careful agent',
+      'Rule 1',
+      'failing test',
+      'Another agent',
+      'session-42',
+    ]) {
+      expect(text).not.toContain(fragment);
+    }
+    const lines = readLines(path);
+    expect(lines).toHaveLength(1 + answers.length);
+    const start = lines[0]!;
+    expect(start).toMatchObject({
+      event: 'start',
+      block_tokens: 512,
+      sample_rate: 1,
+      method: 'cache_aware',
+      ranks: 2,
+      tokenizer: 'approximate',
+    });
+    expect(Number.isInteger(start.origin_unix_ms)).toBe(true);
+    expect(Math.abs((start.origin_unix_ms as number) - Date.now())).toBeLessThan(600_000);
+    expect(typeof start.options).toBe('object');
+    const reqs = lines.slice(1);
+    for (const l of reqs) {
+      checkRequestLine(l, 512);
+      expect(l.status).toBe(200);
+      // Its tokens are the approximate routing tokens, so the ids cover the prompt in blocks
+      // of 512 of them.
+      expect((l.hash_ids as number[]).length).toBe(Math.ceil((l.input_length as number) / 512));
+      expect(l.output_length).toBe(4);
+      expect(l).toHaveProperty('ttft_ms');
+    }
+    // The mock worker reports usage with cached tokens, except in a stream that did not ask
+    // for usage (stream_options.include_usage): there the field is absent, not 0, and the
+    // output length is the count of token events the router relayed.
+    expect(reqs.map((l) => 'cached_tokens' in l)).toEqual([true, false, true, true]);
+    expect(reqs.map((l) => l.stream)).toEqual([false, true, false, false]);
+    // Received in this order, one at a time.
+    for (let i = 1; i < reqs.length; i++) {
+      expect(reqs[i]!.timestamp as number).toBeGreaterThanOrEqual(reqs[i - 1]!.timestamp as number);
+    }
+    // The three turns share the system prompt: their first 3 blocks (whole blocks of it) agree.
+    const ids = reqs.map((l) => l.hash_ids as number[]);
+    expect(ids[0]!.length).toBeGreaterThanOrEqual(4);
+    expect(ids[1]!.slice(0, 3)).toEqual(ids[0]!.slice(0, 3));
+    expect(ids[2]!.slice(0, 3)).toEqual(ids[0]!.slice(0, 3));
+    expect(ids[1]![ids[1]!.length - 1]).not.toBe(ids[0]![ids[0]!.length - 1]);
+    expect(ids[3]![0]).not.toBe(ids[0]![0]);
+    // Cache-aware sent the later turns where the prefix was: the worker reported it cached.
+    expect(reqs[1]!.rank).toBe(reqs[0]!.rank);
+    expect(reqs[2]!.rank).toBe(reqs[0]!.rank);
+    expect(reqs[0]!.cached_tokens).toBe(0);
+    expect(reqs[2]!.cached_tokens as number).toBeGreaterThanOrEqual(3 * 512);
+    // Only the request with a routing key has a key, a keyed hash of it.
+    expect(reqs.map((l) => 'key' in l)).toEqual([false, false, true, false]);
+    // Same secret file, same ids: a second recording of the same prompt matches the first.
+    const again = tracePath();
+    const r2 = await router([
+      '--worker-urls',
+      ...urls,
+      '--record-trace',
+      again,
+      '--record-trace-secret-file',
+      secretFile,
+    ]);
+    await chat(r2.url, SYSTEM, turns[0]!);
+    await r2.app.close();
+    expect(readLines(again)[1]!.hash_ids).toEqual(ids[0]);
+  });
+
+  it('leaves cached_tokens out when the worker does not report it, and records error statuses', async () => {
+    const w = await startFakeWorker();
+    cleanups.push(() => w.close());
+    w.handlers.set('POST /v1/chat/completions', (_req, res, body) => {
+      const bad = JSON.stringify(body).includes('invalid');
+      const text = JSON.stringify(
+        bad
+          ? { error: { message: 'bad request', type: 'invalid_request_error' } }
+          : {
+              id: 'x',
+              object: 'chat.completion',
+              choices: [{ index: 0, message: { role: 'assistant', content: 'ok' } }],
+              usage: { prompt_tokens: 21, completion_tokens: 2, total_tokens: 23 },
+            },
+      );
+      res.writeHead(bad ? 400 : 200, { 'content-type': 'application/json' });
+      res.end(text);
+    });
+    const path = tracePath();
+    const { app, url } = await router(['--worker-urls', w.url, '--record-trace', path]);
+    expect((await chat(url, 'sys', 'hello')).status).toBe(200);
+    expect((await chat(url, 'sys', 'invalid')).status).toBe(400);
+    await app.close();
+    const [, ok, bad] = readLines(path);
+    checkRequestLine(ok!, 512);
+    expect(ok).not.toHaveProperty('cached_tokens');
+    expect(ok).toMatchObject({ input_length: 21, output_length: 2, status: 200, rank: 0 });
+    checkRequestLine(bad!, 512);
+    expect(bad).toMatchObject({ status: 400, rank: 0 });
+    expect(bad).not.toHaveProperty('cached_tokens');
+  });
+
+  it('rotates by size: every file opens with the same start line, together they hold every request', async () => {
+    const urls = await mockWorkers(1);
+    const path = tracePath();
+    const { app, url } = await router([
+      '--worker-urls',
+      ...urls,
+      '--record-trace',
+      path,
+      '--record-rotate-bytes',
+      '600',
+    ]);
+    for (let i = 0; i < 12; i++) await chat(url, SYSTEM, `turn ${i}`);
+    await app.close();
+    const files = [...rotatedFiles(path), path];
+    expect(files.length).toBeGreaterThanOrEqual(3);
+    const all = files.map(readLines);
+    const starts = all.map((lines) => lines[0]!);
+    for (const s of starts) expect(s).toEqual(starts[0]);
+    const requests = all.flatMap((lines) => lines.slice(1));
+    expect(requests.every((l) => l.event === undefined)).toBe(true);
+    expect(requests).toHaveLength(12);
+  });
+
+  it('records a share of the requests at --record-sample-rate', async () => {
+    const urls = await mockWorkers(1);
+    const path = tracePath();
+    const { app, url } = await router([
+      '--worker-urls',
+      ...urls,
+      '--record-trace',
+      path,
+      '--record-sample-rate',
+      '0.25',
+    ]);
+    const n = 200;
+    for (let i = 0; i < n; i += 20) {
+      await Promise.all(Array.from({ length: 20 }, (_, j) => chat(url, 'short', `q${i + j}`)));
+    }
+    await app.close();
+    const lines = readLines(path);
+    expect(lines[0]).toMatchObject({ event: 'start', sample_rate: 0.25 });
+    // Binomial(200, 0.25): mean 50, sd 6.1; 20..80 is beyond 4.9 sd either way.
+    const recorded = lines.length - 1;
+    expect(recorded).toBeGreaterThan(20);
+    expect(recorded).toBeLessThan(80);
+  });
+
+  it('starts and stops through the admin API (token required)', async () => {
+    const urls = await mockWorkers(1);
+    const path = tracePath();
+    const { app, url } = await router(['--worker-urls', ...urls, '--admin-token', 'admin-secret']);
+    const admin = (method: 'GET' | 'POST', body?: unknown, token = 'admin-secret') =>
+      app.inject({
+        method,
+        url: '/trace_recording',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        ...(body === undefined ? {} : { payload: JSON.stringify(body) }),
+      });
+    expect((await admin('GET')).json()).toMatchObject({ recording: false });
+    expect((await admin('POST', { action: 'start', path }, 'wrong')).statusCode).toBe(403);
+    const noPath = await admin('POST', { action: 'start' });
+    expect(noPath.statusCode).toBe(400);
+    expect(noPath.json().error.param).toBe('path');
+    expect((await admin('POST', { action: 'pause' })).statusCode).toBe(400);
+    const badRate = await admin('POST', { action: 'start', path, sample_rate: 2 });
+    expect(badRate.statusCode).toBe(400);
+    expect(badRate.json().error.message).toMatch(/sample_rate/);
+    const missingDir = await admin('POST', { action: 'start', path: join(work, 'no/such/dir/t') });
+    expect(missingDir.statusCode).toBe(400);
+    expect(missingDir.json().error.message).toMatch(/no\/such\/dir/);
+
+    await chat(url, 'sys', 'before');
+    const started = await admin('POST', { action: 'start', path, block_tokens: 16 });
+    expect(started.statusCode).toBe(200);
+    expect(started.json()).toMatchObject({ recording: true, path, block_tokens: 16 });
+    await chat(url, 'sys', 'during one');
+    await chat(url, 'sys', 'during two');
+    const stopped = await admin('POST', { action: 'stop' });
+    expect(stopped.json()).toMatchObject({ recording: false, recorded: 2 });
+    await chat(url, 'sys', 'after');
+    const lines = readLines(path);
+    expect(lines.map((l) => l.event ?? 'request')).toEqual(['start', 'request', 'request']);
+    expect(lines[0]!.block_tokens).toBe(16);
+    expect((await admin('GET')).json()).toMatchObject({ recording: false, recorded: 2 });
+  });
+
+  it('marks policy switches', async () => {
+    const urls = await mockWorkers(1);
+    const path = tracePath();
+    const { app, url } = await router([
+      '--worker-urls',
+      ...urls,
+      '--record-trace',
+      path,
+      '--admin-token',
+      'admin-secret',
+    ]);
+    await chat(url, 'sys', 'one');
+    // A hot reload (the router's own switch) writes the line with the new effective options.
+    const policy = app.kvroute.policy;
+    policy.switchPolicy(
+      policy.defaultGroup,
+      {
+        ...policy.defaultGroup.settings,
+        loadBalanceMethod: 'prefix_match',
+        methodOptions: { window: 64 },
+      },
+      'test',
+    );
+    await chat(url, 'sys', 'two');
+    // An embedder's own switch marks it the same way.
+    app.kvroute.markPolicySwitch({ method: 'round_robin', options: {} });
+    // And the admin API's switch.
+    const switched = await app.inject({
+      method: 'POST',
+      url: '/policy',
+      headers: { authorization: 'Bearer admin-secret', 'content-type': 'application/json' },
+      payload: JSON.stringify({ method: 'consistent_hash' }),
+    });
+    expect(switched.statusCode).toBe(200);
+    await app.close();
+    const lines = readLines(path);
+    expect(lines.map((l) => l.event ?? 'request')).toEqual([
+      'start',
+      'request',
+      'policy_switch',
+      'request',
+      'policy_switch',
+      'policy_switch',
+    ]);
+    expect(lines[5]).toMatchObject({ method: 'consistent_hash' });
+    expect(lines[0]).toMatchObject({ method: 'cache_aware' });
+    expect(lines[0]).not.toHaveProperty('groups');
+    expect(lines[2]).toMatchObject({ method: 'prefix_match', options: { window: 64 } });
+    expect(Object.keys(lines[2]!.options as object).length).toBeGreaterThan(1);
+    expect(lines[2]).not.toHaveProperty('group');
+    expect(lines[3]!.reason).not.toBe('');
+    expect(lines[4]).toMatchObject({ method: 'round_robin', options: {} });
+    expect(Number.isInteger(lines[2]!.timestamp)).toBe(true);
+  });
+});
+
+describe('bounded queue', () => {
+  it('drops lines when the queue is full, counts them, and never blocks', async () => {
+    const registry = new Registry();
+    const rec = new TraceRecorder({
+      policy: () => ({ method: 'round_robin', options: {} }),
+      ranks: () => 1,
+      tokenizer: 'approximate',
+      registry,
+      log: { warn: () => {}, info: () => {} },
+    });
+    const path = tracePath();
+    await rec.start({
+      path,
+      blockTokens: 512,
+      sampleRate: 1,
+      rotateBytes: 0,
+      rotateMs: 0,
+      queueBytes: 1024,
+    });
+    const ids = new Uint32Array(4096).fill(7);
+    // All in one turn: the writer cannot run in between, so the queue fills.
+    for (let i = 0; i < 50; i++) {
+      rec.record({
+        receivedAt: 0,
+        ids,
+        rank: 0,
+        reason: 'rr',
+        endAt: 1,
+        status: 200,
+        stream: false,
+      });
+    }
+    const status = rec.status();
+    expect(status.dropped).toBeGreaterThan(0);
+    expect(status.recorded + status.dropped).toBe(50);
+    await rec.stop();
+    expect(readLines(path)).toHaveLength(1 + status.recorded);
+    const metrics = await registry.metrics();
+    expect(metrics).toContain(`kvroute_trace_dropped_total ${status.dropped}`);
+    expect(metrics).toContain(`kvroute_trace_recorded_total ${status.recorded}`);
+  });
+
+  it('the writer refuses a line past its byte bound', async () => {
+    let drops = 0;
+    const path = tracePath();
+    const w = new TraceWriter({
+      path,
+      rotateBytes: 0,
+      rotateMs: 0,
+      queueBytes: 100,
+      header: () => '{"event":"start"}',
+      onDrop: () => drops++,
+      onError: (err) => {
+        throw err;
+      },
+    });
+    expect(w.push('x'.repeat(50))).toBe(true);
+    expect(w.push('y'.repeat(50))).toBe(false);
+    expect(drops).toBe(1);
+    await w.close();
+    expect(readFileSync(path, 'utf8')).toBe(`{"event":"start"}\n${'x'.repeat(50)}\n`);
+  });
+});
+
+describe('recording config', () => {
+  it('reads the flags, env and YAML, and names a bad sample rate', () => {
+    const c = resolveConfig(
+      [
+        '--worker-urls',
+        'http://w:1',
+        '--record-trace',
+        '/tmp/t.jsonl',
+        '--record-rotate-age',
+        '5m',
+      ],
+      { KVROUTE_RECORD_SAMPLE_RATE: '0.1', KVROUTE_RECORD_BLOCK_TOKENS: '256' },
+    );
+    expect(c).toMatchObject({
+      recordTrace: '/tmp/t.jsonl',
+      recordSampleRate: 0.1,
+      recordBlockTokens: 256,
+      recordRotateMs: 300_000,
+    });
+    expect(() =>
+      resolveConfig(['--worker-urls', 'http://w:1', '--record-sample-rate', '0']),
+    ).toThrow(/--record-sample-rate: must be in \(0, 1\], got 0/);
+    const y = resolveConfig(
+      ['--config', 'c.yaml'],
+      {},
+      () => 'worker-urls: [http://w:1]\nrecord-trace: /tmp/y.jsonl\nrecord-queue-bytes: 4096\n',
+    );
+    expect(y).toMatchObject({ recordTrace: '/tmp/y.jsonl', recordQueueBytes: 4096 });
+  });
+});

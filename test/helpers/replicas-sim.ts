@@ -1,0 +1,187 @@
+// The simulator's prediction of the router-replicas e2e (helpers/replicas.ts): the same
+// prompts (the approximate tokenizer is exact here: the mock worker and the router use it
+// too), four ranks with the mock worker's cost profile, cache_aware, a closed loop of
+// `concurrency` clients each running whole sessions turn after turn, requests spread
+// round-robin over the replicas.
+import { approximateTokenIds } from '@kvroute/protocol';
+import {
+  getProfile,
+  simulatePlan,
+  stream,
+  type WorkloadPlan,
+  type WorkloadRequest,
+} from '@kvroute/sim';
+import {
+  DEFAULT_WORKLOAD,
+  type IndexSource,
+  type RunResult,
+  sessionsOf,
+  turnPrompts,
+  type Workload,
+} from './replicas.ts';
+
+export type SimIndexSource = 'learned' | 'events' | 'oracle';
+
+/** The mock workers' profile (startEventWorkers uses the mock worker's default). */
+export const E2E_PROFILE = 'h200-llama-3.1-8b';
+
+/**
+ * The e2e's client as a closed-loop plan. Its clients take sessions from one queue as they
+ * free up; sessions are the same length, so client c runs sessions c, c + concurrency, ...
+ */
+export function e2ePlan(
+  workload: Workload = DEFAULT_WORKLOAD,
+  thinkMs = 0,
+  seed: string | number = 1,
+): WorkloadPlan {
+  const jitter = stream(seed, 'e2e-turn-gap');
+  const clients: WorkloadRequest[][] = Array.from({ length: workload.concurrency }, () => []);
+  let id = 0;
+  for (const s of sessionsOf(workload)) {
+    const c = s.id % workload.concurrency;
+    for (const text of turnPrompts(s, workload)) {
+      (clients[c] as WorkloadRequest[]).push({
+        id: id++,
+        clientId: c,
+        inputIds: approximateTokenIds(text),
+        // One new token, as the e2e asks: the response time is the time to first token.
+        outputTokens: 1,
+        // The e2e's clients all start at once; each later request follows its predecessor's
+        // response after the host's round trip.
+        thinkMs: (clients[c] as WorkloadRequest[]).length === 0 ? 0 : thinkMs * (0.5 + jitter()),
+        sessionKey: `session-${s.id}`,
+        tenant: `tenant-${Math.floor(s.id / workload.sessionsPerTenant)}`,
+      });
+    }
+  }
+  return { scenario: 'e2e-replicas', mode: 'closed', ranks: 4, clients, requests: [], events: [] };
+}
+
+/** What the e2e measured about its own timing, in wall ms, and its mock workers' time scale. */
+export interface E2eTiming {
+  /** Mean time a client waited for a response (router, HTTP and engine). */
+  responseMs: number;
+  /** Mean KV event lag, publish to apply. */
+  eventLagMs: number;
+  /** Wall ms per model ms of the mock workers. */
+  timeScale: number;
+}
+
+export interface Prediction {
+  replicas: number;
+  source: SimIndexSource;
+  requests: number;
+  /** Mean token hit rate over the seeds, and its range. */
+  hitRate: number;
+  min: number;
+  max: number;
+}
+
+/**
+ * The simulator's hit rate for the e2e at `timing`. The simulator has no HTTP hops, so the
+ * e2e's host time enters as model time: a session's next turn is sent one response time
+ * later (wall ms / time scale, jittered 0.5x-1.5x by the seed: which replica sees which
+ * turn depends on how the sessions interleave), and events arrive one event lag later.
+ * Averaged over `seeds` interleavings.
+ */
+export function predictReplicas(
+  replicas: number,
+  source: SimIndexSource,
+  timing: E2eTiming,
+  opts: { workload?: Workload; seeds?: readonly number[] } = {},
+): Prediction {
+  const seeds = opts.seeds ?? [1, 2, 3, 4, 5, 6, 7, 8];
+  const rates: number[] = [];
+  let requests = 0;
+  for (const seed of seeds) {
+    const plan = e2ePlan(opts.workload, timing.responseMs / timing.timeScale, seed);
+    const { summary } = simulatePlan(plan, {
+      policy: { method: 'cache_aware' },
+      profile: getProfile(E2E_PROFILE),
+      seed,
+      replicas,
+      indexSource: source,
+      ...(source === 'events' ? { eventLagMs: timing.eventLagMs / timing.timeScale } : {}),
+    });
+    rates.push(summary.hitRate);
+    requests = summary.requests;
+  }
+  return {
+    replicas,
+    source,
+    requests,
+    hitRate: rates.reduce((a, b) => a + b, 0) / rates.length,
+    min: Math.min(...rates),
+    max: Math.max(...rates),
+  };
+}
+
+/** One run of the e2e comparison (scripts/replicas.ts --record), as recorded. */
+export interface RecordedRun {
+  recordedAt?: string;
+  timeScale: number;
+  rows: readonly Pick<
+    RunResult,
+    'replicas' | 'source' | 'requests' | 'hitRate' | 'ttftMeanMs' | 'eventLagMs'
+  >[];
+}
+
+export interface ModeComparison {
+  replicas: number;
+  source: IndexSource;
+  /** The e2e's hit rate in each run, and their mean. */
+  e2e: number[];
+  e2eMean: number;
+  /** The timing the prediction used: the mode's mean over the runs, wall ms. */
+  timing: E2eTiming;
+  sim: Prediction;
+  /** sim - e2e mean, in percentage points. */
+  gapPt: number;
+}
+
+/** Per setup (replicas x index source): the e2e's runs against the simulator at their timing. */
+export function comparePredictions(runs: readonly RecordedRun[]): ModeComparison[] {
+  const first = runs[0];
+  if (first === undefined) throw new Error('no recorded e2e runs to compare with');
+  const out: ModeComparison[] = [];
+  for (const { replicas, source } of first.rows) {
+    const rows = runs.map((run) => {
+      const row = run.rows.find((r) => r.replicas === replicas && r.source === source);
+      if (row === undefined) throw new Error(`a recorded run has no ${replicas} x ${source} row`);
+      return { row, timeScale: run.timeScale };
+    });
+    const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+    const timing: E2eTiming = {
+      responseMs: mean(rows.map((r) => r.row.ttftMeanMs)),
+      eventLagMs: mean(rows.map((r) => r.row.eventLagMs)),
+      timeScale: mean(rows.map((r) => r.timeScale)),
+    };
+    const e2e = rows.map((r) => r.row.hitRate);
+    const sim = predictReplicas(replicas, source, timing);
+    out.push({
+      replicas,
+      source,
+      e2e,
+      e2eMean: mean(e2e),
+      timing,
+      sim,
+      gapPt: 100 * (sim.hitRate - mean(e2e)),
+    });
+  }
+  return out;
+}
+
+const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+
+export function formatPredictions(runs: readonly RecordedRun[]): string {
+  const lines = [
+    '| setup | e2e hit rate (runs) | e2e mean | sim (8 interleavings) | sim - e2e | timing: response, event lag (wall ms) |',
+    '| --- | --- | ---: | ---: | ---: | --- |',
+  ];
+  for (const c of comparePredictions(runs)) {
+    lines.push(
+      `| ${c.replicas} router${c.replicas > 1 ? 's' : ''}, ${c.source} | ${c.e2e.map(pct).join(', ')} | ${pct(c.e2eMean)} | ${pct(c.sim.hitRate)} (${pct(c.sim.min)}-${pct(c.sim.max)}) | ${c.gapPt >= 0 ? '+' : ''}${c.gapPt.toFixed(1)} pt | ${c.timing.responseMs.toFixed(1)}, ${c.timing.eventLagMs.toFixed(2)} |`,
+    );
+  }
+  return lines.join('\n');
+}
