@@ -2,12 +2,7 @@
 // parts: arrivals (host/arrivals.ts: when requests are sent), the request host
 // (host/requests.ts: dispatch, submit, records), the cluster (host/cluster.ts: ranks and
 // cluster events). The policy (from @kvroute/policy, used as is) only decides.
-import {
-  createDispatcher,
-  createLoadTracker,
-  type Dispatcher,
-  type DispatcherConfig,
-} from '@kvroute/policy';
+import { createDispatcher, createLoadTracker, type DispatcherConfig } from '@kvroute/policy';
 import type { CostModel } from './cost/cost-model.ts';
 import { EventQueue } from './engine/event-queue.ts';
 import type { RankModel, StepRecord } from './entities/rank.ts';
@@ -46,6 +41,11 @@ export interface SimulateOptions {
   eventLagMs?: number;
   /** Tokens per KV event block. Default 16. */
   eventBlockSize?: number;
+  /**
+   * Hot reloads: from `atMs` on, requests are routed with `policy` (a new dispatcher; requests
+   * in flight keep their tickets, so load accounting carries over), as the router switches.
+   */
+  policySwitches?: readonly { atMs: number; policy: DispatcherConfig }[];
   /**
    * With replicas: each replica polls the ranks' request counts this often (ms) and adds the
    * requests the others sent, as of its last poll, to its own (the router's
@@ -98,6 +98,28 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
           dispatcher: createDispatcher(opts.policy),
           tracker: createLoadTracker(numRanks, { kvCapacityTokens: capacity }),
         }));
+  const retiredReasons: Record<string, number> = {};
+  // The plan's policy-switch events (--switch-policy, a recorded trace's switches) are hot
+  // reloads as policySwitches are.
+  const planSwitches = plan.events
+    .filter((e) => e.kind === 'policy-switch')
+    .map((e) => {
+      if (!e.policy || typeof e.policy.method !== 'string') {
+        throw new RangeError(`policy-switch event at ${e.atMs} ms: needs a policy with a method`);
+      }
+      return { atMs: e.atMs, policy: e.policy as DispatcherConfig };
+    });
+  for (const sw of [...(opts.policySwitches ?? []), ...planSwitches]) {
+    const next = createDispatcher(sw.policy);
+    q.at(sw.atMs, () => {
+      for (const r of replicas) {
+        for (const [k, v] of Object.entries(r.dispatcher.stats().reasons)) {
+          retiredReasons[k] = (retiredReasons[k] ?? 0) + v;
+        }
+        r.dispatcher = replicas.length === 1 ? next : createDispatcher(sw.policy);
+      }
+    });
+  }
   const kvEvents =
     source === 'learned'
       ? undefined
@@ -136,25 +158,6 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
     { maxConcurrency: opts.maxConcurrency },
   );
   cluster.schedule(plan.events);
-  // Policy switches (a hot reload): every replica takes a new dispatcher from that moment;
-  // requests already dispatched close their tickets on the one that routed them, and the
-  // load they hold stays on the tracker, where the new dispatcher sees it.
-  const retired: Dispatcher[] = [];
-  for (const e of plan.events) {
-    if (e.kind !== 'policy-switch') continue;
-    const next = e.policy;
-    if (!next || typeof next.method !== 'string') {
-      throw new RangeError(`policy-switch event at ${e.atMs} ms: needs a policy with a method`);
-    }
-    // Built now, so an invalid switch fails the run before it starts, not halfway.
-    createDispatcher(next);
-    q.at(e.atMs, () => {
-      for (const r of replicas) {
-        retired.push(r.dispatcher);
-        r.dispatcher = createDispatcher(next);
-      }
-    });
-  }
 
   let lastProgress = -1;
   const progress = () => {
@@ -177,9 +180,9 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
   progress();
 
   const { perRank, evictedNodes } = cluster.summaries();
-  const reasons: Record<string, number> = {};
-  for (const d of [...retired, ...replicas.map((r) => r.dispatcher)]) {
-    for (const [k, v] of Object.entries(d.stats().reasons)) {
+  const reasons: Record<string, number> = { ...retiredReasons };
+  for (const r of replicas) {
+    for (const [k, v] of Object.entries(r.dispatcher.stats().reasons)) {
       reasons[k] = (reasons[k] ?? 0) + v;
     }
   }

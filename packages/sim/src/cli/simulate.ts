@@ -38,6 +38,8 @@ export interface CompareInput {
   engine?: EngineFlags;
   /** Policy switches at given times (--switch-policy), added to the plan's events. */
   switches?: ClusterEvent[];
+  /** Replay of a recorded trace: apply (and mark) the router's recorded policy switches. */
+  recordedSwitches?: boolean;
 }
 
 /** Plain data (it crosses worker threads and shard files): what engineOptions returns. */
@@ -68,10 +70,17 @@ export function compare(
   const n = input.policies.length;
   try {
     const built = buildWorkload(input.scenario, input.scenarioOptions, input.seed);
-    const plan =
-      input.switches && input.switches.length > 0
-        ? { ...built, events: [...built.events, ...input.switches] }
-        : built;
+    const added: ClusterEvent[] = [...(input.switches ?? [])];
+    if (input.recordedSwitches) {
+      for (const s of built.recorded?.switches ?? []) {
+        added.push({
+          atMs: s.timestamp,
+          kind: 'policy-switch',
+          policy: { ...s.options, method: s.method },
+        });
+      }
+    }
+    const plan = added.length > 0 ? { ...built, events: [...built.events, ...added] } : built;
     const { result, records } = runComparisonDetailed({
       scenario: input.scenario,
       scenarioOptions: input.scenarioOptions,
