@@ -140,6 +140,15 @@ describe('block ids', () => {
     }
   });
 
+  it('match createHmac for secrets of any length (longer than a SHA-256 block too)', () => {
+    for (const key of [Buffer.alloc(16, 1), Buffer.alloc(64, 2), Buffer.alloc(100, 3)]) {
+      const tokens = ids(6, 9);
+      const got = new BlockHasher({ secret: key, blockTokens: 8 }).hashIds(tokens);
+      const want = createHmac('sha256', key).update(Buffer.from(tokens.buffer)).digest();
+      expect(got).toEqual([want.readUIntBE(0, 6)]);
+    }
+  });
+
   it('share leading ids exactly as far as the prompts share whole blocks', () => {
     const h = new BlockHasher({ secret, blockTokens: 8 });
     const a = ids(40, 7);
