@@ -3,5 +3,15 @@
 // workloads, metrics), `@kvroute/sim/report` (renderers), `@kvroute/sim/cli` (runCli and the
 // helpers other CLIs built on it share).
 export * from './cli/index.ts';
+export {
+  FitError,
+  type FitOptions,
+  type FitResult,
+  fitProfile,
+  PREFILL_QUANTILE,
+  prefillTerms,
+} from './fit/fit.ts';
+export { type Observations, type ObservedRequest, readObservations } from './fit/observations.ts';
 export * from './model.ts';
+export { type ObservedReplayResult, replayObserved } from './replay-observed.ts';
 export * from './report/index.ts';

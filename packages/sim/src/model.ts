@@ -90,6 +90,14 @@ export {
   scenarioNames,
 } from './workloads/registry.ts';
 export { defaultTracePath, resolveTracePath, TraceFormatError } from './workloads/replay.ts';
+export {
+  type PolicySwitch,
+  parseTrace,
+  readTraceFile,
+  type TraceFile,
+  type TraceLine,
+  type TraceStart,
+} from './workloads/trace-file.ts';
 export type {
   ClusterEvent,
   ScenarioDefinition,

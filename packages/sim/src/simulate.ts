@@ -42,6 +42,11 @@ export interface SimulateOptions {
   /** Tokens per KV event block. Default 16. */
   eventBlockSize?: number;
   /**
+   * Hot reloads: from `atMs` on, requests are routed with `policy` (a new dispatcher; requests
+   * in flight keep their tickets, so load accounting carries over), as the router switches.
+   */
+  policySwitches?: readonly { atMs: number; policy: DispatcherConfig }[];
+  /**
    * With replicas: each replica polls the ranks' request counts this often (ms) and adds the
    * requests the others sent, as of its last poll, to its own (the router's
    * --load-poll-interval); 0: always current. Default: no polling, a replica sees only its own
@@ -93,6 +98,18 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
           dispatcher: createDispatcher(opts.policy),
           tracker: createLoadTracker(numRanks, { kvCapacityTokens: capacity }),
         }));
+  const retiredReasons: Record<string, number> = {};
+  for (const sw of opts.policySwitches ?? []) {
+    const next = createDispatcher(sw.policy);
+    q.at(sw.atMs, () => {
+      for (const r of replicas) {
+        for (const [k, v] of Object.entries(r.dispatcher.stats().reasons)) {
+          retiredReasons[k] = (retiredReasons[k] ?? 0) + v;
+        }
+        r.dispatcher = replicas.length === 1 ? next : createDispatcher(sw.policy);
+      }
+    });
+  }
   const kvEvents =
     source === 'learned'
       ? undefined
@@ -153,7 +170,7 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
   progress();
 
   const { perRank, evictedNodes } = cluster.summaries();
-  const reasons: Record<string, number> = {};
+  const reasons: Record<string, number> = { ...retiredReasons };
   for (const r of replicas) {
     for (const [k, v] of Object.entries(r.dispatcher.stats().reasons)) {
       reasons[k] = (reasons[k] ?? 0) + v;

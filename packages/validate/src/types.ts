@@ -48,13 +48,4 @@ export interface Observation {
 }
 
 /** One request's outcome in the common form both sides are summarised from. */
-export interface OutcomeRecord {
-  id: number;
-  ok: boolean;
-  startMs: number;
-  ttftMs?: number;
-  endMs: number;
-  promptTokens: number;
-  cachedTokens: number;
-  rank?: number;
-}
+export type { OutcomeRecord } from '@kvroute/sim/report';

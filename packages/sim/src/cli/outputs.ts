@@ -36,6 +36,22 @@ export interface Renderers {
   html(): Promise<string>;
 }
 
+/** Writes one output: '-' to stdout, else the file (its directory made), named on stderr. */
+export function writeOutput(io: CliIo, kind: string, target: string, text: string): void {
+  if (target === '-') {
+    io.stdout.write(text);
+    return;
+  }
+  const path = resolve(io.cwd, target);
+  try {
+    mkdirSync(dirname(path), { recursive: true });
+    writeFileSync(path, text);
+  } catch (err) {
+    throw new UsageError(`cannot write --${kind} file ${path}: ${(err as Error).message}`);
+  }
+  io.stderr.write(`wrote ${kind.toUpperCase()} to ${path}\n`);
+}
+
 export async function emit(io: CliIo, t: OutputTargets, r: Renderers): Promise<void> {
   if (!stdoutIsData(t)) io.stdout.write(r.table());
   for (const kind of ['json', 'csv', 'html'] as const) {

@@ -11,12 +11,21 @@
 //   that window (the requests decoding alongside, from their own windows):
 //     stepMs = floorMs + perSeqMs*batch + perKContextTokenMs*context/1000
 //
-// Least squares on relative error (rows weighted by 1/observed), with non-negative
-// coefficients (a term that comes out negative is dropped and the rest refitted). The
+// Prefill: a low quantile of the relative error (iteratively reweighted least squares), since
+// timing noise only ever adds; decode: least squares on relative error with two trimming
+// rounds. Both with non-negative coefficients (a term that comes out negative is dropped and
+// the rest refitted). The
 // profile's launch floor is not fitted (0): a lone-request workload cannot tell it from the
 // additive floor.
 import type { CostProfileSpec } from '../cost/cost-model.ts';
 import type { ObservedRequest } from './observations.ts';
+
+/**
+ * Prefill and overhead follow the fastest fifth of the lone requests' TTFTs (relative to the
+ * fit): on a busy host most requests are late by a few ms and some by far more, while decode
+ * windows average many steps and are fitted by least squares.
+ */
+export const PREFILL_QUANTILE = 0.2;
 
 export interface FitOptions {
   chunkedPrefillSize: number;
@@ -52,7 +61,7 @@ interface Window {
 const overlap = (x: Window, y: Window) => Math.max(0, Math.min(x.b, y.b) - Math.max(x.a, y.a));
 
 /** Weighted non-negative least squares by refitting without negative terms. */
-function nnls(xs: number[][], ys: number[]): number[] {
+function nnls(xs: number[][], ys: number[], ws?: readonly number[]): number[] {
   const k = xs[0]!.length;
   const active = new Array<boolean>(k).fill(true);
   for (let round = 0; round <= k; round++) {
@@ -60,6 +69,7 @@ function nnls(xs: number[][], ys: number[]): number[] {
     const beta = solveWls(
       xs.map((row) => idx.map((i) => row[i]!)),
       ys,
+      ws,
     );
     const full = new Array<number>(k).fill(0);
     idx.forEach((i, j) => {
@@ -99,13 +109,37 @@ function robustFit(xs: number[][], ys: number[]): { beta: number[]; xs: number[]
   return { beta, xs: kx, ys: ky };
 }
 
-/** Least squares of relative error: minimises sum(((x.b - y) / y)^2). */
-function solveWls(xs: number[][], ys: number[]): number[] {
+/**
+ * A low quantile of the relative error, by iteratively reweighted least squares: minimises
+ * sum(rho_tau(y - x.b) / y) with rho_tau(r) = tau*r above the fit and (1 - tau)*|r| below. Timing
+ * noise only ever makes a request later (a late timer, a descheduled process, a busy event
+ * loop): a low quantile follows the undisturbed timings, where least squares is pulled up by
+ * every late one, and by the rare very late ones most.
+ */
+export function quantileFit(xs: number[][], ys: number[], tau: number): number[] {
+  let beta = nnls(xs, ys);
+  for (let it = 0; it < 40; it++) {
+    const ws = xs.map((row, r) => {
+      const y = ys[r]!;
+      const res = y - row.reduce((s, v, i) => s + v * beta[i]!, 0);
+      const side = res > 0 ? tau : 1 - tau;
+      return side / (y * Math.max(Math.abs(res), 1e-4 * y));
+    });
+    const next = nnls(xs, ys, ws);
+    const moved = next.some((b, i) => Math.abs(b - beta[i]!) > 1e-9 * (Math.abs(b) + 1e-9));
+    beta = next;
+    if (!moved) break;
+  }
+  return beta;
+}
+
+/** Weighted least squares (weights default 1/y^2: relative error, sum(((x.b - y) / y)^2)). */
+function solveWls(xs: number[][], ys: number[], ws?: readonly number[]): number[] {
   const k = xs[0]?.length ?? 0;
   if (k === 0) return [];
   const a = Array.from({ length: k }, () => new Array<number>(k + 1).fill(0));
   xs.forEach((row, r) => {
-    const w = 1 / (ys[r]! * ys[r]!);
+    const w = ws !== undefined ? ws[r]! : 1 / (ys[r]! * ys[r]!);
     for (let i = 0; i < k; i++) {
       for (let j = 0; j < k; j++) a[i]![j]! += w * row[i]! * row[j]!;
       a[i]![k]! += w * row[i]! * ys[r]!;
@@ -211,10 +245,14 @@ export function fitProfile(requests: readonly ObservedRequest[], o: FitOptions):
         return;
       }
       let clean = true;
+      // Requests batched into one prefill step get their first tokens at one moment; the
+      // client sees them a few ms apart. An overlap shorter than half a mean step cannot hold
+      // a prefill step, so it is delivery jitter, not a prefill in the window.
+      const jitter = len / (r.outputTokens - 1) / 2;
       let batch = 0;
       let ctx = 0;
       for (let j = 0; j < list.length && clean; j++) {
-        if (j !== i && overlap(w, P[j]!) > 0) clean = false;
+        if (j !== i && overlap(w, P[j]!) > jitter) clean = false;
         const ov = overlap(w, D[j]!);
         if (ov <= 0) continue;
         const dj = D[j]!;
@@ -242,7 +280,7 @@ export function fitProfile(requests: readonly ObservedRequest[], o: FitOptions):
       `only ${dx.length} requests decoded without a prefill alongside (at least 4 are needed to fit decode); record a run of the fit-probe scenario`,
     );
   }
-  const pf = robustFit(px, py);
+  const pf = { beta: quantileFit(px, py, PREFILL_QUANTILE) };
   const df = robustFit(dx, dy);
   const pb = pf.beta;
   const db = df.beta;

@@ -6,9 +6,14 @@
 //   router or benchmark client would log them next to a Mooncake-style trace line:
 //   `timestamp` (send time, ms), `input_length`, `output_length`, `cached_tokens`, `ttft_ms`,
 //   `e2e_ms`, and optionally `rank` (or `dp_rank`). Other fields (`hash_ids`, ...) are ignored.
+// - a trace kvroute-router recorded (`--record-trace`; its first line is a `start` event):
+//   read with the trace reader, event lines skipped. Only what the router observed is used:
+//   a request without a reported cached-token count, a non-streamed one (its first byte is
+//   the whole response) and a failed one are left out and counted, never read as 0.
 // What the fit needs of every request: when it was sent, its input, cached and output token
 // counts, its TTFT and end-to-end latency, and the rank that served it when there are several.
 import { readFileSync } from 'node:fs';
+import { parseTrace, TraceFormatError } from '../workloads/trace-file.ts';
 
 export interface ObservedRequest {
   /** Send time, ms (any origin, the same for every request of a file). */
@@ -29,14 +34,75 @@ export class ObservationFormatError extends Error {
 
 const isNum = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
 
-/** Reads one file of either format; failed requests (no TTFT, not ok) are skipped and counted. */
-export function readObservations(path: string): { requests: ObservedRequest[]; skipped: number } {
+export interface Observations {
+  requests: ObservedRequest[];
+  /** Requests that failed or whose timing was not measured. */
+  skipped: number;
+  /** Recorded traces: requests left out because the router could not observe what the fit needs. */
+  unobserved?: { cachedUnknown: number; notStreamed: number };
+  /** Recorded traces: the share of requests the recording kept (below 1, the fit cannot see every neighbour). */
+  sampleRate?: number;
+}
+
+function fromRecordedTrace(text: string, path: string): Observations {
+  let trace: ReturnType<typeof parseTrace>;
+  try {
+    trace = parseTrace(text, path);
+  } catch (e) {
+    if (e instanceof TraceFormatError) throw new ObservationFormatError(e.message);
+    throw e;
+  }
+  const requests: ObservedRequest[] = [];
+  let skipped = 0;
+  let cachedUnknown = 0;
+  let notStreamed = 0;
+  for (const l of trace.lines) {
+    const o = l.observed ?? {};
+    const ok = o.status === undefined || (o.status >= 200 && o.status < 300);
+    if (!ok || o.ttftMs === undefined || o.e2eMs === undefined) {
+      skipped++;
+      continue;
+    }
+    if (o.stream === false) {
+      notStreamed++;
+      continue;
+    }
+    if (o.cachedTokens === undefined) {
+      cachedUnknown++;
+      continue;
+    }
+    requests.push({
+      startMs: l.timestamp,
+      ttftMs: o.ttftMs,
+      e2eMs: o.e2eMs,
+      inputTokens: l.inputLength,
+      cachedTokens: o.cachedTokens,
+      outputTokens: l.outputLength,
+      ...(o.rank !== undefined ? { rank: o.rank } : {}),
+    });
+  }
+  return {
+    requests,
+    skipped,
+    unobserved: { cachedUnknown, notStreamed },
+    ...(trace.start?.sampleRate !== undefined ? { sampleRate: trace.start.sampleRate } : {}),
+  };
+}
+
+const firstLine = (text: string) => {
+  for (const l of text.split('\n', 64)) if (l.trim() !== '') return l;
+  return '';
+};
+
+/** Reads one file of any of the formats; failed requests (no TTFT, not ok) are skipped and counted. */
+export function readObservations(path: string): Observations {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
   } catch (e) {
     throw new ObservationFormatError(`${path}: cannot read (${(e as Error).message})`);
   }
+  if (/"event"\s*:\s*"start"/.test(firstLine(text))) return fromRecordedTrace(text, path);
   const requests: ObservedRequest[] = [];
   let skipped = 0;
   let validate = false;

@@ -13,6 +13,21 @@ export { runToCsv, sweepToCsv } from './csv.ts';
 export { fmtInt, fmtMs, fmtNum, fmtPct, renderTable } from './format.ts';
 export { escapeHtml, htmlPage, renderRunHtml, renderSvg, renderSweepHtml } from './html.ts';
 export { toJson } from './json.ts';
+export {
+  type ComparisonRow,
+  compareSummaries,
+  type Distribution,
+  distribution,
+  formatError,
+  formatValue,
+  type OutcomeRecord,
+  percentile as outcomePercentile,
+  type RunSummary,
+  rankAgreement,
+  relativeError,
+  renderComparison,
+  summarizeOutcomes,
+} from './observed-comparison.ts';
 export type { LayoutReport } from './pd-layout.ts';
 export {
   layoutReport,

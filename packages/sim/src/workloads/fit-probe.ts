@@ -3,7 +3,7 @@
 // bursts of requests that decode together, so decode step time is seen at several batch
 // sizes and contexts. Arrivals are spaced by gapMs (lone requests) and burstGapMs
 // (bursts) so the worker drains in between; make them longer than the target takes.
-import { optInt } from './options.ts';
+import { optBool, optInt } from './options.ts';
 import { concat, stream } from './random.ts';
 import type { ScenarioDefinition, WorkloadRequest } from './types.ts';
 
@@ -16,6 +16,7 @@ export const fitProbe: ScenarioDefinition = {
     minTokens: 64,
     maxTokens: 4096,
     suffixTokens: 64,
+    suffixMaxTokens: 0,
     singleOutputTokens: 8,
     bursts: '2,4,8,16',
     burstContextTokens: '512,3072',
@@ -24,6 +25,7 @@ export const fitProbe: ScenarioDefinition = {
     gapMs: 3000,
     burstGapMs: 6000,
     ranks: 1,
+    routingKeys: false,
   },
   build(o, seed) {
     const name = 'fit-probe';
@@ -31,11 +33,13 @@ export const fitProbe: ScenarioDefinition = {
     const minT = optInt(name, o, 'minTokens', 2);
     const maxT = optInt(name, o, 'maxTokens', minT);
     const suffix = optInt(name, o, 'suffixTokens', 1);
+    const suffixMax = Math.max(suffix, optInt(name, o, 'suffixMaxTokens', 0));
     const singleOut = optInt(name, o, 'singleOutputTokens', 2);
     const burstOut = optInt(name, o, 'burstOutputTokens', 2);
     const gap = optInt(name, o, 'gapMs', 1);
     const burstGap = optInt(name, o, 'burstGapMs', 1);
     const ranks = optInt(name, o, 'ranks', 1);
+    const keyed = optBool(name, o, 'routingKeys');
     const list = (key: string) =>
       String(o[key])
         .split(',')
@@ -47,7 +51,10 @@ export const fitProbe: ScenarioDefinition = {
     const pick = stream(seed, `${name}:sizes`);
     const requests: WorkloadRequest[] = [];
     let t = 0;
-    const add = (ids: Uint32Array, out: number, at: number, key: string) =>
+    // With routingKeys, a request that needs an earlier one's cache carries its key, so a
+    // target with several ranks and routing-key affinity serves the pair on one rank, and
+    // gapMs can be the per-rank gap divided by the rank count.
+    const add = (ids: Uint32Array, out: number, at: number, key: string, routing?: string) =>
       requests.push({
         id: requests.length,
         clientId: requests.length,
@@ -55,30 +62,57 @@ export const fitProbe: ScenarioDefinition = {
         outputTokens: out,
         arrivalMs: at,
         sessionKey: key,
+        ...(keyed ? { routingKey: routing ?? key } : {}),
       });
     // Lone requests: even ones cold, odd ones the previous prompt plus a short fresh suffix,
     // so cached prefixes take every length the cold prompts had while the new tokens stay
-    // few: reading the cache then shows apart from attention over new tokens.
+    // few: reading the cache then shows apart from attention over new tokens. With
+    // suffixMaxTokens the suffix length varies too (log-uniform up to it): cold prompts alone
+    // charge attention and cached reads both by the square of the length, and only new
+    // tokens on a cached prefix, in varied numbers, tell the two apart.
+    const logUniform = (lo: number, hi: number) =>
+      lo === hi ? lo : Math.round(Math.exp(Math.log(lo) + pick() * (Math.log(hi) - Math.log(lo))));
     let prev: Uint32Array | null = null;
+    const lone: { ids: Uint32Array; at: number; key: string }[] = [];
+    // One rank, or no routing keys: one request per gap. Several ranks with routing keys: the
+    // pairs of a round go to `ranks` different ranks (a new key goes to an idle rank), their
+    // cold prompts one gap apart and the cached follow-ups a round later, so each rank still
+    // sees one request per `ranks` gaps.
+    const spread = keyed ? ranks : 1;
     for (let i = 0; i < singles; i++) {
       // Log-uniform sizes cover short (launch-bound) and long (compute-bound) prompts.
-      const n = Math.round(Math.exp(Math.log(minT) + pick() * (Math.log(maxT) - Math.log(minT))));
+      const n = logUniform(minT, maxT);
       const ids: Uint32Array =
-        i % 2 === 1 && prev !== null ? concat([prev, content.tokens(suffix)]) : content.tokens(n);
-      add(ids, singleOut, t, `single-${i >> 1}`);
+        i % 2 === 1 && prev !== null
+          ? concat([prev, content.tokens(logUniform(suffix, suffixMax))])
+          : content.tokens(n);
+      const pair = i >> 1;
+      const slot =
+        spread === 1
+          ? i
+          : Math.floor(pair / spread) * 2 * spread + (i % 2) * spread + (pair % spread);
+      lone.push({ ids, at: t + slot * gap, key: `single-${pair}` });
       prev = ids;
-      t += gap;
     }
+    lone.sort((a, b) => a.at - b.at);
+    for (const l of lone) add(l.ids, singleOut, l.at, l.key);
+    if (lone.length > 0) t = lone[lone.length - 1]!.at + gap * spread;
     // Bursts share a cached context (sent once alone first) and differ by a short suffix:
     // their prefills are short and batch together, so their decode windows see no prefill,
     // while the context they decode over is long enough to show its cost.
     for (const len of burstContexts) {
       const context = content.tokens(len);
-      add(context, 2, t, `burst-context-${len}`);
+      add(context, 2, t, `burst-context-${len}`, `burst-${len}`);
       t += gap;
       for (const b of bursts) {
         for (let k = 0; k < b; k++) {
-          add(concat([context, content.tokens(burstSuffix)]), burstOut, t, `burst-${len}-${b}`);
+          add(
+            concat([context, content.tokens(burstSuffix)]),
+            burstOut,
+            t,
+            `burst-${len}-${b}`,
+            `burst-${len}`,
+          );
         }
         t += burstGap;
       }

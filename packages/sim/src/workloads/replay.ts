@@ -3,16 +3,15 @@
 // mean an equal prefix). Each hash id maps to a fixed block of synthetic token ids computed
 // from (seed, id, position), so equal ids give equal tokens without storing any block, and
 // a request's token array is built only when it is read (the whole trace is ~144M tokens).
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { isAbsolute, resolve } from 'node:path';
 import { repoRoot, sharedFile } from '../cost/calibration.ts';
 import { optBool, optInt, optNum } from './options.ts';
 import { stream, VOCAB } from './random.ts';
+import { readTraceFile, TraceFormatError, type TraceLine } from './trace-file.ts';
 import type { ScenarioDefinition, WorkloadRequest } from './types.ts';
 
-export class TraceFormatError extends Error {
-  readonly code = 'TRACE_FORMAT';
-}
+export { TraceFormatError } from './trace-file.ts';
 
 export function defaultTracePath(): string {
   return sharedFile('traces/mooncake-conversation.jsonl');
@@ -25,41 +24,6 @@ export function resolveTracePath(file: string): string {
   if (existsSync(fromCwd)) return fromCwd;
   const fromRepo = resolve(repoRoot(), file);
   return existsSync(fromRepo) ? fromRepo : fromCwd;
-}
-
-interface TraceLine {
-  timestamp: number;
-  inputLength: number;
-  outputLength: number;
-  hashIds: number[];
-}
-
-function parseLine(text: string, blockTokens: number): TraceLine | string {
-  let o: Record<string, unknown>;
-  try {
-    o = JSON.parse(text) as Record<string, unknown>;
-  } catch {
-    return 'invalid JSON';
-  }
-  if (typeof o !== 'object' || o === null) return 'expected a JSON object';
-  const { timestamp, input_length, output_length, hash_ids } = o;
-  if (typeof timestamp !== 'number' || !Number.isFinite(timestamp) || timestamp < 0) {
-    return `timestamp must be a number >= 0, got ${JSON.stringify(timestamp)}`;
-  }
-  if (typeof input_length !== 'number' || !Number.isInteger(input_length) || input_length < 1) {
-    return `input_length must be an integer >= 1, got ${JSON.stringify(input_length)}`;
-  }
-  if (typeof output_length !== 'number' || !Number.isInteger(output_length) || output_length < 0) {
-    return `output_length must be an integer >= 0, got ${JSON.stringify(output_length)}`;
-  }
-  if (!Array.isArray(hash_ids) || !hash_ids.every((h) => Number.isInteger(h) && h >= 0)) {
-    return 'hash_ids must be an array of non-negative integers';
-  }
-  const blocks = Math.ceil(input_length / blockTokens);
-  if (hash_ids.length < blocks) {
-    return `hash_ids has ${hash_ids.length} ids, input_length ${input_length} needs ${blocks}`;
-  }
-  return { timestamp, inputLength: input_length, outputLength: output_length, hashIds: hash_ids };
 }
 
 /** Token `pos` of block `id`: a 32-bit mix of (salt, id, pos), scaled into [1, VOCAB). */
@@ -75,7 +39,11 @@ function fillBlock(out: Uint32Array, offset: number, n: number, salt: number, id
   }
 }
 
-export function traceTokens(line: TraceLine, blockTokens: number, salt: number): Uint32Array {
+export function traceTokens(
+  line: Pick<TraceLine, 'inputLength' | 'hashIds'>,
+  blockTokens: number,
+  salt: number,
+): Uint32Array {
   const out = new Uint32Array(line.inputLength);
   for (let b = 0, off = 0; off < line.inputLength; b++, off += blockTokens) {
     fillBlock(out, off, Math.min(blockTokens, line.inputLength - off), salt, line.hashIds[b]!);
@@ -86,14 +54,14 @@ export function traceTokens(line: TraceLine, blockTokens: number, salt: number):
 export const replay: ScenarioDefinition = {
   name: 'replay',
   description:
-    'replay a Mooncake-format JSONL trace (default: the Mooncake conversation trace in packages/sim/data/traces); hash blocks map to synthetic token blocks',
+    "replay a Mooncake-format JSONL trace or a trace kvroute-router recorded (default: the Mooncake conversation trace in packages/sim/data/traces); hash blocks map to synthetic token blocks; blockTokens and ranks 0 = the recording's start line, else 512 and 16",
   defaults: {
     file: '',
     speedup: 1,
     limit: 0,
     skipInvalid: false,
-    blockTokens: 512,
-    ranks: 16,
+    blockTokens: 0,
+    ranks: 0,
   },
   build(o, seed) {
     const name = 'replay';
@@ -105,57 +73,38 @@ export const replay: ScenarioDefinition = {
     const speedup = optNum(name, o, 'speedup', Number.MIN_VALUE);
     const limit = optInt(name, o, 'limit', 0);
     const skipInvalid = optBool(name, o, 'skipInvalid');
-    const blockTokens = optInt(name, o, 'blockTokens', 1);
-    const ranks = optInt(name, o, 'ranks', 1);
-    let text: string;
-    try {
-      text = readFileSync(file, 'utf8');
-    } catch (err) {
-      throw new TraceFormatError(`replay: cannot read ${file} (${(err as Error).message})`);
-    }
+    const blockOpt = optInt(name, o, 'blockTokens', 0);
+    const ranksOpt = optInt(name, o, 'ranks', 0);
+    const trace = readTraceFile(file, {
+      skipInvalid,
+      limit,
+      ...(blockOpt > 0 ? { blockTokens: blockOpt } : {}),
+    });
+    const blockTokens = trace.blockTokens;
+    const ranks = ranksOpt > 0 ? ranksOpt : (trace.start?.ranks ?? 16);
+    // Reports show what the replay used, not the "from the trace" zeros.
+    o.blockTokens = blockTokens;
+    o.ranks = ranks;
     const salt = Math.floor(stream(seed, 'replay:blocks')() * 2 ** 32) | 0;
-    const requests: WorkloadRequest[] = [];
-    let skipped = 0;
-    let lineNo = 0;
-    let lastTs = 0;
-    for (const raw of text.split('\n')) {
-      lineNo++;
-      if (raw.trim() === '') continue;
-      if (limit > 0 && requests.length >= limit) break;
-      const parsed = parseLine(raw, blockTokens);
-      if (typeof parsed === 'string') {
-        if (skipInvalid) {
-          skipped++;
-          continue;
-        }
-        throw new TraceFormatError(`${file}:${lineNo}: ${parsed}`);
-      }
-      if (parsed.timestamp < lastTs) {
-        const msg = `timestamp ${parsed.timestamp} goes back in time (previous ${lastTs})`;
-        if (skipInvalid) {
-          skipped++;
-          continue;
-        }
-        throw new TraceFormatError(`${file}:${lineNo}: ${msg}`);
-      }
-      lastTs = parsed.timestamp;
-      const id = requests.length;
-      const h = parsed.hashIds;
+    const requests: WorkloadRequest[] = trace.lines.map((line, id) => {
+      const h = line.hashIds;
       const key = h.length > 1 ? `h${h[0]}-${h[1]}` : `h${h[0] ?? 'none'}`;
       const req = {
         id,
         clientId: id,
-        outputTokens: Math.max(1, parsed.outputLength),
-        arrivalMs: parsed.timestamp / speedup,
-        sessionKey: key,
+        outputTokens: Math.max(1, line.outputLength),
+        arrivalMs: line.timestamp / speedup,
+        sessionKey: line.observed?.key ?? key,
+        // The recorded (keyed) routing key or session: replayed affinity sticks as it did.
+        ...(line.observed?.key !== undefined ? { routingKey: line.observed.key } : {}),
       } as WorkloadRequest;
       // Built on each read and not kept: holding every request's tokens would take ~576 MB.
       Object.defineProperty(req, 'inputIds', {
         enumerable: true,
-        get: () => traceTokens(parsed, blockTokens, salt),
+        get: () => traceTokens(line, blockTokens, salt),
       });
-      requests.push(req);
-    }
+      return req;
+    });
     return {
       scenario: name,
       mode: 'open',
@@ -163,7 +112,17 @@ export const replay: ScenarioDefinition = {
       clients: [],
       requests,
       events: [],
-      skippedLines: skipped,
+      skippedLines: trace.skipped,
+      ...(trace.start
+        ? {
+            recorded: {
+              start: trace.start,
+              switches: trace.switches.map((s) => ({ ...s, timestamp: s.timestamp / speedup })),
+              lines: trace.lines,
+              speedup,
+            },
+          }
+        : {}),
     };
   },
 };

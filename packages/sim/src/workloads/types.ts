@@ -1,3 +1,5 @@
+import type { PolicySwitch, TraceLine, TraceStart } from './trace-file.ts';
+
 // Workload plans: pre-generated, deterministic from the seed, content never dependent on
 // timing, so the simulator, the validate harness and e2e tests can replay the same plan.
 
@@ -47,6 +49,17 @@ export interface WorkloadPlan {
   options?: Record<string, unknown>;
   /** Replay: trace lines skipped with skipInvalid. */
   skippedLines?: number;
+  /** Replay of a trace the router recorded: how it was recorded and what it observed. */
+  recorded?: RecordedTrace;
+}
+
+/** A recorded trace behind a replay plan; `lines[i]` is request `i`'s line. */
+export interface RecordedTrace {
+  start: TraceStart;
+  /** Policy switches, timestamps on the plan's clock (divided by the speedup). */
+  switches: PolicySwitch[];
+  lines: TraceLine[];
+  speedup: number;
 }
 
 export interface ScenarioDefinition {

@@ -12,6 +12,7 @@ import { UsageError } from '../errors.ts';
 import { getProfile, profileNames } from '../sim-api.ts';
 
 const usage = `usage: kvroute-sim fit --input FILE [--input FILE ...] --out PROFILE.json [options]
+       kvroute-sim fit --trace RECORDED.jsonl --out PROFILE.json [options]
 
 Fits a cost profile (prefill terms, decode terms, per-request overhead) to observed
 per-request timings, prints the fit error and writes a kvroute-cost-profile/v1 file that
@@ -19,6 +20,8 @@ per-request timings, prints the fit error and writes a kvroute-cost-profile/v1 f
 
 Input, one or more files of either kind:
   - a 'kvroute-sim validate --record' file;
+  - a trace kvroute-router recorded (--record-trace): requests the worker reported cached
+    tokens for, streamed, and answered 2xx are used;
   - a request trace, one JSON object per line with timestamp (send time, ms), input_length,
     output_length, cached_tokens, ttft_ms, e2e_ms and optionally rank (or dp_rank).
 Prefill and overhead are fitted from requests that ran alone on an idle rank, decode from
@@ -26,6 +29,7 @@ requests whose decode saw no prefill; record the 'fit-probe' scenario against th
 (kvroute-sim validate --scenario fit-probe --record run.jsonl) to get both.
 
   --input FILE              observations (repeatable)
+  --trace FILE              the same as --input (repeatable)
   --out FILE                where to write the profile ('-': stdout)
   --chunked-prefill-size N  the target's prefill chunk (default: --base-profile's)
   --kv-capacity N           KV pool per rank for the written profile (default: --base-profile's)
@@ -47,15 +51,18 @@ export const command: Subcommand = {
   async run(argv, io) {
     const p = parseCommandArgs('fit', argv, {
       input: { type: 'string', multiple: true },
+      trace: { type: 'string', multiple: true },
       out: { type: 'string' },
       'chunked-prefill-size': { type: 'string' },
       'kv-capacity': { type: 'string' },
       'base-profile': { type: 'string' },
       name: { type: 'string' },
     });
-    const inputs = strs(p, 'input');
+    const inputs = [...strs(p, 'input'), ...strs(p, 'trace')];
     if (inputs.length === 0)
-      throw new UsageError('--input is required (a validate record or a request trace)');
+      throw new UsageError(
+        '--input or --trace is required (a recorded trace, a validate record or a request trace)',
+      );
     const out = str(p, 'out');
     if (out === undefined) throw new UsageError("--out is required (a file, or '-' for stdout)");
     const base = getProfile(
@@ -65,11 +72,23 @@ export const command: Subcommand = {
     const kvRaw = str(p, 'kv-capacity');
     const requests: ObservedRequest[] = [];
     let skipped = 0;
+    const notes: string[] = [];
     for (const file of inputs) {
       try {
         const r = readObservations(resolve(io.cwd, file));
         for (const x of r.requests) requests.push(x);
         skipped += r.skipped;
+        const u = r.unobserved;
+        if (u !== undefined && u.cachedUnknown + u.notStreamed > 0) {
+          notes.push(
+            `${file}: ${u.cachedUnknown} request(s) without a reported cached-token count and ${u.notStreamed} non-streamed left out (what the fit needs was not observed)`,
+          );
+        }
+        if (r.sampleRate !== undefined && r.sampleRate < 1) {
+          notes.push(
+            `${file}: recorded at sample rate ${r.sampleRate}: requests the recording dropped are invisible, so some requests taken to run alone did not`,
+          );
+        }
       } catch (e) {
         if (e instanceof ObservationFormatError) throw new UsageError(e.message);
         throw e;
@@ -94,6 +113,7 @@ export const command: Subcommand = {
     const text = `${JSON.stringify(fit.spec, null, 2)}\n`;
     const log = out === '-' ? io.stderr : io.stdout;
     const s = fit.spec;
+    for (const n of notes) log.write(`note: ${n}\n`);
     log.write(
       `${requests.length} requests read (${skipped} failed or unmeasured skipped)\n` +
         `prefill + overhead: ${fit.prefill.rows} lone requests (${fit.prefill.excluded} not alone), TTFT error median ${pct(fit.prefill.medianAbsRelError)}, max ${pct(fit.prefill.maxAbsRelError)}\n` +

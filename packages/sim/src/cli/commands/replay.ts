@@ -1,7 +1,12 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { bool, parseCommandArgs, positiveNumber, str } from '../args.ts';
-import type { Subcommand } from '../command.ts';
+import type { DispatcherConfig } from '@kvroute/policy';
+import { ObservedReplayError, replayObserved } from '../../replay-observed.ts';
+import { renderObservedReplay } from '../../report/observed-replay.ts';
+import type { RankOverrides } from '../../simulate.ts';
+import { TraceFormatError } from '../../workloads/trace-file.ts';
+import { bool, nameList, type Parsed, parseCommandArgs, positiveNumber, str } from '../args.ts';
+import type { CliIo, Subcommand } from '../command.ts';
 import {
   DEFAULT_POLICIES,
   ROUTER_FLAGS_HELP,
@@ -11,20 +16,34 @@ import {
   readSimFlags,
   SIM_FLAGS_HELP,
   SIM_OPTIONS,
+  type SimFlags,
 } from '../common.ts';
 import { emitRunReport } from '../emit-report.ts';
 import { UsageError } from '../errors.ts';
-import { REPLAY_SCENARIO } from '../sim-api.ts';
-import { compare } from '../simulate.ts';
+import { writeOutput } from '../outputs.ts';
+import { parsePolicies } from '../policies.ts';
+import { buildWorkload, REPLAY_SCENARIO } from '../sim-api.ts';
+import { compare, engineOptions } from '../simulate.ts';
 
 const usage = `usage: kvroute-sim replay FILE [--policies a,b,c] [--ranks N] [--speedup X] [--skip-invalid] [flags]
+       kvroute-sim replay --trace RECORDED.jsonl --observed [--profile-file FITTED.json] [flags]
 
 Replays a Mooncake-format JSONL trace (one {"timestamp", "input_length", "output_length",
 "hash_ids"} object per line; 512-token hash blocks become synthetic token blocks) under each
 policy and prints the comparison table. The same as 'run --scenario replay --set file=FILE'.
+A trace kvroute-router recorded (--record-trace) is read the same way: its start line gives
+the block size and the rank count (--ranks overrides).
+
+With --observed (recorded traces only) the traffic is replayed under the setting it was
+recorded with (the start line's method and options, and every policy switch the router made;
+--policies NAME predicts one other policy instead) and each request's prediction is compared
+with what the router observed: hit rate, TTFT p50/p90/p99, end-to-end latency, throughput,
+and how many requests the prediction placed on the rank the router chose.
 
   FILE                  path: the trace, e.g. packages/sim/data/traces/mooncake-conversation.jsonl
                         (shipped with the package; relative to where you run the command)
+  --trace FILE          path: the same as FILE (one of the two is required)
+  --observed            switch: predicted vs observed on a recorded trace (default off)
   --policies LIST       comma-separated method names (default ${DEFAULT_POLICIES})
   --speedup X           number > 0: arrivals X times faster than recorded (default 1)
   --skip-invalid        switch: skip malformed lines and report how many, instead of failing
@@ -49,19 +68,23 @@ export const command: Subcommand = {
         policies: { type: 'string' },
         speedup: { type: 'string' },
         'skip-invalid': { type: 'boolean' },
+        trace: { type: 'string' },
+        observed: { type: 'boolean' },
         ...SIM_OPTIONS,
         ...ROUTER_OPTIONS,
       },
       true,
     );
-    if (p.positionals.length !== 1) {
+    const traceFlag = str(p, 'trace');
+    const named = [...p.positionals, ...(traceFlag !== undefined ? [traceFlag] : [])];
+    if (named.length !== 1) {
       throw new UsageError(
-        p.positionals.length === 0
-          ? 'replay needs the trace FILE'
-          : `replay takes one trace FILE, got ${p.positionals.length}: ${p.positionals.join(' ')}`,
+        named.length === 0
+          ? 'replay needs the trace FILE (or --trace FILE)'
+          : `replay takes one trace, got ${named.length}: ${named.join(' ')}`,
       );
     }
-    const given = p.positionals[0]!;
+    const given = named[0]!;
     // Relative to where the user is; failing that, the trace loader also tries the repo root
     // (so the README's packages/sim/data/traces/... works from the package directory too).
     const fromCwd = resolve(io.cwd, given);
@@ -74,6 +97,9 @@ export const command: Subcommand = {
       ...(speedupRaw !== undefined ? { speedup: positiveNumber('speedup', speedupRaw) } : {}),
       skipInvalid: bool(p, 'skip-invalid'),
     };
+    if (bool(p, 'observed')) {
+      return runObserved(io, p, flags, scenarioOptions, given);
+    }
     const policies = readPolicies(p, flags);
     const { report, samples, extras } = compare(io, {
       command: 'replay',
@@ -91,3 +117,56 @@ export const command: Subcommand = {
     return 0;
   },
 };
+
+async function runObserved(
+  io: CliIo,
+  p: Parsed,
+  flags: SimFlags,
+  scenarioOptions: Record<string, unknown>,
+  given: string,
+): Promise<number> {
+  if (flags.outputs.csv !== undefined || flags.outputs.html !== undefined) {
+    throw new UsageError('--observed writes --json only (no --csv or --html)');
+  }
+  const list = str(p, 'policies');
+  let policy: DispatcherConfig | undefined;
+  if (list !== undefined) {
+    const specs = parsePolicies(nameList('policies', list), flags.policyFlags);
+    if (specs.length !== 1) {
+      throw new UsageError(
+        `--observed compares one setting with the observations; --policies lists ${specs.length}`,
+      );
+    }
+    policy = specs[0]!.config;
+  }
+  let result: ReturnType<typeof replayObserved>;
+  try {
+    const plan = buildWorkload(REPLAY_SCENARIO, scenarioOptions, flags.seed);
+    const engine: { engine?: RankOverrides } = engineOptions(flags.profile, flags.engine);
+    result = replayObserved(plan, {
+      profile: flags.profile,
+      seed: flags.seed,
+      ...(policy ? { policy } : {}),
+      ...(flags.ranks !== undefined ? { ranks: flags.ranks } : {}),
+      ...(engine.engine ? { rank: engine.engine } : {}),
+    });
+  } catch (e) {
+    if (e instanceof ObservedReplayError || e instanceof TraceFormatError) {
+      throw new UsageError(e.message);
+    }
+    throw e;
+  }
+  const json = flags.outputs.json;
+  if (json !== '-') {
+    io.stdout.write(renderObservedReplay(result, { trace: given, profile: flags.profile.name }));
+  }
+  if (json !== undefined) {
+    writeOutput(
+      io,
+      'json',
+      json,
+      `${JSON.stringify({ format: 'kvroute-replay-observed/v1', trace: given, profile: flags.profile.name, ...result }, null, 2)}\n`,
+    );
+  }
+  return 0;
+}
