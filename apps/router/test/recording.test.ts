@@ -556,5 +556,14 @@ describe('recording config', () => {
       () => 'worker-urls: [http://w:1]\nrecord-trace: /tmp/y.jsonl\nrecord-queue-bytes: 4096\n',
     );
     expect(y).toMatchObject({ recordTrace: '/tmp/y.jsonl', recordQueueBytes: 4096 });
+    // Not yet in PD mode: refused by name rather than recording nothing.
+    const pd = ['--pd-disaggregation', '--prefill', 'http://p:1', '--decode', 'http://d:1'];
+    expect(() => resolveConfig([...pd, '--record-trace', '/tmp/t.jsonl'])).toThrow(
+      /--record-trace does not apply to --pd-disaggregation yet/,
+    );
+    expect(() => resolveConfig([...pd, '--shadow-profile', 'h200-llama-3.1-8b'])).toThrow(
+      /--shadow-profile does not apply to --pd-disaggregation yet/,
+    );
+    expect(resolveConfig(pd).pdDisaggregation).toBe(true);
   });
 });
