@@ -23,6 +23,8 @@ describe('simulator vs the router-replicas e2e', () => {
     expect(requests.length).toBe(runs[0]?.rows[0]?.requests);
     // Turn 2 of a session extends turn 1's prompt (the cache can hit it).
     const [t1, t2] = plan.clients[0] as { inputIds: Uint32Array }[];
+    expect(plan.clients).toHaveLength(24);
+    expect(plan.activeClients).toBe(8);
     expect(t2?.inputIds.length).toBeGreaterThan(t1?.inputIds.length ?? 0);
   });
 
@@ -42,9 +44,10 @@ describe('simulator vs the router-replicas e2e', () => {
     for (const r of [one, events1, learned3]) {
       expect(Math.abs(r.gapPt), `${r.replicas} x ${r.source}`).toBeLessThanOrEqual(3);
     }
-    // Missed by a little: the simulator delivers every event after one constant lag (the
-    // e2e's mean), while on the loaded test machine some batches arrive after the session's
-    // next turn was routed. It over-predicts, never under.
+    // Missed by a little, cause not found: the e2e loses about 3 points with three replicas
+    // that the model does not (lags drawn from an exponential with the measured mean, the
+    // session queue and pendingMs in wall time each leave the prediction where it is). It
+    // over-predicts, never under.
     expect(events3.gapPt).toBeGreaterThan(0);
     expect(events3.gapPt).toBeLessThan(4);
     // The replica penalty and what events recover, as the e2e shows them.

@@ -22,12 +22,18 @@ import {
 
 export type SimIndexSource = 'learned' | 'events' | 'oracle';
 
+/** The routers' cache_aware pendingMs: its default. */
+const PENDING_MS = 10_000;
+
 /** The mock workers' profile (startEventWorkers uses the mock worker's default). */
 export const E2E_PROFILE = 'h200-llama-3.1-8b';
 
 /**
- * The e2e's client as a closed-loop plan. Its clients take sessions from one queue as they
- * free up; sessions are the same length, so client c runs sessions c, c + concurrency, ...
+ * The e2e's client as a closed-loop plan: one client per session, `concurrency` of them
+ * running at once and the next session starting when one ends, as the e2e's client loops
+ * take sessions from one queue. A session's turns, and a loop's next session, follow the
+ * previous response after `thinkMs` (jittered 0.5x-1.5x by the seed); the first
+ * `concurrency` sessions start together at 0.
  */
 export function e2ePlan(
   workload: Workload = DEFAULT_WORKLOAD,
@@ -35,26 +41,35 @@ export function e2ePlan(
   seed: string | number = 1,
 ): WorkloadPlan {
   const jitter = stream(seed, 'e2e-turn-gap');
-  const clients: WorkloadRequest[][] = Array.from({ length: workload.concurrency }, () => []);
+  const clients: WorkloadRequest[][] = [];
   let id = 0;
   for (const s of sessionsOf(workload)) {
-    const c = s.id % workload.concurrency;
+    const c = clients.length;
+    const list: WorkloadRequest[] = [];
     for (const text of turnPrompts(s, workload)) {
-      (clients[c] as WorkloadRequest[]).push({
+      const first = c < workload.concurrency && list.length === 0;
+      list.push({
         id: id++,
         clientId: c,
         inputIds: approximateTokenIds(text),
         // One new token, as the e2e asks: the response time is the time to first token.
         outputTokens: 1,
-        // The e2e's clients all start at once; each later request follows its predecessor's
-        // response after the host's round trip.
-        thinkMs: (clients[c] as WorkloadRequest[]).length === 0 ? 0 : thinkMs * (0.5 + jitter()),
+        thinkMs: first ? 0 : thinkMs * (0.5 + jitter()),
         sessionKey: `session-${s.id}`,
         tenant: `tenant-${Math.floor(s.id / workload.sessionsPerTenant)}`,
       });
     }
+    clients.push(list);
   }
-  return { scenario: 'e2e-replicas', mode: 'closed', ranks: 4, clients, requests: [], events: [] };
+  return {
+    scenario: 'e2e-replicas',
+    mode: 'closed',
+    ranks: 4,
+    clients,
+    activeClients: workload.concurrency,
+    requests: [],
+    events: [],
+  };
 }
 
 /** What the e2e measured about its own timing, in wall ms, and its mock workers' time scale. */
@@ -96,7 +111,8 @@ export function predictReplicas(
   for (const seed of seeds) {
     const plan = e2ePlan(opts.workload, timing.responseMs / timing.timeScale, seed);
     const { summary } = simulatePlan(plan, {
-      policy: { method: 'cache_aware' },
+      // The router's cache_aware counts wall ms; the model's clock runs 1 / timeScale faster.
+      policy: { method: 'cache_aware', pendingMs: PENDING_MS / timing.timeScale },
       profile: getProfile(E2E_PROFILE),
       seed,
       replicas,

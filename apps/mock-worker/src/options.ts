@@ -2,6 +2,7 @@
 // parseMockWorkerArgs. Defaults live here and nowhere else.
 import { parseArgs } from 'node:util';
 import { parseAssignments, parseNumber } from '@kvroute/policy';
+import { DEFAULT_KV_LINK_GBPS, DEFAULT_KV_SETUP_MS } from './pd/kv-transfer.ts';
 
 export type FailMode = 'http500' | 'reset';
 
@@ -49,7 +50,22 @@ export interface MockWorkerOptions {
   kvEventsConfig?: KvEventsConfig;
   /** Block size of the published events in tokens (vLLM's --block-size). Default 16. */
   kvEventsBlockSize?: number;
+  /**
+   * Prefill/decode disaggregation role (SGLang's --disaggregation-mode): 'prefill' serves a
+   * bootstrap server and prefills, 'decode' waits for the KV then decodes. Default 'colocated'.
+   */
+  role?: WorkerRole;
+  /** The prefill role's bootstrap server port (SGLang's default 8998; 0 = any free port). */
+  bootstrapPort?: number;
+  /** Usable prefill-to-decode link bandwidth in Gb/s, for the decode side's transfer wait. Default 400. */
+  kvTransferGbps?: number;
+  /** Fixed cost per KV transfer in model ms. Default 1. */
+  kvTransferSetupMs?: number;
+  /** How long the decode side waits for a room's prefill (rank registration and KV), wall ms. Default 30000. */
+  bootstrapTimeoutMs?: number;
 }
+
+export type WorkerRole = 'colocated' | 'prefill' | 'decode';
 
 /** vLLM's / SGLang's KVEventsConfig fields the mock worker honours. */
 export interface KvEventsConfig {
@@ -88,6 +104,11 @@ export interface ResolvedOptions {
         topic: string;
       }
     | undefined;
+  role: WorkerRole;
+  bootstrapPort: number;
+  kvTransferGbps: number;
+  kvTransferSetupMs: number;
+  bootstrapTimeoutMs: number;
 }
 
 export const DEFAULTS = {
@@ -102,6 +123,11 @@ export const DEFAULTS = {
   failMode: 'http500' as FailMode,
   slowMs: 0,
   seed: 'kvroute',
+  role: 'colocated' as WorkerRole,
+  bootstrapPort: 8998,
+  kvTransferGbps: DEFAULT_KV_LINK_GBPS,
+  kvTransferSetupMs: DEFAULT_KV_SETUP_MS,
+  bootstrapTimeoutMs: 30_000,
 } as const;
 
 export class MockWorkerConfigError extends Error {
@@ -128,7 +154,20 @@ function num(name: string, v: number | undefined, min: number, max = Infinity): 
   return v;
 }
 
+function positive(name: string, v: number | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) {
+    throw new MockWorkerConfigError(`${name} must be a number > 0, got ${v}`);
+  }
+  return v;
+}
+
 export function resolveOptions(o: MockWorkerOptions = {}): ResolvedOptions {
+  if (o.role !== undefined && !['colocated', 'prefill', 'decode', 'null'].includes(o.role)) {
+    throw new MockWorkerConfigError(
+      `role must be prefill, decode or colocated (SGLang's --disaggregation-mode null), got ${o.role}`,
+    );
+  }
   if (o.failMode !== undefined && o.failMode !== 'http500' && o.failMode !== 'reset') {
     throw new MockWorkerConfigError(`failMode must be 'http500' or 'reset', got ${o.failMode}`);
   }
@@ -152,6 +191,13 @@ export function resolveOptions(o: MockWorkerOptions = {}): ResolvedOptions {
     seed: o.seed ?? DEFAULTS.seed,
     logger: o.logger ?? false,
     kvEvents: resolveKvEvents(o),
+    role: o.role === undefined || (o.role as string) === 'null' ? DEFAULTS.role : o.role,
+    bootstrapPort: int('bootstrapPort', o.bootstrapPort, 0) ?? DEFAULTS.bootstrapPort,
+    kvTransferGbps: positive('kvTransferGbps', o.kvTransferGbps) ?? DEFAULTS.kvTransferGbps,
+    kvTransferSetupMs:
+      num('kvTransferSetupMs', o.kvTransferSetupMs, 0) ?? DEFAULTS.kvTransferSetupMs,
+    bootstrapTimeoutMs:
+      int('bootstrapTimeoutMs', o.bootstrapTimeoutMs, 1) ?? DEFAULTS.bootstrapTimeoutMs,
   };
 }
 
@@ -223,6 +269,14 @@ An SGLang/OpenAI-compatible worker driven by @kvroute/sim's radix cache and cost
                                '{"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558"}'
                                (DP rank r binds port + r; port 0 picks free ports)
   --kv-events-block-size N     tokens per published block (default 16)
+  --role prefill|decode        prefill/decode disaggregation role (default colocated); alias
+                               --disaggregation-mode (SGLang's flag)
+  --disaggregation-bootstrap-port N
+                               the prefill role's bootstrap server port (default 8998; 0 = any)
+  --kv-transfer-gbps X         prefill-to-decode link bandwidth in Gb/s: the decode side waits
+                               setup + prompt KV bytes x 8 / (X x 1e9) before decoding (default 400)
+  --kv-transfer-setup-ms MS    fixed model ms per KV transfer (default 1)
+  --bootstrap-timeout-ms MS    decode side's wait for the prefill's rank and KV (default 30000)
   --log                        fastify request logging
   -h, --help                   this text
 `;
@@ -276,6 +330,14 @@ export function parseMockWorkerArgs(argv: readonly string[]): CliArgs {
     seed: values.seed,
     logger: values.log ?? false,
     kvEventsBlockSize: cliNumber('--kv-events-block-size', values['kv-events-block-size']),
+    role: (values.role ?? values['disaggregation-mode']) as WorkerRole | undefined,
+    bootstrapPort: cliNumber(
+      '--disaggregation-bootstrap-port',
+      values['disaggregation-bootstrap-port'],
+    ),
+    kvTransferGbps: cliNumber('--kv-transfer-gbps', values['kv-transfer-gbps']),
+    kvTransferSetupMs: cliNumber('--kv-transfer-setup-ms', values['kv-transfer-setup-ms']),
+    bootstrapTimeoutMs: cliNumber('--bootstrap-timeout-ms', values['bootstrap-timeout-ms']),
   };
   const rawEvents = values['kv-events-config'];
   if (rawEvents !== undefined) {
@@ -319,6 +381,12 @@ function parse(argv: readonly string[]) {
       seed: { type: 'string' },
       'kv-events-config': { type: 'string' },
       'kv-events-block-size': { type: 'string' },
+      role: { type: 'string' },
+      'disaggregation-mode': { type: 'string' },
+      'disaggregation-bootstrap-port': { type: 'string' },
+      'kv-transfer-gbps': { type: 'string' },
+      'kv-transfer-setup-ms': { type: 'string' },
+      'bootstrap-timeout-ms': { type: 'string' },
       log: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },

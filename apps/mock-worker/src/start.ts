@@ -29,6 +29,15 @@ export async function startMockWorker(
   const { host = '127.0.0.1', port = 0, ...options } = opts;
   const app = buildMockWorker(options);
   await app.listen({ host, port });
+  const bootstrap = app.mockPd.bootstrap;
+  if (bootstrap) {
+    try {
+      await bootstrap.listen(host, app.mockOptions.bootstrapPort);
+    } catch (err) {
+      await app.close();
+      throw err;
+    }
+  }
   const addr = app.server.address();
   if (addr === null || typeof addr === 'string') throw new Error('mock worker: no TCP address');
   const shownHost = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;

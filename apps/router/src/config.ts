@@ -15,6 +15,12 @@ import { parse as parseYaml } from 'yaml';
 import { RouterConfigError } from './errors.ts';
 import { type ModelGroupConfig, parseModelGroups, validateModelGroups } from './model-groups.ts';
 import type { OutlierConfig } from './outlier.ts';
+import {
+  type PdRankDiscovery,
+  type PdStyle,
+  type PrefillSpec,
+  validatePdConfig,
+} from './pd/config.ts';
 
 export interface HealthConfig {
   /** Active check period; 0 turns active checks off (passive marking still applies). */
@@ -156,6 +162,16 @@ export interface RouterConfig {
   /** A rank silent this long after a request, or this long after a lost batch, is not live. */
   kvEventsStaleMs: number;
   kvEventsMaxBlocks: number;
+  /** Prefill/decode disaggregation (pd/config.ts): the prefill servers are workerUrls then. */
+  pdDisaggregation: boolean;
+  prefill: string[];
+  decode: string[];
+  prefillPolicy?: string;
+  decodePolicy?: string;
+  pdStyle: PdStyle;
+  pdRankDiscovery: PdRankDiscovery;
+  /** Filled by validation from --prefill. */
+  prefillWorkers?: PrefillSpec[];
   /**
    * Worker groups keyed by model (YAML `models:`, or --model-group): each its own workers,
    * method and options. Empty: one group of --worker-urls that takes every model.
@@ -238,6 +254,11 @@ export const DEFAULT_CONFIG: RouterConfig = {
   kvEventsTopic: '',
   kvEventsStaleMs: 10_000,
   kvEventsMaxBlocks: 4_194_304,
+  pdDisaggregation: false,
+  prefill: [],
+  decode: [],
+  pdStyle: 'sglang',
+  pdRankDiscovery: 'told',
   modelGroups: [],
 };
 
@@ -689,6 +710,50 @@ export const OPTIONS: readonly OptionSpec[] = [
     key: 'tokenizer',
     kind: 'string',
     help: 'Hugging Face tokenizer.json for routing tokens (default: approximate byte tokenizer)',
+  },
+  {
+    flag: 'pd-disaggregation',
+    key: 'pdDisaggregation',
+    kind: 'bool',
+    help: 'Prefill/decode disaggregation: each request goes to a --prefill and a --decode server',
+  },
+  {
+    flag: 'prefill',
+    key: 'prefill',
+    kind: 'list',
+    help: 'PD: a prefill server URL, optionally followed by its bootstrap port (repeatable: --prefill URL [PORT])',
+  },
+  {
+    flag: 'decode',
+    key: 'decode',
+    kind: 'list',
+    help: 'PD: a decode server URL (repeatable)',
+  },
+  {
+    flag: 'prefill-policy',
+    key: 'prefillPolicy',
+    kind: 'string',
+    help: 'PD: method choosing the prefill rank, any method (default: --load-balance-method; a cache-aware one is the point)',
+  },
+  {
+    flag: 'decode-policy',
+    key: 'decodePolicy',
+    kind: 'string',
+    help: 'PD: load method choosing the decode rank: round_robin, total_requests or total_tokens (default total_tokens)',
+  },
+  {
+    flag: 'pd-style',
+    key: 'pdStyle',
+    kind: 'string',
+    choices: ['sglang', 'vllm'],
+    help: 'PD: sglang sends both requests at once with bootstrap_host/port/room; vllm prefills first (max_tokens 1, kv_transfer_params) then decodes',
+  },
+  {
+    flag: 'pd-rank-discovery',
+    key: 'pdRankDiscovery',
+    kind: 'string',
+    choices: ['told', 'bootstrap'],
+    help: 'PD with --dp-aware: told sends the decode server disagg_prefill_dp_rank; bootstrap leaves it to look the rank up on the prefill bootstrap server',
   },
   {
     flag: 'mock-workers',
@@ -1161,7 +1226,8 @@ export function resolveConfig(
   return validateConfig(cfg as unknown as RouterConfig);
 }
 
-export function validateConfig(cfg: RouterConfig): RouterConfig {
+export function validateConfig(input: RouterConfig): RouterConfig {
+  const cfg = validatePdConfig(input);
   const urls: string[] = [];
   for (const u of cfg.workerUrls) urls.push(checkWorkerUrl(u, '--worker-urls'));
   if (new Set(urls).size !== urls.length)

@@ -31,6 +31,7 @@ import { LoadPoller } from './load-poller.ts';
 import { createRouterMetrics, type RouterMetrics } from './metrics.ts';
 import { dispatcherConfigOf, PolicyState, type PolicySwitchEvent } from './model-groups.ts';
 import { OutlierDetector } from './outlier.ts';
+import { createPdMode, type PdMode } from './pd/mode.ts';
 import { adminPlugin } from './plugins/admin.ts';
 import { engineApiPlugin, forwardToOneWorker } from './plugins/engine-api.ts';
 import { metricsPlugin } from './plugins/metrics.ts';
@@ -81,6 +82,8 @@ export interface RouterState {
   adminApp?: FastifyInstance;
   /** The events-fed cache index, when --kv-events-endpoint(s) is set. */
   readonly kvEvents: KvEventsFeed | undefined;
+  /** With --pd-disaggregation: the decode side (the main table is the prefill side). */
+  readonly pd: PdMode | undefined;
   /**
    * Applies a re-read configuration's methods and options to every group (SIGHUP's path):
    * all or nothing; throws RouterConfigError, switching nothing, when the new config is
@@ -314,6 +317,21 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
       )
     : undefined;
 
+  const pd = config.pdDisaggregation
+    ? createPdMode({
+        config,
+        prefillTable: table,
+        prefillDispatcher: () => policy.defaultGroup.dispatcher,
+        prefillHealth: health,
+        prefillOutlier: outlier,
+        agent,
+        registry: metrics.registry,
+        log,
+        tokenizer,
+        limits: () => limits,
+      })
+    : undefined;
+
   /** Which group each rank serves, re-derived when workers come or go. */
   const refreshGroups = (): void => {
     const owners = [];
@@ -365,6 +383,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     shadow,
     markPolicySwitch: (policy) => recorder.markPolicySwitch(policy),
     kvEvents,
+    pd,
     table,
     policy,
     get dispatcher() {
@@ -430,6 +449,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     for (const url of config.workerUrls) await state.addWorker(url);
     // One round of checks before serving, so readiness reflects the fleet from the start.
     await health.checkAll();
+    await pd?.start();
     await kvEvents?.start();
     if (config.recordTrace !== undefined) {
       await recorder.start(recordingSettings(config, config.recordTrace));
@@ -441,6 +461,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     health.stop();
     loadPoller.stop();
     outlier.stop();
+    await pd?.close();
     admission.close();
     await recorder.close();
     await state.adminApp?.close();
@@ -482,12 +503,19 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     kvIndex: kvEvents,
     workerLabel: (w) => metricsUrl(config, w, w.url),
     tracer: config.otel ? (opts.tracer ?? trace.getTracer('@kvroute/router')) : undefined,
+    ...(pd ? { handle: pd.handle } : {}),
     recorder,
     shadow,
   });
   // Attempts that sent nothing yet leave a worker as soon as it is taken out.
-  health.onDown = (w, reason) => serveProxy.evacuate(w, reason);
-  outlier.onEject = (w, reason) => serveProxy.evacuate(w, reason);
+  health.onDown = (w, reason) => {
+    serveProxy.evacuate(w, reason);
+    pd?.evacuate(w, reason);
+  };
+  outlier.onEject = (w, reason) => {
+    serveProxy.evacuate(w, reason);
+    pd?.evacuate(w, reason);
+  };
 
   app.register(proxyPlugin, { handler: serveProxy });
   app.register(workersApiPlugin, { state });

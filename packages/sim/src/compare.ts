@@ -43,7 +43,7 @@ export interface ComparisonOptions {
 export interface RouterModel {
   replicas?: number;
   indexSource?: IndexSource;
-  eventLagMs?: number;
+  eventLagMs?: number | readonly number[];
   loadPollMs?: number;
 }
 

@@ -37,8 +37,12 @@ export interface SimulateOptions {
   replicas?: number;
   /** Where the cache index comes from: 'learned' (default), 'events' (after eventLagMs), 'oracle'. */
   indexSource?: IndexSource;
-  /** Delay from a rank's cache change to the router's index (events). Default 5 ms. */
-  eventLagMs?: number;
+  /**
+   * Delay from a rank's cache change to the router's index (events), ms: one constant
+   * (default 5), or measured lags each batch draws one of (seeded; a rank's batches stay in
+   * order).
+   */
+  eventLagMs?: number | readonly number[];
   /** Tokens per KV event block. Default 16. */
   eventBlockSize?: number;
   /**
@@ -113,7 +117,12 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
   const kvEvents =
     source === 'learned'
       ? undefined
-      : new SimKvEvents(q, source === 'oracle' ? 0 : (opts.eventLagMs ?? 5), opts.eventBlockSize);
+      : new SimKvEvents(
+          q,
+          source === 'oracle' ? 0 : (opts.eventLagMs ?? 5),
+          opts.eventBlockSize,
+          opts.seed,
+        );
 
   const requests = createRequestHost({
     q,

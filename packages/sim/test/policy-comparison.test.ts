@@ -114,8 +114,32 @@ describe('oneBigCacheBound', () => {
 });
 
 describe('policy comparison report', () => {
+  it('writes the same report on one thread and on worker threads', async () => {
+    const opts = { quick: true, methods: ['cache_aware'] };
+    const serial = await runPolicyComparison({ ...opts, workers: 1 });
+    const parallel = await runPolicyComparison({ ...opts, workers: 2 });
+    expect(renderMarkdown(parallel)).toBe(renderMarkdown(serial));
+    expect(parallel).toEqual(serial);
+  }, 180_000);
+
+  it('refuses a --jobs that is not an integer >= 1', async () => {
+    let err = '';
+    const io = {
+      stdout: { write: () => true },
+      stderr: {
+        write: (s: string) => {
+          err += s;
+          return true;
+        },
+      },
+      cwd: process.cwd(),
+    };
+    expect(await main(['--jobs', '0'], io)).toBe(2);
+    expect(err).toContain('--jobs must be an integer >= 1');
+  });
+
   it('runs every scenario, judges the targets and renders Markdown and HTML', async () => {
-    const c = runPolicyComparison({
+    const c = await runPolicyComparison({
       quick: true,
       methods: ['round_robin', 'total_tokens', 'prefix_match', 'cache_aware'],
     });

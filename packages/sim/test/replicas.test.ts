@@ -40,6 +40,25 @@ describe('router replicas and index sources', () => {
     expect(() => hit(2, 'psychic' as 'learned')).toThrow(/indexSource must be one of/);
     expect(() => hit(2, 'events', -1)).toThrow(/eventLagMs/);
   });
+
+  it('draws each batch’s lag from measured samples, seeded, keeping a rank’s batches in order', () => {
+    const sampled = (lags: readonly number[]) =>
+      simulatePlan(plan(), {
+        policy: { method: 'cache_aware' },
+        profile,
+        seed: 11,
+        replicas: 3,
+        indexSource: 'events',
+        eventLagMs: lags,
+      }).summary;
+    // One sample is the constant lag.
+    expect(sampled([50])).toEqual(hit(3, 'events', 50));
+    const mixed = sampled([1, 5, 5, 2000]);
+    expect(mixed).toEqual(sampled([1, 5, 5, 2000]));
+    expect(mixed.requests).toBe(hit(3, 'events').requests);
+    expect(() => sampled([])).toThrow(/eventLagMs samples must be a non-empty list/);
+    expect(() => sampled([1, Number.NaN])).toThrow(/eventLagMs samples/);
+  });
 });
 
 describe('load polls across replicas', () => {

@@ -28,6 +28,7 @@ import type { Faults } from '../faults.ts';
 import { type Generation, startGeneration } from '../generation.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { ResolvedOptions } from '../options.ts';
+import type { createPdRoles, PdPlan } from '../pd/roles.ts';
 import {
   finalBody,
   type GenerativeKind,
@@ -43,6 +44,8 @@ export interface InferenceDeps {
   metrics: WorkerMetrics;
   tokenizer: RoutingTokenizer;
   faults: Faults;
+  /** The prefill/decode role's handling (--role prefill|decode); undefined when colocated. */
+  pd?: ReturnType<typeof createPdRoles> | undefined;
 }
 
 /** The body field a prompt came from, for 400s that name it. */
@@ -64,7 +67,7 @@ interface Planned {
 const hex = () => randomUUID().replaceAll('-', '');
 
 export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDeps): void {
-  const { opts, engine, metrics, tokenizer, faults } = deps;
+  const { opts, engine, metrics, tokenizer, faults, pd } = deps;
 
   for (const [kind, path] of Object.entries(REQUEST_PATHS) as [RequestKind, string][]) {
     app.post(path, (req, reply) => handle(kind, req, reply));
@@ -87,7 +90,47 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
         { param, code: 'invalid_value' },
       );
     }
-    const planned = plan(kind, parsed);
+    let planned = plan(kind, parsed);
+    let pdPlan: PdPlan | undefined;
+    if (pd && (kind === 'embedding' || kind === 'rerank')) {
+      throw badRequest(
+        `this worker runs --role ${opts.role}: only generation requests are served`,
+        {
+          code: 'invalid_value',
+        },
+      );
+    }
+    if (pd) {
+      // The decode side waits here for the prefill's KV; a client that leaves stops the wait.
+      const ac = new AbortController();
+      const onGone = () => {
+        if (!reply.raw.writableFinished) ac.abort(new Error('client closed the connection'));
+      };
+      reply.raw.once('close', onGone);
+      try {
+        pdPlan = await pd.prepare(
+          parsed,
+          typeof req.body === 'string' ? req.body : '',
+          hints,
+          planned.length,
+          ac.signal,
+        );
+      } catch (err) {
+        if (ac.signal.aborted) return reply;
+        throw err;
+      } finally {
+        reply.raw.off('close', onGone);
+      }
+      if (ac.signal.aborted) return reply;
+      const p = pdPlan;
+      if (p.maxTokens !== undefined) {
+        planned = planned.map((x) => ({
+          ...x,
+          maxTokens: Math.min(x.maxTokens, p.maxTokens as number),
+        }));
+      }
+      for (const [k, v] of Object.entries(p.headers)) reply.header(k, v);
+    }
 
     if (opts.slowMs > 0) {
       // The request is not in the engine yet: a client that leaves during the delay costs
@@ -105,7 +148,7 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
     if (kind === 'embedding' || kind === 'rerank') {
       return dense(kind, parsed, planned, hints, arrivalWall, reply);
     }
-    return generate(kind, parsed, planned, hints, arrivalWall, reply);
+    return generate(kind, parsed, planned, hints, arrivalWall, reply, pdPlan);
   }
 
   /** Each prompt's ids and output limit; 400 for an empty prompt or one that cannot fit. */
@@ -199,16 +242,22 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
     hints: RoutingHints,
     arrivalWall: number,
     on: (i: number) => { delta?(text: string): void; finish?(): void } = () => ({}),
+    pdPlan?: PdPlan,
   ): Generation[] {
-    const gens = planned.map((p, i) =>
-      startGeneration(
-        { engine, metrics },
-        { ...p, ...engineHints(hints) },
-        outcomes[i] as Outcome,
-        arrivalWall,
-        on(i),
-      ),
-    );
+    const gens = planned.map((p, i) => {
+      const h = engineHints(hints);
+      if (pdPlan) {
+        // A PD request's rank is the role's choice; its 63-bit room is not the engine's business.
+        delete h.bootstrapRoom;
+        if (pdPlan.routedRank !== undefined) h.routedRank = pdPlan.routedRank;
+        else delete h.routedRank;
+        if (h.routedRank !== undefined) pdPlan.beforeStart?.(h.routedRank, p.inputIds);
+      }
+      const outcome = outcomes[i] as Outcome;
+      const g = startGeneration({ engine, metrics }, { ...p, ...h }, outcome, arrivalWall, on(i));
+      pdPlan?.started(g, outcome);
+      return g;
+    });
     // A client that goes away frees its ranks at once (KV, batch slot, dispatcher load).
     reply.raw.once('close', () => {
       for (const g of gens) g.abort();
@@ -223,6 +272,7 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
     hints: RoutingHints,
     arrivalWall: number,
     reply: FastifyReply,
+    pdPlan?: PdPlan,
   ): Promise<unknown> | FastifyReply {
     const batch = parsed.items !== undefined;
     const outcomes = planned.map((_, i) => {
@@ -231,10 +281,12 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
       return o;
     });
     if (!parsed.stream) {
-      const gens = startAll(reply, planned, outcomes, hints, arrivalWall);
+      const gens = startAll(reply, planned, outcomes, hints, arrivalWall, undefined, pdPlan);
       reply.header('x-kvroute-dp-rank', String(gens[0]?.handle.rank));
       return Promise.all(gens.map((g) => g.done)).then(() =>
-        batch ? outcomes.map(finalBody) : finalBody(outcomes[0] as Outcome),
+        batch
+          ? outcomes.map(finalBody)
+          : { ...finalBody(outcomes[0] as Outcome), ...(pdPlan?.extraBody ?? {}) },
       );
     }
 
@@ -254,12 +306,21 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
       },
     };
     const writers = outcomes.map((o) => new SseWriter(sink, (delta) => streamDelta(o, delta)));
-    const gens = startAll(reply, planned, outcomes, hints, arrivalWall, (i) => ({
-      delta: (text) => writers[i]?.token(text),
-      finish: () => writers[i]?.end(streamEnd(outcomes[i] as Outcome, !batch)),
-    }));
+    const gens = startAll(
+      reply,
+      planned,
+      outcomes,
+      hints,
+      arrivalWall,
+      (i) => ({
+        delta: (text) => writers[i]?.token(text),
+        finish: () => writers[i]?.end(streamEnd(outcomes[i] as Outcome, !batch)),
+      }),
+      pdPlan,
+    );
     reply.hijack();
     raw.writeHead(200, {
+      ...(pdPlan?.headers ?? {}),
       'content-type': 'text/event-stream; charset=utf-8',
       'cache-control': 'no-cache',
       connection: 'keep-alive',

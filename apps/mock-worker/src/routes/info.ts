@@ -42,6 +42,8 @@ export function registerInfoRoutes(app: FastifyInstance, deps: InfoDeps): void {
     profile: engine.profile.name,
     time_scale: opts.timeScale,
     tokenizer: tokenizer.description,
+    disaggregation_mode: opts.role === 'colocated' ? 'null' : opts.role,
+    ...(app.mockPd.bootstrap ? { disaggregation_bootstrap_port: app.mockPd.bootstrap.port } : {}),
   });
   const modelCard = () => ({
     id: opts.modelName,
@@ -97,6 +99,8 @@ export function registerInfoRoutes(app: FastifyInstance, deps: InfoDeps): void {
     if (req.params.id !== opts.modelName) throw modelNotFound(req.params.id);
     return modelCard();
   });
+  // The decode role's KV transfers (which prefill DP rank each came from): tests and debugging.
+  app.get('/pd/transfers', async () => ({ role: opts.role, transfers: app.mockPd.transfers }));
   app.get('/v1/loads', async () => ({ dp_size: opts.dpSize, loads: engine.loads() }));
   // SGLang's /flush_cache: tests and benchmarks start from a cold cache without a restart.
   app.post('/flush_cache', async (_req, reply) => {

@@ -90,6 +90,17 @@ export interface ProxyContext {
   recorder?: TraceRecorder | undefined;
   /** With --shadow-profile: the live cache model every dispatched attempt goes through. */
   shadow?: ShadowCacheModel | undefined;
+  /**
+   * Serves an admitted request's body instead of the one-rank proxy (the PD mode, pd/mode.ts);
+   * admission, body reading and error replies stay here.
+   */
+  handle?: (
+    req: IncomingMessage,
+    res: ServerResponse,
+    kind: RequestKind,
+    route: string,
+    raw: Buffer,
+  ) => Promise<void>;
 }
 
 /** What a recorded request's line says about its last attempt. */
@@ -220,7 +231,8 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       if (slot !== true) await slot;
       admitted = true;
       budget.active++;
-      await handleProxy(req, res, kind, route, body.raw, rt, receivedAt);
+      if (ctx.handle) await ctx.handle(req, res, kind, route, body.raw);
+      else await handleProxy(req, res, kind, route, body.raw, rt, receivedAt);
     } catch (err) {
       if (err === CLIENT_GONE) {
         countRejected(route, 499);

@@ -8,6 +8,8 @@ import { type EngineSettings, resolveEngine } from '../entities/presets.ts';
 import type { RankOverrides } from '../host/cluster.ts';
 import { compareLayouts } from '../pd/compare-layouts.ts';
 import {
+  LAYOUT_OBJECTIVES,
+  type LayoutObjective,
   layoutReport,
   layoutToCsv,
   layoutToJson,
@@ -55,10 +57,17 @@ export const PD_FLAGS_HELP = `  --layout colocated|pd every rank prefills and de
   --decode-policy M     pd: method picking the decode rank (default ${DEFAULT_DECODE_POLICY})
   --md FILE|-           pd: the layout table as markdown; '-' = stdout only (default: not written)`;
 
-export const PD_SWEEP_HELP = `  --layout pd          sweep the prefill:decode split instead of a policy's knobs
+export const PD_SWEEP_HELP = `  --layout colocated|pd pd: sweep the prefill:decode split instead of a policy's options
+                        (default colocated: the policy sweep)
   --gpus N              pd: GPUs per layout (default: --ranks, else the scenario's ranks)
-  --pd-ratio LIST       pd: splits P:D summing to --gpus, e.g. 1:3,1:1,3:1 (default: every
-                        split from 1:N-1 to N-1:1)`;
+  --pd-ratio LIST       pd: splits P:D of --gpus, e.g. 1:3,1:1,3:1 (default: every split
+                        from 1:N-1 to N-1:1)
+  --prefill-ranks LIST  pd: the same axis as prefill rank counts: 2,4,6 or a range 1..7 or
+                        2..6:2 (default: as --pd-ratio)
+  --objective OBJ       pd: ${LAYOUT_OBJECTIVES.join(' | ')} names the best split
+                        (default ttft-p99)
+  --prefill-policy M, --decode-policy M, --link-gbps X, --link-setup-ms MS, --md FILE|-
+                        pd: as for run --layout pd (defaults ${DEFAULT_PREFILL_POLICY}, ${DEFAULT_DECODE_POLICY}, 400, 1; --md not written)`;
 
 export function readLayout(p: Parsed): 'colocated' | 'pd' {
   const raw = str(p, 'layout') ?? 'colocated';
@@ -101,6 +110,42 @@ export function parseSplits(raw: string | undefined, gpus: number): [number, num
   return out;
 }
 
+/** `--prefill-ranks 2,4,6` or a range `1..7`, `2..6:2`: prefill ranks of `gpus`, the rest decode. */
+export function prefillSplits(raw: string, gpus: number): [number, number][] {
+  if (gpus < 2) throw new UsageError(`the pd layout needs at least 2 GPUs, got ${gpus}`);
+  let values: number[];
+  const range = /^\s*(\d+)\s*\.\.\s*(\d+)\s*(?::\s*(\d+)\s*)?$/.exec(raw);
+  if (range) {
+    const [lo, hi, step] = [Number(range[1]), Number(range[2]), Number(range[3] ?? 1)];
+    if (step < 1 || hi < lo) {
+      throw new UsageError(
+        `--prefill-ranks range LO..HI[:STEP] needs LO <= HI and STEP >= 1, got '${raw}'`,
+      );
+    }
+    values = [];
+    for (let v = lo; v <= hi; v += step) values.push(v);
+  } else {
+    values = raw.split(',').map((x) => {
+      if (!/^\s*\d+\s*$/.test(x)) {
+        throw new UsageError(
+          `--prefill-ranks takes integers or a range LO..HI[:STEP], got '${raw}'`,
+        );
+      }
+      return Number(x);
+    });
+  }
+  const out: [number, number][] = [];
+  for (const v of values) {
+    if (v < 1 || v >= gpus) {
+      throw new UsageError(
+        `--prefill-ranks ${v} leaves no ${v < 1 ? 'prefill' : 'decode'} rank of ${gpus} GPUs`,
+      );
+    }
+    if (!out.some(([x]) => x === v)) out.push([v, gpus - v]);
+  }
+  return out;
+}
+
 function methodFlag(p: Parsed, flag: string, fallback: string, flags: SimFlags) {
   const raw = str(p, flag) ?? fallback;
   try {
@@ -111,6 +156,16 @@ function methodFlag(p: Parsed, flag: string, fallback: string, flags: SimFlags) 
     }
     throw err;
   }
+}
+
+function readObjective(p: Parsed): LayoutObjective {
+  const raw = str(p, 'objective') ?? 'ttft-p99';
+  if (!(LAYOUT_OBJECTIVES as readonly string[]).includes(raw)) {
+    throw new UsageError(
+      `unknown objective '${raw}' for --layout pd; valid objectives: ${LAYOUT_OBJECTIVES.join(', ')}`,
+    );
+  }
+  return raw as LayoutObjective;
 }
 
 export interface PdLayoutInput {
@@ -142,13 +197,25 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
   const total = flags.ranks ?? plan.ranks;
   let splits: [number, number][];
   if (input.command === 'sweep') {
+    for (const flag of ['jobs', 'shard', 'load', 'policy']) {
+      if (str(p, flag) !== undefined) {
+        throw new UsageError(`--${flag} is not available with --layout pd (the split is the axis)`);
+      }
+    }
     const gpusRaw = str(p, 'gpus');
     const gpus = gpusRaw !== undefined ? positiveInt('gpus', gpusRaw) : total;
-    for (const flag of ['prefill-ranks', 'decode-ranks']) {
-      if (str(p, flag) !== undefined)
-        throw new UsageError(`--${flag} is for run; sweep takes --pd-ratio`);
+    if (str(p, 'decode-ranks') !== undefined) {
+      throw new UsageError(
+        '--decode-ranks is for run; sweep takes --pd-ratio or --prefill-ranks LIST',
+      );
     }
-    splits = parseSplits(str(p, 'pd-ratio'), gpus);
+    const ratio = str(p, 'pd-ratio');
+    const prefillList = str(p, 'prefill-ranks');
+    if (ratio !== undefined && prefillList !== undefined) {
+      throw new UsageError('give either --pd-ratio or --prefill-ranks, not both');
+    }
+    splits =
+      prefillList !== undefined ? prefillSplits(prefillList, gpus) : parseSplits(ratio, gpus);
   } else {
     for (const flag of ['pd-ratio', 'gpus']) {
       if (str(p, flag) !== undefined) throw new UsageError(`--${flag} is for sweep --layout pd`);
@@ -236,6 +303,7 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
     },
     comparison.rows,
     comparison.targets,
+    input.command === 'sweep' ? readObjective(p) : undefined,
   );
   const md = str(p, 'md');
   if (md !== undefined && md.trim() === '') throw new UsageError(`--md needs a file name or '-'`);

@@ -3,8 +3,8 @@
 // the loads between which the best policy changes. A recommendation holds for the load range
 // it was measured over, and this names that range.
 import type { CostModel } from '../cost/cost-model.ts';
+import type { PolicyRunSummary, RequestRecord } from '../metrics/types.ts';
 import { simulatePlan } from '../simulate.ts';
-import { withRequestRate } from '../workloads/load.ts';
 import type { WorkloadPlan } from '../workloads/types.ts';
 
 export interface LoadPoint {
@@ -48,6 +48,11 @@ export function bestAt(point: LoadPoint, metric: LoadMetric): string {
 /** The scenario's own pace: requests over the span of their send times in a round_robin run. */
 export function basePace(plan: WorkloadPlan, profile: CostModel, seed: string | number): number {
   const { records } = simulatePlan(plan, { policy: { method: 'round_robin' }, profile, seed });
+  return paceOf(records);
+}
+
+/** Requests per second over the span of the records' send times (1 when they span nothing). */
+export function paceOf(records: readonly Pick<RequestRecord, 'arrivalMs'>[]): number {
   let first = Number.POSITIVE_INFINITY;
   let last = 0;
   for (const r of records) {
@@ -57,36 +62,35 @@ export function basePace(plan: WorkloadPlan, profile: CostModel, seed: string | 
   return last > first ? ((records.length - 1) * 1000) / (last - first) : 1;
 }
 
-export function loadCurve(o: {
+/** A rate as the curve reports it (the run itself uses the unrounded rate). */
+export const loadRate = (base: number, multiplier: number): number => base * multiplier;
+
+/**
+ * The curve from its runs: `summaries[i][j]` is policy `methods[j]` at `multipliers[i]` times
+ * the pace `base`. Names the crossovers and the best policy per metric.
+ */
+export function loadCurveFrom(o: {
   id: string;
   title: string;
-  plan: WorkloadPlan;
+  base: number;
   methods: readonly string[];
   multipliers: readonly number[];
-  profile: CostModel;
-  seed: string | number;
-  log?(line: string): void;
+  summaries: readonly (readonly PolicyRunSummary[])[];
 }): LoadCurve {
-  const base = basePace(o.plan, o.profile, o.seed);
-  const points: LoadPoint[] = o.multipliers.map((m) => {
-    const plan = withRequestRate(o.plan, base * m, o.seed);
-    const rows = o.methods.map((method) => {
-      const t0 = performance.now();
-      const { summary } = simulatePlan(plan, {
-        policy: { method },
-        profile: o.profile,
-        seed: o.seed,
-      });
-      o.log?.(`  ${o.id} x${m} ${method}: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  const base = o.base;
+  const points: LoadPoint[] = o.multipliers.map((m, i) => ({
+    multiplier: m,
+    rateRps: Math.round(loadRate(base, m) * 1000) / 1000,
+    rows: o.methods.map((method, j) => {
+      const summary = o.summaries[i]?.[j] as PolicyRunSummary;
       return {
         policy: method,
         ttftP50: summary.ttftMs.p50,
         ttftP99: summary.ttftMs.p99,
         throughputRps: summary.throughputRps,
       };
-    });
-    return { multiplier: m, rateRps: Math.round(base * m * 1000) / 1000, rows };
-  });
+    }),
+  }));
   const crossovers: Crossover[] = [];
   const best: LoadCurve['best'] = [];
   for (const metric of ['ttftP50', 'ttftP99', 'throughputRps'] as const) {

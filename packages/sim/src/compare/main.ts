@@ -14,7 +14,7 @@ import {
 import { runPolicyComparison } from './policy-comparison.ts';
 import { renderHtml, renderMarkdown } from './render.ts';
 
-export const USAGE = `usage: pnpm compare [--quick] [--out-dir DIR] [--methods a,b] [--seed S] [--trace FILE]
+export const USAGE = `usage: pnpm compare [--quick] [--out-dir DIR] [--methods a,b] [--seed S] [--trace FILE] [--jobs N]
        kvroute-sim compare [same flags]
 
 Runs every registered method on hot-prefix, rank-failure, scale-out, agentic, seed-sequential
@@ -26,6 +26,8 @@ docs/policy-comparison.html with the one-big-cache bound and the load-aware targ
   --methods a,b  a subset of the registered methods
   --seed S       run seed (default 1)
   --trace FILE   Mooncake-format trace (default: the shared conversation trace)
+  --jobs N       worker threads for the runs (integer >= 1; default: one per core). The
+                 files are the same bytes for any N.
 method options, set for every method that reads them (default: each method's own):
 ${methodOptionsHelp()}
 `;
@@ -51,6 +53,7 @@ export async function main(argv: string[], io: CompareIo = processIo): Promise<n
     methods?: string;
     seed?: string;
     trace?: string;
+    jobs?: string;
     help?: boolean;
   };
   try {
@@ -63,6 +66,7 @@ export async function main(argv: string[], io: CompareIo = processIo): Promise<n
         methods: { type: 'string' },
         seed: { type: 'string' },
         trace: { type: 'string' },
+        jobs: { type: 'string' },
         ...methodOptionFlags(),
         help: { type: 'boolean', short: 'h' },
       },
@@ -97,14 +101,23 @@ export async function main(argv: string[], io: CompareIo = processIo): Promise<n
       return 2;
     }
   }
+  let workers: number | undefined;
+  if (values.jobs !== undefined) {
+    workers = /^\d+$/.test(values.jobs) ? Number(values.jobs) : Number.NaN;
+    if (!(workers >= 1)) {
+      io.stderr.write(`compare: --jobs must be an integer >= 1, got '${values.jobs}'\n`);
+      return 2;
+    }
+  }
   const seed =
     values.seed === undefined ? 1 : /^\d+$/.test(values.seed) ? Number(values.seed) : values.seed;
   const outDir = values['out-dir']
     ? resolve(io.cwd, values['out-dir'])
     : resolve(repoRoot(), 'docs');
   const t0 = performance.now();
-  const comparison = runPolicyComparison({
+  const comparison = await runPolicyComparison({
     quick: values.quick ?? false,
+    ...(workers !== undefined ? { workers } : {}),
     seed,
     methodOptions,
     ...(methods ? { methods } : {}),

@@ -3,16 +3,16 @@
 // its own pace and compressed, with the one-big-cache bound for the replay and the issue's
 // targets judged from the numbers. Same defaults for every scenario: methods run with their
 // own defaults, no per-scenario option.
-import { methodNames } from '@kvroute/policy';
-import type { CostModel } from '../cost/cost-model.ts';
+import { type DispatcherConfig, methodNames } from '@kvroute/policy';
 import { getProfile } from '../cost/profiles.ts';
 import type { PolicyRunSummary, RequestRecord } from '../metrics/types.ts';
-import { simulatePlan } from '../simulate.ts';
+import type { CompareJob, CompareJobResult } from '../parallel/compare-job.ts';
+import { defaultWorkers, runJobs } from '../parallel/pool.ts';
 import { buildWorkload } from '../workloads/registry.ts';
 import type { WorkloadPlan } from '../workloads/types.ts';
 import { type CacheBound, oneBigCacheBound } from './bound.ts';
 import { type KeysMoved, keysMoved } from './keys-moved.ts';
-import { type LoadCurve, loadCurve } from './load-curve.ts';
+import { type LoadCurve, loadCurveFrom, loadRate, paceOf } from './load-curve.ts';
 
 /** The load-aware methods; the targets are judged on them. */
 export const NEW_METHODS = ['consistent_hash', 'cache_aware'] as const;
@@ -89,6 +89,8 @@ export interface ComparisonOptions {
   seed?: string | number;
   /** Trace file for the replay (default: the shared Mooncake trace). */
   traceFile?: string;
+  /** Worker threads for the runs (default: one per core; 1 runs them in this thread). */
+  workers?: number;
   log?(line: string): void;
 }
 
@@ -142,23 +144,13 @@ function describeEvents(plan: WorkloadPlan): string[] {
   });
 }
 
-function runScenarioWith(
-  methodOptions: Record<string, number | string>,
+/** A scenario's section of the report from its plan and one run per method. */
+function scenarioResult(
   id: string,
   title: string,
   plan: WorkloadPlan,
-  methods: readonly string[],
-  profile: CostModel,
-  seed: string | number,
-  log: (line: string) => void,
+  runs: readonly CompareJobResult[],
 ): ScenarioResult {
-  const rows: PolicyRow[] = [];
-  for (const method of methods) {
-    const t0 = performance.now();
-    const run = simulatePlan(plan, { policy: { ...methodOptions, method }, profile, seed });
-    rows.push(row(run.summary, run.records, plan));
-    log(`  ${id} ${method}: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-  }
   return {
     id,
     title,
@@ -167,7 +159,7 @@ function runScenarioWith(
     ranks: plan.ranks,
     requests: plan.requests.length + plan.clients.reduce((n, c) => n + c.length, 0),
     events: describeEvents(plan),
-    rows,
+    rows: runs.map((run) => row(run.summary, run.records ?? [], plan)),
   };
 }
 
@@ -201,27 +193,44 @@ const LOAD_QUICK: Record<string, Record<string, unknown>> = {
 const BUSY_CANDIDATES = [1.25, 1.5, 1.75, 2, 2.5, 3, 4, 6, 8];
 const BUSY_TARGET = 0.7;
 
-export function runPolicyComparison(opts: ComparisonOptions = {}): PolicyComparison {
+/**
+ * Runs the comparison. Every simulation is an independent job (plain data), run on worker
+ * threads in three rounds (what needs no earlier result; the rest of the busy-pace search;
+ * the runs at the pace it found and the load curves) and put back in report order, so the
+ * report is the same bytes for any worker count.
+ */
+export async function runPolicyComparison(opts: ComparisonOptions = {}): Promise<PolicyComparison> {
   const quick = opts.quick ?? false;
   const seed = opts.seed ?? 1;
   const log = opts.log ?? (() => {});
   const methods = [...(opts.methods ?? methodNames())];
   const methodOptions = { ...(opts.methodOptions ?? {}) };
-  const runScenario = (
-    id: string,
-    title: string,
-    plan: WorkloadPlan,
-    ms: readonly string[],
-    profile: CostModel,
-    seed: string | number,
-    log: (line: string) => void,
-  ) => runScenarioWith(methodOptions, id, title, plan, ms, profile, seed, log);
+  const workers = opts.workers ?? defaultWorkers();
   const profile = getProfile(PROFILE);
   const sized = (scenario: string, extra: Record<string, unknown> = {}) => ({
     ...(quick ? QUICK[scenario] : {}),
     ...extra,
   });
-  const scenarios: ScenarioResult[] = [];
+  const job = (
+    scenario: string,
+    scenarioOptions: Record<string, unknown>,
+    policy: DispatcherConfig,
+    extra: { requestRate?: number; records?: boolean } = {},
+  ): CompareJob => ({ scenario, scenarioOptions, seed, profile: PROFILE, policy, ...extra });
+  const run = async (label: string, jobs: CompareJob[]): Promise<CompareJobResult[]> => {
+    const t0 = performance.now();
+    const out = await runJobs('compare', jobs, { workers: Math.min(workers, jobs.length) });
+    log(
+      `${label}: ${jobs.length} runs in ${((performance.now() - t0) / 1000).toFixed(1)} s on ${Math.min(workers, jobs.length)} thread(s)`,
+    );
+    return out;
+  };
+  // Every method on one scenario, with the records when keys-moved figures need them.
+  const scenarioJobs = (scenario: string, options: Record<string, unknown>, plan: WorkloadPlan) =>
+    methods.map((method) =>
+      job(scenario, options, { ...methodOptions, method }, { records: plan.events.length > 0 }),
+    );
+
   const simple: [string, string, string][] = [
     ['hot-prefix', 'hot-prefix', 'Hot prefix: Zipf tenants, top one ~35% of requests (16 ranks)'],
     [
@@ -237,73 +246,137 @@ export function runPolicyComparison(opts: ComparisonOptions = {}): PolicyCompari
       'Seed sequential: one client, 22,651-token prefix (16 ranks)',
     ],
   ];
-  for (const [id, scenario, title] of simple) {
-    log(`${id}`);
-    const plan = buildWorkload(scenario, sized(scenario), seed);
-    scenarios.push(runScenario(id, title, plan, methods, profile, seed, log));
-  }
+  const simplePlans = simple.map(([, scenario]) => buildWorkload(scenario, sized(scenario), seed));
 
   const replayOptions = (speedup: number) =>
     sized('replay', { speedup, ...(opts.traceFile ? { file: opts.traceFile } : {}) });
   const ownPace = buildWorkload('replay', replayOptions(1), seed);
   log('replay bound');
   const bound = oneBigCacheBound(ownPace, profile.kvCapacityTokens * ownPace.ranks);
+  const x8 = buildWorkload('replay', replayOptions(8), seed);
 
-  // The speed-up at which round_robin's busiest rank is at least 70% busy.
+  const loadMethods = LOAD_METHODS.filter((m) => methods.includes(m));
+  const loads = [
+    ['hot-prefix', 'Hot prefix against offered load'],
+    ['agentic', 'Agentic sessions against offered load (open loop)'],
+  ] as const;
+  const loadOptions = (scenario: string) => (quick ? LOAD_QUICK : LOAD_SIZES)[scenario] ?? {};
+
+  // Round 1: the scenarios, the replay at its own pace and x8, the first candidates of the
+  // busy-pace search, and each load scenario's own pace.
+  const busyBatch = Math.max(1, Math.min(workers, BUSY_CANDIDATES.length));
+  const busyJob = (speedup: number) =>
+    job('replay', replayOptions(speedup), { method: 'round_robin' }, { records: true });
+  const round1: CompareJob[] = [];
+  simple.forEach(([, scenario], i) => {
+    round1.push(...scenarioJobs(scenario, sized(scenario), simplePlans[i] as WorkloadPlan));
+  });
+  round1.push(...scenarioJobs('replay', replayOptions(1), ownPace));
+  round1.push(...scenarioJobs('replay', replayOptions(8), x8));
+  const busyFirst = round1.length;
+  for (const speedup of BUSY_CANDIDATES.slice(0, busyBatch)) round1.push(busyJob(speedup));
+  const paceFirst = round1.length;
+  for (const [scenario] of loads) {
+    round1.push(job(scenario, loadOptions(scenario), { method: 'round_robin' }, { records: true }));
+  }
+  const r1 = await run('scenarios, replay x1 and x8, busy search, load paces', round1);
+
+  // The speed-up at which round_robin's busiest rank is at least 70% busy: the first
+  // candidate, in order, that reaches it.
   const busySearch: { speedup: number; maxBusy: number }[] = [];
   let busySpeedup: number | null = null;
-  for (const speedup of BUSY_CANDIDATES) {
-    const plan = buildWorkload('replay', replayOptions(speedup), seed);
-    const run = simulatePlan(plan, { policy: { method: 'round_robin' }, profile, seed });
-    const r = row(run.summary, run.records, plan);
-    busySearch.push({ speedup, maxBusy: r.maxBusy });
-    log(
-      `replay busy search x${speedup}: round_robin busiest rank ${(r.maxBusy * 100).toFixed(0)}%`,
-    );
-    if (r.maxBusy >= BUSY_TARGET) {
-      busySpeedup = speedup;
-      break;
+  let busyRuns = r1.slice(busyFirst, paceFirst);
+  for (let next = 0; busySpeedup === null && next < BUSY_CANDIDATES.length; ) {
+    for (const result of busyRuns) {
+      const speedup = BUSY_CANDIDATES[next++] as number;
+      const plan = buildWorkload('replay', replayOptions(speedup), seed);
+      const r = row(result.summary, result.records ?? [], plan);
+      busySearch.push({ speedup, maxBusy: r.maxBusy });
+      log(
+        `replay busy search x${speedup}: round_robin busiest rank ${(r.maxBusy * 100).toFixed(0)}%`,
+      );
+      if (r.maxBusy >= BUSY_TARGET) {
+        busySpeedup = speedup;
+        break;
+      }
     }
+    if (busySpeedup !== null || next >= BUSY_CANDIDATES.length) break;
+    busyRuns = await run('busy search', BUSY_CANDIDATES.slice(next, next + busyBatch).map(busyJob));
   }
 
-  const paces: [string, number, string][] = [['replay-x1', 1, 'Mooncake replay, own pace']];
-  if (busySpeedup !== null && busySpeedup !== 8) {
-    paces.push([
-      `replay-x${busySpeedup}`,
-      busySpeedup,
-      `Mooncake replay compressed x${busySpeedup} (round_robin's busiest rank >= 70% busy)`,
-    ]);
+  // Round 3: the replay at the busy pace, and the load curves.
+  const bases = loads.map((_, i) => paceOf(r1[paceFirst + i]?.records ?? []));
+  const round3: CompareJob[] = [];
+  const busyPlan =
+    busySpeedup !== null && busySpeedup !== 8
+      ? buildWorkload('replay', replayOptions(busySpeedup), seed)
+      : undefined;
+  if (busyPlan && busySpeedup !== null) {
+    round3.push(...scenarioJobs('replay', replayOptions(busySpeedup), busyPlan));
   }
-  paces.push(['replay-x8', 8, 'Mooncake replay compressed x8']);
-  for (const [id, speedup, title] of paces) {
-    log(id);
-    const plan = speedup === 1 ? ownPace : buildWorkload('replay', replayOptions(speedup), seed);
-    const result = runScenario(id, title, plan, methods, profile, seed, log);
-    result.bound = bound;
-    scenarios.push(result);
+  const loadFirst = round3.length;
+  loads.forEach(([scenario], i) => {
+    for (const m of LOAD_MULTIPLIERS) {
+      for (const method of loadMethods) {
+        round3.push(
+          job(
+            scenario,
+            loadOptions(scenario),
+            { method },
+            { requestRate: loadRate(bases[i] as number, m) },
+          ),
+        );
+      }
+    }
+  });
+  const r3 = await run('busy pace and load curves', round3);
+
+  const scenarios: ScenarioResult[] = [];
+  let at = 0;
+  simple.forEach(([id, , title], i) => {
+    scenarios.push(
+      scenarioResult(id, title, simplePlans[i] as WorkloadPlan, r1.slice(at, at + methods.length)),
+    );
+    at += methods.length;
+  });
+  const x1Runs = r1.slice(at, at + methods.length);
+  const x8Runs = r1.slice(at + methods.length, at + 2 * methods.length);
+  const paces: ScenarioResult[] = [
+    scenarioResult('replay-x1', 'Mooncake replay, own pace', ownPace, x1Runs),
+  ];
+  if (busyPlan && busySpeedup !== null) {
+    paces.push(
+      scenarioResult(
+        `replay-x${busySpeedup}`,
+        `Mooncake replay compressed x${busySpeedup} (round_robin's busiest rank >= 70% busy)`,
+        busyPlan,
+        r3.slice(0, loadFirst),
+      ),
+    );
+  }
+  paces.push(scenarioResult('replay-x8', 'Mooncake replay compressed x8', x8, x8Runs));
+  for (const p of paces) {
+    p.bound = bound;
+    scenarios.push(p);
   }
 
   const loadCurves: LoadCurve[] = [];
-  const loadMethods = LOAD_METHODS.filter((m) => methods.includes(m));
-  for (const [scenario, title] of [
-    ['hot-prefix', 'Hot prefix against offered load'],
-    ['agentic', 'Agentic sessions against offered load (open loop)'],
-  ] as const) {
-    log(`load ${scenario}`);
-    const plan = buildWorkload(scenario, (quick ? LOAD_QUICK : LOAD_SIZES)[scenario] ?? {}, seed);
+  let li = loadFirst;
+  loads.forEach(([scenario, title], i) => {
+    const summaries = LOAD_MULTIPLIERS.map(() =>
+      loadMethods.map(() => (r3[li++] as CompareJobResult).summary),
+    );
     loadCurves.push(
-      loadCurve({
+      loadCurveFrom({
         id: `load-${scenario}`,
         title,
-        plan,
+        base: bases[i] as number,
         methods: loadMethods,
         multipliers: LOAD_MULTIPLIERS,
-        profile,
-        seed,
-        log,
+        summaries,
       }),
     );
-  }
+  });
 
   const comparison: PolicyComparison = {
     profile: PROFILE,

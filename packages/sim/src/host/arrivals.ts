@@ -64,12 +64,23 @@ export function scheduleArrivals(
   };
 
   let total = 0;
+  // Clients started so far; the rest wait for a free slot (plan.activeClients), in order.
+  let started = 0;
+  const startNext = (after: number) => {
+    // An empty client would hold its slot forever: skip it.
+    while (started < plan.clients.length && plan.clients[started]!.length === 0) started++;
+    if (started < plan.clients.length) startClient(started++, 0, after);
+  };
   if (plan.mode === 'closed') {
+    const active = plan.activeClients ?? plan.clients.length;
+    if (!Number.isInteger(active) || active < 1) {
+      throw new RangeError(`activeClients must be an integer >= 1, got ${plan.activeClients}`);
+    }
     plan.clients.forEach((list, c) => {
       total += list.length;
       for (const r of list) clientOf.set(r, c);
-      startClient(c, 0, 0);
     });
+    for (let i = 0; i < active; i++) startNext(0);
   } else {
     total = plan.requests.length;
     // One pending arrival at a time keeps the heap small for 10k+ request traces.
@@ -112,7 +123,12 @@ export function scheduleArrivals(
       }
       if (plan.mode !== 'closed') return;
       const c = clientOf.get(req);
-      if (c !== undefined) startClient(c, nextIndex.get(c) ?? 0, t);
+      if (c === undefined) return;
+      const list = plan.clients[c] as WorkloadRequest[];
+      const next = nextIndex.get(c) ?? 0;
+      if (next < list.length) startClient(c, next, t);
+      // This client is done: its slot goes to the next waiting client.
+      else if (req === list[list.length - 1]) startNext(t);
     },
   };
 }

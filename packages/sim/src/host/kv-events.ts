@@ -4,10 +4,13 @@
 // blocks of `blockSize` tokens, as vLLM/SGLang publish them, and applied to one
 // @kvroute/policy KvBlockIndex that every simulated router replica reads: replicas
 // subscribing to the same streams build the same index. Engine block hashes are stood in for
-// by the content keys themselves (the router never interprets them).
+// by the content keys themselves (the router never interprets them). The lag is one constant,
+// or drawn per batch from measured samples (a seeded stream); either way a rank's events
+// apply in the order they happened, as a stream's sequence numbers make a subscriber do.
 import { chainedBlockKeys, KvBlockIndex } from '@kvroute/policy';
 import type { Scheduler } from '../engine/event-queue.ts';
 import type { RankModel } from '../entities/rank.ts';
+import { type Rng, stream } from '../workloads/random.ts';
 
 export type IndexSource = 'learned' | 'events' | 'oracle';
 export const INDEX_SOURCES: readonly IndexSource[] = ['learned', 'events', 'oracle'];
@@ -19,13 +22,31 @@ export class SimKvEvents {
   /** Block events produced (stored + removed blocks). */
   blockEvents = 0;
 
+  private readonly lagMs: number;
+  private readonly lagSamples: readonly number[] | undefined;
+  private readonly rng: Rng | undefined;
+  /** Per rank: when its latest batch applies (a later batch never overtakes it). */
+  private readonly appliesAt: number[] = [];
+
   constructor(
     private readonly q: Scheduler,
-    private readonly lagMs: number,
+    lag: number | readonly number[],
     readonly blockSize = 16,
+    seed: string | number = 1,
   ) {
-    if (!Number.isFinite(lagMs) || lagMs < 0) {
-      throw new RangeError(`eventLagMs must be a number >= 0, got ${lagMs}`);
+    const bad = (x: number) => !Number.isFinite(x) || x < 0;
+    if (typeof lag === 'number') {
+      if (bad(lag)) throw new RangeError(`eventLagMs must be a number >= 0, got ${lag}`);
+      this.lagMs = lag;
+    } else {
+      if (lag.length === 0 || lag.some(bad)) {
+        throw new RangeError(
+          `eventLagMs samples must be a non-empty list of numbers >= 0, got ${JSON.stringify(lag)}`,
+        );
+      }
+      this.lagMs = -1;
+      this.lagSamples = lag;
+      this.rng = stream(seed, 'kv-event-lag');
     }
   }
 
@@ -35,20 +56,27 @@ export class SimKvEvents {
     this.index.resize(Math.max(this.index.numRanks, rank + 1));
     this.index.setLive(rank, true);
     (this.refs[rank] as Map<number, number>).clear();
-    this.deliver(() => this.index.clearRank(rank));
+    this.deliver(rank, () => this.index.clearRank(rank));
     model.cache.hooks = {
       stored: (path, start) => this.stored(rank, path, start),
       evicted: (path, start) => this.evicted(rank, path, start),
       cleared: () => {
         (this.refs[rank] as Map<number, number>).clear();
-        this.deliver(() => this.index.clearRank(rank));
+        this.deliver(rank, () => this.index.clearRank(rank));
       },
     };
   }
 
-  private deliver(apply: () => void): void {
+  private deliver(rank: number, apply: () => void): void {
     if (this.lagMs === 0) apply();
-    else this.q.at(this.q.now() + this.lagMs, apply);
+    else if (this.lagMs > 0) this.q.at(this.q.now() + this.lagMs, apply);
+    else {
+      const samples = this.lagSamples as readonly number[];
+      const lag = samples[Math.floor((this.rng as Rng)() * samples.length)] as number;
+      const at = Math.max(this.appliesAt[rank] ?? 0, this.q.now() + lag);
+      this.appliesAt[rank] = at;
+      this.q.at(at, apply);
+    }
   }
 
   private stored(rank: number, path: Uint32Array, start: number): void {
@@ -69,7 +97,7 @@ export class SimKvEvents {
     const tokens = path.slice(first * B, count * B);
     const parent = first > 0 ? (this.keys[first - 1] as number) : null;
     // Blocks a sibling path already stored keep their place; re-storing is a no-op.
-    this.deliver(() => this.index.store(rank, keys, parent, tokens, B));
+    this.deliver(rank, () => this.index.store(rank, keys, parent, tokens, B));
   }
 
   private evicted(rank: number, path: Uint32Array, start: number): void {
@@ -89,6 +117,6 @@ export class SimKvEvents {
     }
     if (gone.length === 0) return;
     this.blockEvents += gone.length;
-    this.deliver(() => this.index.remove(rank, gone));
+    this.deliver(rank, () => this.index.remove(rank, gone));
   }
 }

@@ -1,11 +1,12 @@
-// The worker side of runCells: runs the jobs it is handed, one message per result.
+// The worker side of runJobs: runs the jobs it is handed (sweep cells or comparison runs),
+// one message per result.
 import { parentPort } from 'node:worker_threads';
-import { CellContext, type CellJob } from './cell.ts';
+import { type JobKind, jobRunners } from './pool.ts';
 
-const context = new CellContext();
-parentPort!.on('message', (msg: { index: number; job: CellJob }) => {
+const runners = jobRunners();
+parentPort!.on('message', (msg: { index: number; kind: JobKind; job: never }) => {
   try {
-    parentPort!.postMessage({ index: msg.index, result: context.run(msg.job) });
+    parentPort!.postMessage({ index: msg.index, result: runners[msg.kind](msg.job) });
   } catch (err) {
     const e = err as Error & { code?: unknown };
     parentPort!.postMessage({

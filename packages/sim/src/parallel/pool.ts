@@ -7,6 +7,23 @@ import { availableParallelism } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { CellContext, type CellJob, type CellResult } from './cell.ts';
+import { CompareContext, type CompareJob, type CompareJobResult } from './compare-job.ts';
+
+/** What a worker runs: sweep cells or the policy comparison's simulations. */
+export interface JobKinds {
+  cell: { job: CellJob; result: CellResult };
+  compare: { job: CompareJob; result: CompareJobResult };
+}
+export type JobKind = keyof JobKinds;
+
+/** The runner of each kind of job, one per thread (it caches plans and profiles). */
+export function jobRunners(): {
+  [K in JobKind]: (job: JobKinds[K]['job']) => JobKinds[K]['result'];
+} {
+  const cell = new CellContext();
+  const compare = new CompareContext();
+  return { cell: (job) => cell.run(job), compare: (job) => compare.run(job) };
+}
 
 export interface RunCellsOptions {
   /** Worker threads; default: one per core. 1 runs in this thread. */
@@ -21,10 +38,19 @@ export function defaultWorkers(): number {
   return Math.max(1, availableParallelism());
 }
 
-export async function runCells(
+export function runCells(
   jobs: readonly CellJob[],
   opts: RunCellsOptions = {},
 ): Promise<CellResult[]> {
+  return runJobs('cell', jobs, opts);
+}
+
+/** Runs jobs of one kind on worker threads (or here, with one worker); results in job order. */
+export async function runJobs<K extends JobKind>(
+  kind: K,
+  jobs: readonly JobKinds[K]['job'][],
+  opts: RunCellsOptions = {},
+): Promise<JobKinds[K]['result'][]> {
   // Starting a worker (a thread plus the module graph) costs more than a small cell, so a
   // grid of a few cells runs here unless workers were asked for.
   const workers = Math.min(
@@ -32,17 +58,17 @@ export async function runCells(
     jobs.length,
   );
   if (workers <= 1) {
-    const context = new CellContext();
-    const out: CellResult[] = [];
+    const run = jobRunners()[kind] as (job: JobKinds[K]['job']) => JobKinds[K]['result'];
+    const out: JobKinds[K]['result'][] = [];
     for (const job of jobs) {
-      out.push(context.run(job));
+      out.push(run(job));
       opts.onDone?.(out.length, jobs.length);
       // Let a progress bar draw and signals arrive between cells.
       await new Promise((r) => setImmediate(r));
     }
     return out;
   }
-  const results: (CellResult | undefined)[] = new Array(jobs.length);
+  const results: (JobKinds[K]['result'] | undefined)[] = new Array(jobs.length);
   let next = 0;
   let done = 0;
   const pool = Array.from({ length: workers }, () => startWorker());
@@ -51,23 +77,26 @@ export async function runCells(
       const feed = (w: Worker) => {
         if (next >= jobs.length) return;
         const index = next++;
-        w.postMessage({ index, job: jobs[index] });
+        w.postMessage({ index, kind, job: jobs[index] });
       };
       for (const w of pool) {
-        w.on('message', (msg: { index: number; result?: CellResult; error?: WorkerError }) => {
-          if (msg.error) {
-            reject(toError(msg.error));
-            return;
-          }
-          results[msg.index] = msg.result;
-          done++;
-          opts.onDone?.(done, jobs.length);
-          if (done === jobs.length) resolve();
-          else feed(w);
-        });
+        w.on(
+          'message',
+          (msg: { index: number; result?: JobKinds[K]['result']; error?: WorkerError }) => {
+            if (msg.error) {
+              reject(toError(msg.error));
+              return;
+            }
+            results[msg.index] = msg.result;
+            done++;
+            opts.onDone?.(done, jobs.length);
+            if (done === jobs.length) resolve();
+            else feed(w);
+          },
+        );
         w.on('error', reject);
         w.on('exit', (code) => {
-          if (done < jobs.length) reject(new Error(`sweep worker exited with code ${code}`));
+          if (done < jobs.length) reject(new Error(`${kind} worker exited with code ${code}`));
         });
         feed(w);
       }
@@ -75,7 +104,7 @@ export async function runCells(
   } finally {
     await Promise.all(pool.map((w) => w.terminate()));
   }
-  return results as CellResult[];
+  return results as JobKinds[K]['result'][];
 }
 
 interface WorkerError {

@@ -20,18 +20,92 @@ export interface LayoutReport {
   /** The rows, without their TTFT samples. */
   rows: Omit<LayoutRow, 'ttftSamples'>[];
   targets: HitRateTarget[];
+  /** sweep: the split that does best on the objective, and colocated's figure beside it. */
+  best?: BestSplit;
+}
+
+export const LAYOUT_OBJECTIVES = [
+  'ttft-p99',
+  'ttft-p50',
+  'ttft-mean',
+  'itl-p99',
+  'itl-p50',
+  'hit-rate',
+  'throughput',
+] as const;
+export type LayoutObjective = (typeof LAYOUT_OBJECTIVES)[number];
+
+export interface BestSplit {
+  objective: LayoutObjective;
+  label: string;
+  value: number;
+  /** The colocated row on as many GPUs, when there is one. */
+  colocated?: { label: string; value: number };
+}
+
+type Row = Omit<LayoutRow, 'ttftSamples'>;
+
+const METRIC: Record<LayoutObjective, [(r: Row) => number, 'min' | 'max']> = {
+  'ttft-p99': [(r) => r.ttftMs.p99, 'min'],
+  'ttft-p50': [(r) => r.ttftMs.p50, 'min'],
+  'ttft-mean': [(r) => r.ttftMs.mean, 'min'],
+  'itl-p99': [(r) => r.itlMs.p99, 'min'],
+  'itl-p50': [(r) => r.itlMs.p50, 'min'],
+  'hit-rate': [(r) => r.hitRate, 'max'],
+  throughput: [(r) => r.throughputTokPerS, 'max'],
+};
+
+/**
+ * The PD row that does best on `objective` (ties: the first in order, i.e. fewer prefill
+ * ranks), with the colocated row of the same GPU count for comparison.
+ */
+export function bestSplit(rows: readonly Row[], objective: LayoutObjective): BestSplit | undefined {
+  const [metric, dir] = METRIC[objective];
+  let best: Row | undefined;
+  for (const r of rows) {
+    if (r.layout !== 'pd') continue;
+    if (best === undefined) best = r;
+    else if (dir === 'min' ? metric(r) < metric(best) : metric(r) > metric(best)) best = r;
+  }
+  if (best === undefined) return undefined;
+  const colocated = rows.find((r) => r.layout === 'colocated' && r.gpus === best.gpus);
+  return {
+    objective,
+    label: best.label,
+    value: metric(best),
+    ...(colocated ? { colocated: { label: colocated.label, value: metric(colocated) } } : {}),
+  };
+}
+
+function fmtObjective(o: LayoutObjective, v: number): string {
+  if (o === 'hit-rate') return fmtPct(v);
+  if (o === 'throughput') return `${fmtInt(v)} tok/s`;
+  return `${fmtMs(v)} ms`;
+}
+
+export function bestLine(report: LayoutReport): string[] {
+  const b = report.best;
+  if (!b) return [];
+  const vs = b.colocated
+    ? `; ${b.colocated.label}: ${fmtObjective(b.objective, b.colocated.value)}`
+    : '';
+  return [`best split for ${b.objective}: ${b.label} (${fmtObjective(b.objective, b.value)})${vs}`];
 }
 
 export function layoutReport(
-  head: Omit<LayoutReport, 'format' | 'rows' | 'targets'>,
+  head: Omit<LayoutReport, 'format' | 'rows' | 'targets' | 'best'>,
   rows: readonly LayoutRow[],
   targets: readonly HitRateTarget[],
+  objective?: LayoutObjective,
 ): LayoutReport {
+  const plain = rows.map(({ ttftSamples: _s, ...r }) => r);
+  const best = objective !== undefined ? bestSplit(plain, objective) : undefined;
   return {
     format: 'kvroute-sim-layouts/v1',
     ...head,
-    rows: rows.map(({ ttftSamples: _s, ...r }) => r),
+    rows: plain,
     targets: [...targets],
+    ...(best ? { best } : {}),
   };
 }
 
@@ -90,6 +164,7 @@ export function renderLayoutTable(report: LayoutReport): string {
   return `${[
     renderTable(HEADER, report.rows.map(cells)),
     '',
+    ...bestLine(report),
     ...targetLines(report),
     meta(report),
   ].join('\n')}\n`;
@@ -106,7 +181,7 @@ export function renderLayoutMarkdown(report: LayoutReport): string {
     `| ${HEADER.map((_, i) => (i === 0 || i === 2 ? '---' : '---:')).join(' | ')} |`,
     ...report.rows.map((r) => `| ${cells(r).map(esc).join(' | ')} |`),
     '',
-    ...targetLines(report).map((l) => `- ${l}`),
+    ...[...bestLine(report), ...targetLines(report)].map((l) => `- ${l}`),
     '',
   ];
   return lines.join('\n');
@@ -270,7 +345,7 @@ export async function renderLayoutHtml(
           .join('')}</tr>`,
     )
     .join('\n');
-  const targets = targetLines(report)
+  const targets = [...bestLine(report), ...targetLines(report)]
     .map((l) => `<li>${escapeHtml(l)}</li>`)
     .join('\n');
   const body = [

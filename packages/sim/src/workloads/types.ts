@@ -38,6 +38,12 @@ export interface WorkloadPlan {
   ranks: number;
   /** Closed loop: each client's ordered requests. */
   clients: WorkloadRequest[][];
+  /**
+   * Closed loop: at most this many clients run at once; the others wait in order and each
+   * starts when a running one has finished its last request (a benchmark that runs N
+   * sessions at a time from a queue). Default: every client from the start.
+   */
+  activeClients?: number;
   /** Open loop: sorted by arrivalMs. */
   requests: WorkloadRequest[];
   events: ClusterEvent[];

@@ -1,0 +1,47 @@
+// The bodies of a pair: the client's bytes with the router's members added at the front.
+// A bootstrap_room is a 63-bit integer, beyond a JS number's exact range, so members are
+// written as text and the client's JSON is only re-serialized when it already carries one of
+// the fields the router sets (then they are replaced, not duplicated).
+import { randomBytes } from 'node:crypto';
+import { parseJsonBody, type RequestLimits, topLevelSpans } from '@kvroute/protocol';
+
+/** A random room in [0, 2^63): SGLang's router draws one per request the same way. */
+export function newBootstrapRoom(): bigint {
+  return randomBytes(8).readBigUInt64BE() & 0x7fff_ffff_ffff_ffffn;
+}
+
+/** Members as `"key":<json>` text; a bigint is written as its digits. */
+export type Members = Record<string, string | number | boolean | bigint | null | object>;
+
+function memberText(members: Members): string {
+  return Object.entries(members)
+    .map(
+      ([k, v]) =>
+        `${JSON.stringify(k)}:${typeof v === 'bigint' ? v.toString() : JSON.stringify(v)}`,
+    )
+    .join(',');
+}
+
+/** `raw` with `members` set at the top level (replacing any the client sent). */
+export function withMembers(raw: Buffer, members: Members, limits: RequestLimits): Buffer {
+  const keys = Object.keys(members);
+  if (keys.some((k) => topLevelSpans(raw, k).length > 0)) {
+    const obj = parseJsonBody(raw, limits);
+    for (const k of keys) delete obj[k];
+    raw = Buffer.from(JSON.stringify(obj));
+  }
+  const open = raw.indexOf(0x7b);
+  let k = open + 1;
+  while (
+    k < raw.length &&
+    (raw[k] === 0x20 || raw[k] === 0x0a || raw[k] === 0x0d || raw[k] === 0x09)
+  )
+    k++;
+  const empty = raw[k] === 0x7d;
+  const text = memberText(members);
+  return Buffer.concat([
+    raw.subarray(0, open + 1),
+    Buffer.from(empty || text === '' ? text : `${text},`),
+    raw.subarray(open + 1),
+  ]);
+}

@@ -1,0 +1,690 @@
+// The router's prefill/decode disaggregation mode (--pd-disaggregation). The prefill servers
+// are the router's main rank table, chosen by the main (cache-aware) method: prefix caches
+// live there. The decode servers get their own rank table, load method, health checks and
+// outlier ejection: their KV arrives with the request, so only load matters.
+//
+// Two ways to drive a pair (--pd-style):
+//   sglang  both requests leave at once, each with bootstrap_host (the prefill server's host),
+//           bootstrap_port (its bootstrap server) and one random 63-bit bootstrap_room; the
+//           decode server's answer is streamed back, the prefill's read for its usage. With
+//           --dp-aware the prefill rank the method chose is pinned with routed_dp_rank, the
+//           decode rank too, and the decode server learns the prefill DP rank either from
+//           disagg_prefill_dp_rank (--pd-rank-discovery told) or from the prefill bootstrap
+//           server's rank registry (bootstrap: it asks /query_dp_ranks, since the prefill
+//           server registers every room's rank).
+//   vllm    vLLM's disaggregated-serving proxy: the prefill server gets the request with
+//           max_tokens 1, stream false and kv_transfer_params {do_remote_decode: true}; its
+//           answer's kv_transfer_params go into the decode request, whose answer is streamed.
+//
+// Failures: while the client has seen nothing, a failure on either side aborts the other and
+// the pair is retried (up to --max-retries), without the rank that failed; the side blamed is
+// the prefill when its request failed (a decode server that lost its prefill fails too), else
+// the decode. Once decode bytes reached the client, a failure ends the answer as the
+// colocated proxy does (an error event in a stream); nothing is retried.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { performance } from 'node:perf_hooks';
+import {
+  createDispatcher,
+  type Dispatcher,
+  type DispatchTicket,
+  NoHealthyRankError,
+} from '@kvroute/policy';
+import {
+  badRequest,
+  buildRouteRequest,
+  getJson,
+  parseJsonBody,
+  parseRequest,
+  type RequestKind,
+  type RequestLimits,
+  type RoutingTokenizer,
+  usageFromObject,
+} from '@kvroute/protocol';
+import type { FastifyBaseLogger } from 'fastify';
+import type { Registry } from 'prom-client';
+import { type Agent, request } from 'undici';
+import type { RouterConfig } from '../config.ts';
+import { RouterError } from '../errors.ts';
+import { HealthMonitor } from '../health.ts';
+import { OutlierDetector } from '../outlier.ts';
+import {
+  type AttemptFailure,
+  classifyNetworkError,
+  clientSafe,
+  ForwardCall,
+  type OutboundHeaderPolicy,
+  upstreamRequestHeaders,
+} from '../proxy/forward.ts';
+import { RankTable, type Worker } from '../rank-table.ts';
+import { firstByteTimeoutMs } from '../timeouts.ts';
+import { addWorker } from '../topology.ts';
+import { type Members, newBootstrapRoom, withMembers } from './body.ts';
+import { createPdMetrics, type PdMetrics } from './metrics.ts';
+
+export interface PdDeps {
+  config: RouterConfig;
+  /** The router's main table and method: the prefill side (the method may be switched live). */
+  prefillTable: RankTable;
+  prefillDispatcher: () => Dispatcher;
+  prefillHealth: HealthMonitor;
+  prefillOutlier: OutlierDetector;
+  agent: Agent;
+  registry: Registry;
+  log: FastifyBaseLogger;
+  tokenizer: RoutingTokenizer;
+  limits(): RequestLimits;
+}
+
+/** What one pair's attempt came to. */
+type PairOutcome =
+  | { kind: 'done' }
+  | { kind: 'aborted' }
+  | { kind: 'retry'; side: 'prefill' | 'decode'; failure: AttemptFailure };
+
+interface PrefillResult {
+  ok: boolean;
+  status?: number;
+  text?: string;
+  failure?: AttemptFailure;
+  aborted?: boolean;
+  endMs: number;
+}
+
+export interface PdMode {
+  readonly decodeTable: RankTable;
+  readonly decodeDispatcher: Dispatcher;
+  readonly decodeHealth: HealthMonitor;
+  readonly metrics: PdMetrics;
+  /** Bootstrap port per prefill URL (given, or read from its /get_server_info). */
+  readonly bootstrapPorts: ReadonlyMap<string, number | null>;
+  start(): Promise<void>;
+  close(): Promise<void>;
+  /** Moves attempts on `worker` (either side) that sent the client nothing elsewhere. */
+  evacuate(worker: Worker, reason: string): void;
+  handle(
+    req: IncomingMessage,
+    res: ServerResponse,
+    kind: RequestKind,
+    route: string,
+    raw: Buffer,
+  ): Promise<void>;
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+export function createPdMode(d: PdDeps): PdMode {
+  const { config, prefillTable, agent, log } = d;
+  const decodeTable = new RankTable();
+  const decodeDispatcher = createDispatcher({ method: config.decodePolicy ?? 'total_tokens' });
+  const decodeHealth = new HealthMonitor(decodeTable, agent, config.health, log);
+  const decodeOutlier = new OutlierDetector(
+    decodeTable,
+    config.outlier,
+    (w) => decodeHealth.probe(w),
+    log,
+  );
+  if (config.workerApiKey !== undefined) {
+    decodeHealth.headers = { authorization: `Bearer ${config.workerApiKey}` };
+  }
+  const metrics = createPdMetrics(d.registry);
+  const bootstrapPorts = new Map<string, number | null>();
+  const outbound: OutboundHeaderPolicy = {
+    forwardClientAuth: config.forwardClientAuth,
+    ...(config.workerApiKey !== undefined ? { workerApiKey: config.workerApiKey } : {}),
+  };
+  /** Attempts outstanding per worker: prefill aborters and decode calls. */
+  const inflight = new Map<Worker, Set<{ sent(): boolean; fail(f: AttemptFailure): void }>>();
+  const track = (w: Worker, c: { sent(): boolean; fail(f: AttemptFailure): void }) => {
+    let s = inflight.get(w);
+    if (!s) {
+      s = new Set();
+      inflight.set(w, s);
+    }
+    s.add(c);
+    return () => s.delete(c);
+  };
+
+  function evacuate(worker: Worker, reason: string): void {
+    for (const c of inflight.get(worker) ?? []) {
+      if (!c.sent()) c.fail({ kind: 'worker-down', detail: `worker taken out: ${reason}` });
+    }
+  }
+  decodeHealth.onDown = evacuate;
+  decodeOutlier.onEject = evacuate;
+
+  async function start(): Promise<void> {
+    const timeoutMs = Math.max(config.health.timeoutMs, 5_000);
+    for (const url of config.decode) {
+      await addWorker(decodeTable, agent, url, {
+        dpAware: config.dpAware,
+        ...(config.dpSize !== undefined ? { dpSize: config.dpSize } : {}),
+        timeoutMs,
+      });
+    }
+    for (const spec of config.prefillWorkers ?? []) {
+      let port: number | null = spec.bootstrapPort ?? null;
+      if (port === null && config.pdStyle === 'sglang') {
+        // SGLang's router sends bootstrap_port null when none is given; a server that says
+        // which port its bootstrap server has saves the operator from repeating it.
+        try {
+          const info = (await getJson(agent, `${spec.url}/get_server_info`, timeoutMs)) as {
+            disaggregation_bootstrap_port?: unknown;
+          };
+          const p = info?.disaggregation_bootstrap_port;
+          if (typeof p === 'number' && Number.isInteger(p) && p > 0) port = p;
+        } catch {
+          // Left null: the server's own default applies, as with SGLang's router.
+        }
+      }
+      bootstrapPorts.set(spec.url, port);
+    }
+    await decodeHealth.checkAll();
+    decodeHealth.start();
+  }
+
+  async function close(): Promise<void> {
+    decodeHealth.stop();
+    decodeOutlier.stop();
+  }
+
+  function begin(
+    side: 'prefill' | 'decode',
+    req: object,
+    excluded: Set<number> | undefined,
+  ): DispatchTicket {
+    const table = side === 'prefill' ? prefillTable : decodeTable;
+    const dispatcher = side === 'prefill' ? d.prefillDispatcher() : decodeDispatcher;
+    return dispatcher.begin(req, table.tracker, { nowMs: Date.now(), view: table.view(excluded) });
+  }
+
+  /** One prefill request, read to its end; never throws. */
+  function sendPrefill(
+    worker: Worker,
+    path: string,
+    body: Buffer,
+    headers: Record<string, string>,
+    timeoutMs: number,
+  ): { done: Promise<PrefillResult>; fail(f: AttemptFailure): void; settled(): boolean } {
+    const ac = new AbortController();
+    let own: AttemptFailure | undefined;
+    let settled = false;
+    const done = (async (): Promise<PrefillResult> => {
+      try {
+        const r = await request(`${worker.origin}${worker.basePath}${path}`, {
+          dispatcher: agent,
+          method: 'POST',
+          headers,
+          body,
+          signal: ac.signal,
+          ...(timeoutMs > 0 ? { headersTimeout: timeoutMs, bodyTimeout: timeoutMs } : {}),
+        });
+        const text = await r.body.text();
+        if (r.statusCode >= 500) {
+          return {
+            ok: false,
+            status: r.statusCode,
+            text,
+            failure: {
+              kind: 'status',
+              status: r.statusCode,
+              detail: `prefill answered ${r.statusCode}: ${text.slice(0, 300)}`,
+            },
+            endMs: performance.now(),
+          };
+        }
+        return { ok: r.statusCode < 400, status: r.statusCode, text, endMs: performance.now() };
+      } catch (err) {
+        if (own) return { ok: false, failure: own, endMs: performance.now() };
+        if (ac.signal.aborted) return { ok: false, aborted: true, endMs: performance.now() };
+        return { ok: false, failure: classifyNetworkError(err), endMs: performance.now() };
+      } finally {
+        settled = true;
+      }
+    })();
+    return {
+      done,
+      fail(f) {
+        own ??= f;
+        ac.abort(new Error(f.detail));
+      },
+      settled: () => settled,
+    };
+  }
+
+  /** Prefill usage from a JSON answer or the last SSE event that has one. */
+  function prefillUsage(text: string): ReturnType<typeof usageFromObject> {
+    const t = text.trimStart();
+    if (t.startsWith('{') || t.startsWith('[')) {
+      try {
+        const v = JSON.parse(t) as unknown;
+        return usageFromObject(Array.isArray(v) ? v[0] : v);
+      } catch {
+        return undefined;
+      }
+    }
+    let found: ReturnType<typeof usageFromObject>;
+    for (const line of text.split('\n')) {
+      if (!line.startsWith('data:')) continue;
+      const data = line.slice(5).trim();
+      if (data === '[DONE]' || data === '') continue;
+      try {
+        const u = usageFromObject(JSON.parse(data));
+        if (u) found = u;
+      } catch {
+        // Not JSON: not a usage event.
+      }
+    }
+    return found;
+  }
+
+  function notePrefill(rank: number, r: PrefillResult, sentAt: number): void {
+    const rankLabel = String(rank);
+    metrics.requests.inc({
+      role: 'prefill',
+      rank: rankLabel,
+      status: r.status !== undefined ? String(r.status) : r.aborted ? '499' : 'error',
+    });
+    if (!r.ok || r.text === undefined) return;
+    metrics.ttft.observe({ role: 'prefill' }, (r.endMs - sentAt) / 1e3);
+    const u = prefillUsage(r.text);
+    if (u?.cachedTokens === undefined) metrics.withoutCached.inc();
+    else {
+      metrics.promptTokens.inc({ rank: rankLabel }, u.promptTokens);
+      metrics.cachedTokens.inc({ rank: rankLabel }, u.cachedTokens);
+    }
+  }
+
+  async function handle(
+    req: IncomingMessage,
+    res: ServerResponse,
+    kind: RequestKind,
+    route: string,
+    raw: Buffer,
+  ): Promise<void> {
+    if (raw.length === 0) {
+      throw badRequest('Request body is empty: expected a JSON object', { code: 'invalid_json' });
+    }
+    const limits = d.limits();
+    const body = parseJsonBody(raw, limits);
+    const parsed = parseRequest(kind, body, limits);
+    if (kind === 'embedding' || kind === 'rerank') {
+      throw badRequest(
+        `${route} has no decode phase: it is not served in --pd-disaggregation mode`,
+        {
+          code: 'invalid_value',
+        },
+      );
+    }
+    if (parsed.items !== undefined && parsed.items.length > 1) {
+      throw badRequest(
+        'A batch (several prompts in one request) is not routed in --pd-disaggregation mode: send one request per prompt',
+        { code: 'invalid_value' },
+      );
+    }
+    if (config.pdStyle === 'vllm' && kind !== 'chat' && kind !== 'completion') {
+      throw badRequest(
+        `--pd-style vllm serves /v1/chat/completions and /v1/completions (vLLM's disaggregated proxy), not ${route}`,
+        { code: 'invalid_value' },
+      );
+    }
+    const rr = buildRouteRequest(parsed, d.tokenizer, req.headers);
+    if (rr.routedRank !== undefined) {
+      throw new RouterError(
+        'rank_override_forbidden',
+        'An explicit rank (routed_dp_rank / X-Data-Parallel-Rank) is not honoured in --pd-disaggregation mode: the router pins both sides itself',
+        'routed_dp_rank',
+      );
+    }
+    const cap = d.prefillDispatcher().maxPromptTokens;
+    const promptTokens = rr.inputIds.length;
+    if (promptTokens > cap) rr.inputIds = rr.inputIds.subarray(0, cap);
+    const policyRequest = { ...rr, promptTokens, maxNewTokens: rr.maxTokens };
+    const stream = parsed.stream;
+    const firstByteMs = firstByteTimeoutMs(config, promptTokens, rr.maxTokens, stream);
+    const prefillMs = firstByteTimeoutMs(config, promptTokens, 1, false);
+
+    let current: { abort(): void } | undefined;
+    let timedOut = false;
+    let clientGone = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      current?.abort();
+    }, config.requestTimeoutMs);
+    const onEarlyClose = (): void => {
+      if (!res.writableFinished && !res.headersSent) {
+        clientGone = true;
+        current?.abort();
+      }
+    };
+    res.on('close', onEarlyClose);
+    let exP: Set<number> | undefined;
+    let exD: Set<number> | undefined;
+    let last: { side: string; failure: AttemptFailure } | undefined;
+    try {
+      for (let attempt = 0; ; attempt++) {
+        if (clientGone) return;
+        if (timedOut) throw deadline();
+        let pt: DispatchTicket;
+        let dt: DispatchTicket;
+        try {
+          pt = begin('prefill', policyRequest, exP);
+        } catch (err) {
+          if (err instanceof NoHealthyRankError) throw noneLeft('prefill', last, err.message);
+          throw err;
+        }
+        try {
+          dt = begin('decode', policyRequest, exD);
+        } catch (err) {
+          pt.done('aborted');
+          if (err instanceof NoHealthyRankError) throw noneLeft('decode', last, err.message);
+          throw err;
+        }
+        const canRetry = () => attempt < config.maxRetries;
+        let out: PairOutcome;
+        try {
+          out = await runPair(pt, dt, canRetry, (a) => {
+            current = a;
+          });
+        } finally {
+          current = undefined;
+        }
+        if (out.kind !== 'retry') {
+          if (out.kind === 'aborted' && timedOut) throw deadline();
+          return;
+        }
+        last = { side: out.side, failure: out.failure };
+        if (out.side === 'prefill') {
+          exP ??= new Set();
+          exP.add(pt.rank);
+        } else {
+          exD ??= new Set();
+          exD.add(dt.rank);
+        }
+        if (!canRetry()) throw noneLeft(out.side, last, undefined);
+        metrics.retries.inc({ side: out.side });
+        log.warn(
+          {
+            side: out.side,
+            rank: out.side === 'prefill' ? pt.rank : dt.rank,
+            failure: out.failure.detail,
+          },
+          'pd pair failed before the client saw a byte; retrying the pair',
+        );
+        const wait =
+          Math.min(config.retryBackoffMaxMs, config.retryBackoffBaseMs * 2 ** attempt) *
+          Math.random();
+        if (wait >= 1) await sleep(wait);
+      }
+    } finally {
+      clearTimeout(timer);
+      res.off('close', onEarlyClose);
+    }
+
+    async function runPair(
+      pt: DispatchTicket,
+      dt: DispatchTicket,
+      attemptLeft: () => boolean,
+      setCurrent: (a: { abort(): void }) => void,
+    ): Promise<PairOutcome> {
+      const pslot = prefillTable.slot(pt.rank);
+      const dslot = decodeTable.slot(dt.rank);
+      if (!pslot || !dslot) {
+        pt.done('failed');
+        dt.done('failed');
+        throw new RouterError('internal_error', 'policy chose a rank that does not exist');
+      }
+      const pw = pslot.worker;
+      const dw = dslot.worker;
+      const hdr = (dp: number | undefined, len: number) =>
+        upstreamRequestHeaders(req.headers, len, dp, outbound, req.socket?.remoteAddress);
+      let pBody: Buffer;
+      let vllmParams: Members | undefined;
+      const common: Members = {};
+      if (config.pdStyle === 'sglang') {
+        common.bootstrap_host = new URL(pw.url).hostname.replace(/^\[|\]$/g, '');
+        common.bootstrap_port = bootstrapPorts.get(pw.url) ?? null;
+        common.bootstrap_room = newBootstrapRoom();
+        pBody = withMembers(
+          raw,
+          { ...common, ...(pslot.dpRank !== undefined ? { routed_dp_rank: pslot.dpRank } : {}) },
+          limits,
+        );
+      } else {
+        const o = { ...body };
+        o.max_tokens = 1;
+        if (o.max_completion_tokens !== undefined) o.max_completion_tokens = 1;
+        o.stream = false;
+        delete o.stream_options;
+        o.kv_transfer_params = {
+          do_remote_decode: true,
+          do_remote_prefill: false,
+          remote_engine_id: null,
+          remote_block_ids: null,
+          remote_host: null,
+          remote_port: null,
+        };
+        pBody = Buffer.from(JSON.stringify(o));
+      }
+      const pSent = performance.now();
+      const prefill = sendPrefill(pw, route, pBody, hdr(pslot.dpRank, pBody.length), prefillMs);
+      const untrackP = track(pw, { sent: () => false, fail: (f) => prefill.fail(f) });
+      const prefillDone = prefill.done.then((r) => {
+        untrackP();
+        pt.done(r.ok ? 'completed' : r.aborted ? 'aborted' : 'failed');
+        notePrefill(pt.rank, r, pSent);
+        if (r.failure) {
+          if (r.failure.kind === 'connect')
+            d.prefillHealth.reportConnectError(pw, r.failure.detail);
+          if (r.failure.kind !== 'worker-down') d.prefillOutlier.failure(pw, r.failure.detail);
+        } else if (r.ok) {
+          d.prefillOutlier.success(pw);
+          d.prefillHealth.reportSuccess(pw);
+        }
+        return r;
+      });
+      setCurrent({ abort: () => prefill.fail({ kind: 'socket', detail: 'request aborted' }) });
+
+      if (config.pdStyle === 'vllm') {
+        const r = await prefillDone;
+        if (clientGone || timedOut) {
+          dt.done('aborted');
+          return { kind: 'aborted' };
+        }
+        if (!r.ok) {
+          dt.done('aborted');
+          if (r.failure) return { kind: 'retry', side: 'prefill', failure: r.failure };
+          return passClientError(r, 'prefill');
+        }
+        let kvp: unknown;
+        try {
+          kvp = (JSON.parse(r.text ?? '') as { kv_transfer_params?: unknown }).kv_transfer_params;
+        } catch {
+          kvp = undefined;
+        }
+        if (typeof kvp !== 'object' || kvp === null) {
+          dt.done('aborted');
+          return {
+            kind: 'retry',
+            side: 'prefill',
+            failure: {
+              kind: 'bad-body',
+              detail:
+                "the prefill answer has no 'kv_transfer_params' (is the server a vLLM KV producer?)",
+            },
+          };
+        }
+        vllmParams = { kv_transfer_params: kvp };
+      }
+
+      const dMembers: Members = vllmParams ?? { ...common };
+      if (dslot.dpRank !== undefined && config.pdStyle === 'sglang')
+        dMembers.routed_dp_rank = dslot.dpRank;
+      if (
+        config.pdStyle === 'sglang' &&
+        config.pdRankDiscovery === 'told' &&
+        pslot.dpRank !== undefined
+      ) {
+        dMembers.disagg_prefill_dp_rank = pslot.dpRank;
+      }
+      const dBody = withMembers(raw, dMembers, limits);
+      let prefillFailed: AttemptFailure | undefined;
+      const dSent = performance.now();
+      const call = new ForwardCall({
+        agent,
+        origin: dw.origin,
+        path: dw.basePath + route,
+        headers: hdr(dslot.dpRank, dBody.length),
+        body: dBody,
+        kind,
+        res,
+        extraHeaders: {
+          'x-kvroute-rank': String(pt.rank),
+          'x-kvroute-reason': pt.reason,
+          'x-kvroute-decode-rank': String(dt.rank),
+        },
+        firstByteTimeoutMs: firstByteMs,
+        idleTimeoutMs: config.idleTimeoutMs,
+        maxHeldBytes: config.maxHeldResponseBytes,
+        decide: (status) => (status >= 500 && attemptLeft() ? 'discard' : 'pipe'),
+        onFirstByte: () => {
+          const now = performance.now();
+          metrics.ttft.observe({ role: 'decode' }, (now - dSent) / 1e3);
+          if (stream && prefill.settled()) {
+            void prefillDone.then((r) => {
+              if (r.ok) metrics.transferWait.observe(Math.max(0, now - r.endMs) / 1e3);
+            });
+          }
+        },
+      });
+      const untrackD = track(dw, { sent: () => call.sentToClient, fail: (f) => call.fail(f) });
+      setCurrent({
+        abort: () => {
+          prefill.fail({ kind: 'socket', detail: 'request aborted' });
+          call.abort(new Error('request aborted'));
+        },
+      });
+      // A prefill that fails takes its decode with it: that decode would wait for KV in vain.
+      void prefillDone.then((r) => {
+        if (r.failure && !call.sentToClient) {
+          prefillFailed = r.failure;
+          call.fail({
+            kind: r.failure.kind === 'worker-down' ? 'worker-down' : 'socket',
+            detail: `prefill rank ${pt.rank} failed: ${r.failure.detail}`,
+          });
+        } else if (r.ok === false && r.failure === undefined && !r.aborted && !call.sentToClient) {
+          call.abort(new Error('prefill refused the request'));
+        }
+      });
+      let result: Awaited<ReturnType<ForwardCall['start']>>;
+      try {
+        result = await call.start();
+      } finally {
+        untrackD();
+      }
+      const dLabel = String(dt.rank);
+      if (result.kind === 'aborted') {
+        dt.done('aborted');
+        const r = await settlePrefill();
+        if (
+          !clientGone &&
+          !timedOut &&
+          r.status !== undefined &&
+          r.status >= 400 &&
+          r.status < 500
+        ) {
+          return passClientError(r, 'prefill');
+        }
+        metrics.requests.inc({ role: 'decode', rank: dLabel, status: '499' });
+        return { kind: 'aborted' };
+      }
+      if (result.kind === 'failed') {
+        dt.done('failed');
+        metrics.requests.inc({ role: 'decode', rank: dLabel, status: 'error' });
+        // Which side broke: the prefill if its request failed too (give it a moment to say so).
+        const r = prefillFailed ? undefined : await settlePrefill(100);
+        const pf = prefillFailed ?? r?.failure;
+        if (pf) return { kind: 'retry', side: 'prefill', failure: pf };
+        const f = result.failure;
+        if (f.kind === 'connect') decodeHealth.reportConnectError(dw, f.detail);
+        if (f.kind !== 'worker-down') decodeOutlier.failure(dw, f.detail);
+        return { kind: 'retry', side: 'decode', failure: f };
+      }
+      dt.done(result.end === 'complete' ? 'completed' : 'failed');
+      metrics.requests.inc({
+        role: 'decode',
+        rank: dLabel,
+        status: result.end === 'client-closed' ? '499' : String(result.status),
+      });
+      if (result.end === 'complete') {
+        if (result.status < 500) {
+          decodeOutlier.success(dw);
+          decodeHealth.reportSuccess(dw);
+        }
+      } else if (result.end === 'upstream-error' && result.failure) {
+        decodeOutlier.failure(dw, result.failure.detail);
+      }
+      await settlePrefill(1_000);
+      return { kind: 'done' };
+
+      /** Waits for the prefill at most `graceMs` (then aborts it); its accounting runs either way. */
+      async function settlePrefill(graceMs = 0): Promise<PrefillResult> {
+        if (!prefill.settled() && graceMs > 0) {
+          await Promise.race([prefillDone, sleep(graceMs)]);
+        }
+        if (!prefill.settled())
+          prefill.fail({ kind: 'socket', detail: 'pair finished without it' });
+        return prefillDone;
+      }
+    }
+
+    /** The prefill side refused the request (4xx): the client gets that answer as is. */
+    function passClientError(r: PrefillResult, side: string): PairOutcome {
+      if (!res.headersSent && !res.destroyed) {
+        const text = r.text ?? '';
+        res.writeHead(r.status ?? 502, {
+          'content-type': 'application/json; charset=utf-8',
+          'content-length': Buffer.byteLength(text),
+          'x-kvroute-pd-side': side,
+        });
+        res.end(text);
+      }
+      return { kind: 'done' };
+    }
+  }
+
+  function deadline(): RouterError {
+    return new RouterError(
+      'upstream_timeout',
+      `The request was not answered within ${config.requestTimeoutMs} ms (--request-timeout-ms)`,
+    );
+  }
+
+  function noneLeft(
+    side: string,
+    last: { side: string; failure: AttemptFailure } | undefined,
+    policyMessage: string | undefined,
+  ): RouterError {
+    if (last) {
+      return new RouterError(
+        last.failure.kind === 'timeout' ? 'upstream_timeout' : 'upstream_unavailable',
+        `${last.side} side failed: ${clientSafe(last.failure.detail)}; no other healthy ${last.side} rank or retry left`,
+      );
+    }
+    return new RouterError(
+      'no_healthy_rank',
+      `No healthy ${side} rank to route to (${policyMessage ?? 'all workers are down'}); check the ${side} workers' /health`,
+    ).withRetryAfter(1);
+  }
+
+  return {
+    decodeTable,
+    decodeDispatcher,
+    decodeHealth,
+    metrics,
+    bootstrapPorts,
+    start,
+    close,
+    evacuate,
+    handle,
+  };
+}

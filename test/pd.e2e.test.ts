@@ -1,0 +1,179 @@
+// Prefill/decode disaggregation end to end: mock prefill and decode workers (--role) behind the
+// router in --pd-disaggregation mode, SGLang style and vLLM style, streaming and not, with DP
+// ranks checked on both sides: the prefill side's bootstrap registry says which DP rank ran
+// each room's prefill, the decode side records which rank it pulled the KV from.
+import { afterEach, describe, expect, it } from 'vitest';
+import { type PdCluster, startPdCluster } from './helpers/pd-cluster.ts';
+
+let cluster: PdCluster | undefined;
+afterEach(async () => {
+  await cluster?.close();
+  cluster = undefined;
+});
+
+const prompt = (i: number) =>
+  `You are a coding agent with tools: read, write, grep, run. Task ${i % 3}: fix the failing test in module ${i % 3}. Step ${i}.`;
+
+async function post(url: string, path: string, body: unknown) {
+  const res = await fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, headers: Object.fromEntries(res.headers), text: await res.text() };
+}
+
+/** The prefill DP rank the prefill side registered for a room (its bootstrap registry). */
+async function registeredRank(c: PdCluster, room: string): Promise<number | undefined> {
+  for (const p of c.prefill) {
+    const port = p.app.mockPd.bootstrap?.port;
+    const res = await fetch(`http://127.0.0.1:${port}/query_dp_ranks`, {
+      method: 'POST',
+      body: `{"bootstrap_rooms":[${room}]}`,
+    });
+    const got = (await res.json()) as Record<string, number>;
+    if (got[room] !== undefined) return got[room];
+  }
+  return undefined;
+}
+
+function transfers(c: PdCluster) {
+  return c.decode.flatMap((d, i) => d.app.mockPd.transfers.map((t) => ({ ...t, decodeWorker: i })));
+}
+
+describe('PD mode, SGLang style', () => {
+  it('serves chat and completions, streaming and not, with both DP ranks pinned (told)', async () => {
+    cluster = await startPdCluster({ worker: { dpSize: 2 }, routerArgs: ['--dp-aware'] });
+    const c = cluster;
+    for (let i = 0; i < 6; i++) {
+      const stream = i % 2 === 1;
+      const r = await post(c.url, '/v1/chat/completions', {
+        model: 'm',
+        messages: [{ role: 'user', content: prompt(i) }],
+        max_tokens: 6,
+        stream,
+      });
+      expect(r.status).toBe(200);
+      if (stream) {
+        expect(r.text).toContain('data: [DONE]');
+        expect(r.text.match(/"content":"[^"]+"/g)?.length).toBe(6);
+      } else {
+        const body = JSON.parse(r.text);
+        expect(body.usage.completion_tokens).toBe(6);
+      }
+      // The router's rank headers name the prefill rank (its main table) and the decode rank.
+      expect(r.headers['x-kvroute-rank']).toBeDefined();
+      expect(r.headers['x-kvroute-decode-rank']).toBeDefined();
+    }
+    const ts = transfers(c);
+    expect(ts).toHaveLength(6);
+    for (const t of ts) {
+      expect(t.style).toBe('sglang');
+      expect(t.rankSource).toBe('told');
+      // The rank the decode side pulled from is the one the prefill side ran the room on.
+      expect(await registeredRank(c, t.room)).toBe(t.prefillDpRank);
+      expect(BigInt(t.room)).toBeLessThan(2n ** 63n);
+    }
+    // Rooms are drawn per request, 63-bit, never reused.
+    expect(new Set(ts.map((t) => t.room)).size).toBe(6);
+    // Decode DP ranks are the router's choice (routed_dp_rank): both ranks of both servers used.
+    expect(new Set(ts.map((t) => `${t.decodeWorker}:${t.decodeDpRank}`)).size).toBeGreaterThan(1);
+  });
+
+  it('lets the decode side find the prefill DP rank through the bootstrap query when not told', async () => {
+    cluster = await startPdCluster({
+      worker: { dpSize: 2 },
+      // The prefill servers' own dispatch is not bootstrap_room % dp_size, so it cannot be guessed.
+      prefillWorker: { loadBalanceMethod: 'total_requests' },
+      routerArgs: ['--dp-aware', '--pd-rank-discovery', 'bootstrap'],
+    });
+    const c = cluster;
+    for (let i = 0; i < 6; i++) {
+      const r = await post(c.url, '/generate', {
+        text: prompt(i),
+        sampling_params: { max_new_tokens: 3 },
+      });
+      expect(r.status).toBe(200);
+    }
+    const ts = transfers(c);
+    expect(ts).toHaveLength(6);
+    for (const t of ts) {
+      expect(t.rankSource).toBe('bootstrap-query');
+      expect(await registeredRank(c, t.room)).toBe(t.prefillDpRank);
+    }
+    // The router pinned the prefill rank by cache affinity; the registry shows both were used.
+    expect(new Set(ts.map((t) => `${t.bootstrapAddr}:${t.prefillDpRank}`)).size).toBeGreaterThan(1);
+  });
+
+  it('sends prompts sharing a prefix to the prefill rank that holds it and counts its hit rate', async () => {
+    cluster = await startPdCluster({
+      omitBootstrapPort: true,
+      routerArgs: ['--prefill-policy', 'cache_aware'],
+    });
+    const c = cluster;
+    // The bootstrap ports were read from the prefill servers' /get_server_info.
+    expect([...(c.router.kvroute.pd?.bootstrapPorts.values() ?? [])]).toEqual(
+      c.prefill.map((p) => p.app.mockPd.bootstrap?.port),
+    );
+    const shared = 'A long shared system prompt with tool definitions. '.repeat(20);
+    const ranks = new Set<string>();
+    for (let i = 0; i < 5; i++) {
+      const r = await post(c.url, '/v1/completions', {
+        model: 'm',
+        prompt: `${shared} turn ${i}`,
+        max_tokens: 2,
+      });
+      expect(r.status).toBe(200);
+      ranks.add(r.headers['x-kvroute-rank'] as string);
+    }
+    expect(ranks.size).toBe(1);
+    const metrics = await (await fetch(`${c.url}/metrics`)).text();
+    const sum = (name: string) =>
+      [...metrics.matchAll(new RegExp(`^${name}\\{[^}]*\\} (\\S+)$`, 'gm'))].reduce(
+        (n, m) => n + Number(m[1]),
+        0,
+      );
+    const prompted = sum('kvroute_pd_prefill_prompt_tokens_total');
+    const cached = sum('kvroute_pd_prefill_cached_tokens_total');
+    expect(prompted).toBeGreaterThan(0);
+    // Four of five requests found the shared prefix cached on their prefill rank.
+    expect(cached / prompted).toBeGreaterThan(0.5);
+  });
+
+  it('refuses requests it cannot pair, and the mock workers refuse requests without bootstrap data', async () => {
+    cluster = await startPdCluster({ prefill: 1, decode: 1 });
+    const c = cluster;
+    const direct = await post(c.decode[0]?.url as string, '/generate', { text: 'hi' });
+    expect(direct.status).toBe(400);
+    expect(direct.text).toContain('req.bootstrap_room should not be None');
+    const embed = await post(c.url, '/v1/embeddings', { model: 'm', input: 'x' });
+    expect(embed.status).toBe(400);
+    expect(embed.text).toContain('no decode phase');
+  });
+});
+
+describe('PD mode, vLLM style', () => {
+  it('prefills with max_tokens 1 and kv_transfer_params, then decodes with the returned params', async () => {
+    cluster = await startPdCluster({ routerArgs: ['--pd-style', 'vllm'] });
+    const c = cluster;
+    for (let i = 0; i < 4; i++) {
+      const stream = i % 2 === 0;
+      const r = await post(c.url, '/v1/chat/completions', {
+        model: 'm',
+        messages: [{ role: 'user', content: prompt(i) }],
+        max_tokens: 5,
+        stream,
+      });
+      expect(r.status).toBe(200);
+      if (stream) expect(r.text).toContain('data: [DONE]');
+      else expect(JSON.parse(r.text).usage.completion_tokens).toBe(5);
+    }
+    const ts = transfers(c);
+    expect(ts).toHaveLength(4);
+    for (const t of ts) {
+      expect(t.style).toBe('vllm');
+      expect(t.rankSource).toBe('kv-params');
+      expect(t.kvTokens).toBeGreaterThan(10);
+    }
+  });
+});
