@@ -109,12 +109,30 @@ describe('JSON output matches the README', () => {
 
   it('sweep: the documented top-level keys are exactly the ones written', async () => {
     const sweep = await cliJson(
-      ['sweep', ...SMALL, '--window', '256', '--prefix-length', '1024,4096'],
+      [
+        'sweep',
+        ...SMALL,
+        '--window',
+        '256',
+        '--prefix-length',
+        '1024,4096',
+        // Optional keys: the constraint and the current setting.
+        '--hit-rate-within',
+        '1',
+        '--current',
+        'prefix_match:window=128',
+      ],
       dir,
     );
     expect(Object.keys(sweep).sort()).toEqual(jsoncTopKeys('`sweep --json` writes'));
     const cell = (sweep.grid as Record<string, unknown>[])[0]!;
-    expect(Object.keys(cell).sort()).toEqual(['prefixLength', 'result', 'window']);
+    expect(Object.keys(cell).sort()).toEqual([
+      'method',
+      'options',
+      'prefixLength',
+      'result',
+      'window',
+    ]);
     expect(Object.keys(cell.result as object).sort()).toEqual(policyEntryKeys());
   });
 });
