@@ -278,14 +278,17 @@ describe.skipIf(process.env.KVROUTE_LOOP_E2E !== '1')(
       console.log(sweep.out.stdout);
       expect(sweepCode, sweep.out.stderr).toBe(0);
       const report = JSON.parse(readFileSync(join(dir, 'sweep.json'), 'utf8'));
-      const best = report.best as { window: number; prefixLength: number };
+      const best = report.best as { method: string; options: Record<string, number | string> };
+      const same = (a: Record<string, unknown>, b: Record<string, unknown>) =>
+        JSON.stringify(Object.entries(a).sort()) === JSON.stringify(Object.entries(b).sort());
       const cell = (
-        report.grid as { window: number; prefixLength: number; result: unknown }[]
-      ).find((c) => c.window === best.window && c.prefixLength === best.prefixLength)!;
+        report.grid as { method: string; options: Record<string, unknown>; result: unknown }[]
+      ).find((c) => c.method === best.method && same(c.options, best.options))!;
       const predicted = cell.result as {
         hitRate: number;
         ttftMs: { p50: number; p99: number };
       };
+      if (report.confidence) console.log(`sweep ${report.confidence.text}`);
 
       // 4. Apply it through the admin API, 5. send the same traffic again (caches flushed, so
       // it starts where the recording did).
@@ -310,7 +313,7 @@ describe.skipIf(process.env.KVROUTE_LOOP_E2E !== '1')(
         `before (round_robin): hit rate ${pct(before.hitRate)}, TTFT p50 ${before.ttftMs.p50.toFixed(0)} ms, p99 ${before.ttftMs.p99.toFixed(0)} ms`,
       );
       console.log(
-        `after (prefix_match window ${best.window}, prefix ${best.prefixLength}): hit rate predicted ${pct(predicted.hitRate)}, observed ${pct(after.hitRate)} (${((predicted.hitRate - after.hitRate) * 100).toFixed(1)} pt)`,
+        `after (${best.method} ${JSON.stringify(best.options)}): hit rate predicted ${pct(predicted.hitRate)}, observed ${pct(after.hitRate)} (${((predicted.hitRate - after.hitRate) * 100).toFixed(1)} pt)`,
       );
       for (const [k, p, o] of rows) {
         console.log(
