@@ -1274,6 +1274,11 @@ export function validateConfig(input: RouterConfig): RouterConfig {
   if (cfg.adminPort !== undefined && cfg.adminPort === cfg.port && cfg.port !== 0) {
     throw new RouterConfigError('--admin-port must differ from --port');
   }
+  if (cfg.pdDisaggregation && (cfg.recordTrace !== undefined || cfg.shadowProfile !== undefined)) {
+    throw new RouterConfigError(
+      `${cfg.recordTrace !== undefined ? '--record-trace' : '--shadow-profile'} does not apply to --pd-disaggregation yet: its requests take the prefill/decode path, which the recorder and the live cache model do not follow`,
+    );
+  }
   if (!(cfg.recordSampleRate > 0 && cfg.recordSampleRate <= 1)) {
     throw new RouterConfigError(
       `--record-sample-rate: must be in (0, 1], got ${cfg.recordSampleRate}`,
