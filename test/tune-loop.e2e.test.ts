@@ -292,10 +292,7 @@ describe.skipIf(process.env.KVROUTE_LOOP_E2E !== '1')(
 
       // 4. Apply it through the admin API, 5. send the same traffic again (caches flushed, so
       // it starts where the recording did).
-      await admin(url, '/policy', {
-        method: 'prefix_match',
-        options: { window: best.window, prefixLength: best.prefixLength },
-      });
+      await admin(url, '/policy', { method: best.method, options: best.options });
       for (const w of workers) {
         const r = await fetch(`${w}/flush_cache`, { method: 'POST' });
         expect(r.status).toBe(200);
