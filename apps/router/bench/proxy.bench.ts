@@ -44,6 +44,9 @@ request at 1 KB <= 2x nginx's, throughput >= 0.7x direct, CPU per extra KB <= 3 
   --variants LIST   also kvroute with record (--record-trace, every request) and/or shadow
                     (--shadow-profile), each its own process measured beside plain kvroute in the
                     same run; prints each one's cost in throughput and CPU per request
+  --repeat N        with --variants: N rounds of kvroute then each variant (default 1); each
+                    round gives a ratio to the kvroute run just before it, and the median is
+                    reported, so a load swing on a shared machine moves one round, not the figure
   --unique-tail     every request's last message ends with its own number (one new block per
                     request for the recorder's hashing, as an agent's next turn) instead of
                     every request sending the same body
@@ -65,6 +68,7 @@ const { values } = parseArgs({
     method: { type: 'string', default: 'cache_aware' },
     latency: { type: 'boolean', default: false },
     variants: { type: 'string', default: '' },
+    repeat: { type: 'string', default: '1' },
     'unique-tail': { type: 'boolean', default: false },
     'cpu-prof': { type: 'string' },
     tsx: { type: 'boolean', default: false },
@@ -101,6 +105,7 @@ const VARIANTS: Record<string, (dir: string) => string[]> = {
   shadow: () => ['--shadow-profile', 'h200-llama-3.1-8b'],
 };
 const variants = values.variants.split(',').filter((v) => v !== '');
+const repeat = positive('repeat', values.repeat);
 for (const v of variants) {
   if (!VARIANTS[v]) {
     console.error(`--variants takes ${Object.keys(VARIANTS).join(', ')}, got '${v}'`);
@@ -532,13 +537,45 @@ try {
         if (name === 'nginx') nginxCpu.set(key, m.cpuUs);
       }
       const kv = results.find(([n]) => n === 'kvroute')![1];
-      for (const [n, m] of results) {
-        if (!n.startsWith('kv+')) continue;
-        const thr = m.result.requests.average / kv.result.requests.average;
-        const cpu = (m.cpuUs ?? Number.NaN) / (kv.cpuUs ?? Number.NaN);
+      // Each round: kvroute, then every variant; ratios to that round's kvroute run.
+      const rounds: Map<string, { thr: number; cpu: number }>[] = [];
+      const roundOf = (base: Measured, runs: [string, Measured][]) => {
+        const r = new Map<string, { thr: number; cpu: number }>();
+        for (const [n, m] of runs) {
+          r.set(n, {
+            thr: m.result.requests.average / base.result.requests.average,
+            cpu: (m.cpuUs ?? Number.NaN) / (base.cpuUs ?? Number.NaN),
+          });
+        }
+        return r;
+      };
+      rounds.push(
+        roundOf(
+          kv,
+          results.filter(([n]) => n.startsWith('kv+')),
+        ),
+      );
+      for (let round = 1; round < repeat && variantRouters.length > 0; round++) {
+        const base = await measure(router.url, body, router.child.pid, worker.child.pid);
+        const runs: [string, Measured][] = [];
+        for (const [n, r] of variantRouters) {
+          runs.push([n, await measure(r.url, body, r.child.pid, worker.child.pid)]);
+        }
+        rounds.push(roundOf(base, runs));
+      }
+      const median = (xs: number[]): number => {
+        const v = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
+        if (v.length === 0) return Number.NaN;
+        const mid = v.length >> 1;
+        return v.length % 2 ? v[mid]! : (v[mid - 1]! + v[mid]!) / 2;
+      };
+      for (const [n] of variantRouters) {
+        const thr = median(rounds.map((r) => r.get(n)!.thr));
+        const cpu = median(rounds.map((r) => r.get(n)!.cpu));
         variantCost.set(`${n}:${mode}:${kb}`, { thr, cpu });
+        const each = rounds.map((r) => fmt(r.get(n)!.thr, 2)).join(' ');
         console.log(
-          `  ${n} vs kvroute: throughput ${fmt(thr, 3)}x (cost ${fmt((1 - thr) * 100, 1)}%), CPU/request ${fmt(cpu, 3)}x (+${fmt((m.cpuUs ?? Number.NaN) - (kv.cpuUs ?? Number.NaN), 0)} us)`,
+          `  ${n} vs kvroute: throughput ${fmt(thr, 3)}x (cost ${fmt((1 - thr) * 100, 1)}%), CPU/request ${fmt(cpu, 3)}x${rounds.length > 1 ? ` (medians of ${rounds.length} rounds; throughput ratios ${each})` : ''}`,
         );
       }
       const ratios = results
@@ -583,7 +620,7 @@ try {
 
   for (const [n] of variantRouters) {
     const costs = [...variantCost.entries()].filter(([k]) => k.startsWith(`${n}:`));
-    const thr = costs.map(([, c]) => c.thr);
+    const thr = costs.map(([, c]) => c.thr).filter((c) => Number.isFinite(c));
     const cpu = costs.map(([, c]) => c.cpu).filter((c) => Number.isFinite(c));
     const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
     const worst = Math.min(...thr);
