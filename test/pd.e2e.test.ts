@@ -108,6 +108,49 @@ describe('PD mode, SGLang style', () => {
     expect(new Set(ts.map((t) => `${t.bootstrapAddr}:${t.prefillDpRank}`)).size).toBeGreaterThan(1);
   });
 
+  it('keeps follow_bootstrap_room prefill servers right only when the decode side is told the rank', async () => {
+    // SGLang's default PD prefill dispatch: bootstrap_room % dp_size unless routed_dp_rank says
+    // otherwise. The router pins the cache-aware rank, so room % dp_size is wrong half the time.
+    const prefillWorker = { loadBalanceMethod: 'follow_bootstrap_room' };
+    cluster = await startPdCluster({
+      worker: { dpSize: 2 },
+      prefillWorker,
+      routerArgs: ['--dp-aware'],
+    });
+    for (let i = 0; i < 8; i++) {
+      const r = await post(cluster.url, '/generate', {
+        text: prompt(i),
+        sampling_params: { max_new_tokens: 2 },
+      });
+      expect(r.status).toBe(200);
+    }
+    for (const t of transfers(cluster)) {
+      expect(t.rankSource).toBe('told');
+      expect(await registeredRank(cluster, t.room)).toBe(t.prefillDpRank);
+    }
+    await cluster.close();
+    // Not told, the decode side trusts follow_bootstrap_room and looks on the wrong rank: the
+    // transfer fails with SGLang's KVTransferError (no retries here, so it shows).
+    cluster = await startPdCluster({
+      worker: { dpSize: 2 },
+      prefillWorker,
+      routerArgs: ['--dp-aware', '--pd-rank-discovery', 'bootstrap', '--max-retries', '0'],
+    });
+    const statuses: number[] = [];
+    let message = '';
+    for (let i = 0; i < 16; i++) {
+      const r = await post(cluster.url, '/generate', {
+        text: prompt(i),
+        sampling_params: { max_new_tokens: 2 },
+      });
+      statuses.push(r.status);
+      if (r.status !== 200) message = r.text;
+    }
+    expect(statuses.filter((s) => s !== 200).length).toBeGreaterThan(0);
+    expect(message).toContain('KVTransferError');
+    for (const t of transfers(cluster)) expect(t.rankSource).toBe('follow-bootstrap-room');
+  });
+
   it('sends prompts sharing a prefix to the prefill rank that holds it and counts its hit rate', async () => {
     cluster = await startPdCluster({
       omitBootstrapPort: true,
@@ -152,6 +195,9 @@ describe('PD mode, SGLang style', () => {
     const embed = await post(c.url, '/v1/embeddings', { model: 'm', input: 'x' });
     expect(embed.status).toBe(400);
     expect(embed.text).toContain('no decode phase');
+    const samples = await post(c.url, '/v1/completions', { model: 'm', prompt: 'x', n: 2 });
+    expect(samples.status).toBe(400);
+    expect(samples.text).toContain('several samples of one prompt');
   });
 });
 

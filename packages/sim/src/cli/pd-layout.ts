@@ -1,8 +1,6 @@
 // `run --layout pd` and `sweep --layout pd`: colocated against prefill/decode-disaggregated on
 // the same workload and GPU count. Flag names follow the router's PD mode (SGLang's router:
 // --prefill-policy, --decode-policy).
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
 import { methodNames } from '@kvroute/policy';
 import { type EngineSettings, resolveEngine } from '../entities/presets.ts';
 import type { RankOverrides } from '../host/cluster.ts';
@@ -17,12 +15,20 @@ import {
   renderLayoutMarkdown,
   renderLayoutTable,
 } from '../report/pd-layout.ts';
+import { parseAxisValues } from '../sweep/axes.ts';
 import { withRequestRate } from '../workloads/load.ts';
-import { type OptionSpec, type Parsed, positiveInt, positiveNumber, str } from './args.ts';
+import {
+  nonNegativeNumber,
+  type OptionSpec,
+  type Parsed,
+  positiveInt,
+  positiveNumber,
+  str,
+} from './args.ts';
 import type { CliIo } from './command.ts';
 import type { SimFlags } from './common.ts';
 import { UsageError } from './errors.ts';
-import { emit, stdoutIsData } from './outputs.ts';
+import { emit, stdoutIsData, writeOutput } from './outputs.ts';
 import { parsePolicy } from './policies.ts';
 import { createProgress } from './progress.ts';
 import { buildWorkload } from './sim-api.ts';
@@ -114,29 +120,15 @@ export function parseSplits(raw: string | undefined, gpus: number): [number, num
 export function prefillSplits(raw: string, gpus: number): [number, number][] {
   if (gpus < 2) throw new UsageError(`the pd layout needs at least 2 GPUs, got ${gpus}`);
   let values: number[];
-  const range = /^\s*(\d+)\s*\.\.\s*(\d+)\s*(?::\s*(\d+)\s*)?$/.exec(raw);
-  if (range) {
-    const [lo, hi, step] = [Number(range[1]), Number(range[2]), Number(range[3] ?? 1)];
-    if (step < 1 || hi < lo) {
-      throw new UsageError(
-        `--prefill-ranks range LO..HI[:STEP] needs LO <= HI and STEP >= 1, got '${raw}'`,
-      );
-    }
-    values = [];
-    for (let v = lo; v <= hi; v += step) values.push(v);
-  } else {
-    values = raw.split(',').map((x) => {
-      if (!/^\s*\d+\s*$/.test(x)) {
-        throw new UsageError(
-          `--prefill-ranks takes integers or a range LO..HI[:STEP], got '${raw}'`,
-        );
-      }
-      return Number(x);
-    });
+  try {
+    // The sweep's own axis syntax: a list, or LO..HI[:STEP] / LO..HI:xF.
+    values = parseAxisValues('--prefill-ranks', raw, 'int').map(Number);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
   }
   const out: [number, number][] = [];
   for (const v of values) {
-    if (v < 1 || v >= gpus) {
+    if (!Number.isInteger(v) || v < 1 || v >= gpus) {
       throw new UsageError(
         `--prefill-ranks ${v} leaves no ${v < 1 ? 'prefill' : 'decode'} rank of ${gpus} GPUs`,
       );
@@ -181,10 +173,10 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
       `--layout pd takes --prefill-policy and --decode-policy instead of --policies (valid methods: ${methodNames().join(', ')})`,
     );
   }
-  for (const flag of ['replicas', 'index-source', 'event-lag-ms']) {
+  for (const flag of ['replicas', 'index-source', 'event-lag-ms', 'switch-policy']) {
     if (str(p, flag) !== undefined) {
       throw new UsageError(
-        `--${flag} is not modelled with --layout pd (one router, learned index)`,
+        `--${flag} is not modelled with --layout pd (one router, its own learned index, one policy per side for the whole run)`,
       );
     }
   }
@@ -197,7 +189,16 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
   const total = flags.ranks ?? plan.ranks;
   let splits: [number, number][];
   if (input.command === 'sweep') {
-    for (const flag of ['jobs', 'shard', 'load', 'policy']) {
+    for (const flag of [
+      'jobs',
+      'shard',
+      'load',
+      'policy',
+      'option',
+      'current',
+      'hit-rate-within',
+      'out-config',
+    ]) {
       if (str(p, flag) !== undefined) {
         throw new UsageError(`--${flag} is not available with --layout pd (the split is the axis)`);
       }
@@ -246,10 +247,7 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
   const setup = str(p, 'link-setup-ms');
   let setupMs: number | undefined;
   if (setup !== undefined) {
-    setupMs = Number(setup);
-    if (setup.trim() === '' || !Number.isFinite(setupMs) || setupMs < 0) {
-      throw new UsageError(`--link-setup-ms must be a number >= 0, got '${setup}'`);
-    }
+    setupMs = nonNegativeNumber('link-setup-ms', setup);
   }
   const link = {
     gbps: gbps !== undefined ? positiveNumber('link-gbps', gbps) : 400,
@@ -317,16 +315,6 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
     csv: () => layoutToCsv(report),
     html: () => renderLayoutHtml(report, comparison.rows),
   });
-  if (md === '-') io.stdout.write(renderLayoutMarkdown(report));
-  else if (md !== undefined) {
-    const path = resolve(io.cwd, md);
-    try {
-      mkdirSync(dirname(path), { recursive: true });
-      writeFileSync(path, renderLayoutMarkdown(report));
-    } catch (err) {
-      throw new UsageError(`cannot write --md file ${path}: ${(err as Error).message}`);
-    }
-    io.stderr.write(`wrote MD to ${path}\n`);
-  }
+  if (md !== undefined) writeOutput(io, 'md', md, renderLayoutMarkdown(report));
   return 0;
 }

@@ -4,14 +4,25 @@ import {
   methodOptionCatalog,
   methodOptionSchema,
   parseAssignments,
+  parseNumber,
   readOption,
 } from '@kvroute/policy';
 import { basePace } from '../../compare/load-curve.ts';
 import { defaultWorkers } from '../../parallel/pool.ts';
+import { confidenceOf, replayObserved } from '../../replay-observed.ts';
 import { OBJECTIVES } from '../../report/sweep-choice.ts';
 import type { SweepObjective } from '../../report/types.ts';
+import type { RankOverrides } from '../../simulate.ts';
 import { MAX_AXIS_VALUES, type SweepSetting } from '../../sweep/axes.ts';
-import { checkName, nameList, parseCommandArgs, positiveInt, str, strs } from '../args.ts';
+import {
+  checkName,
+  nameList,
+  nonNegativeNumber,
+  parseCommandArgs,
+  positiveInt,
+  str,
+  strs,
+} from '../args.ts';
 import type { Subcommand } from '../command.ts';
 import {
   ROUTER_FLAGS_HELP,
@@ -24,10 +35,12 @@ import {
 } from '../common.ts';
 import { emitSweepReport, writeRouterConfig } from '../emit-report.ts';
 import { UsageError } from '../errors.ts';
+import { PD_OPTIONS, PD_SWEEP_HELP, readLayout, runPdLayout } from '../pd-layout.ts';
 import { affinityConfig } from '../policies.ts';
 import { writeShard } from '../shards.ts';
-import { buildWorkload } from '../sim-api.ts';
+import { buildWorkload, REPLAY_SCENARIO } from '../sim-api.ts';
 import {
+  engineOptions,
   runSweep,
   runSweepCells,
   SHARD_FORMAT,
@@ -117,6 +130,7 @@ ${axesHelp()}
                         shard's results as JSON to --json FILE (default stdout); combine the N
                         files with 'kvroute-sim merge' into the report one run would give
 ${ROUTER_FLAGS_HELP}
+${PD_SWEEP_HELP}
 ${simFlagsHelp(false)}
 
 examples:
@@ -124,6 +138,7 @@ examples:
     --max-prefix-tokens 4096,16384 --epsilon 0.1,0.25,0.5 --out-config router.yaml
   kvroute-sim sweep --scenario agentic --policy prefix_match,consistent_hash,cache_aware \\
     --window 128,256 --objective ttft-p99 --hit-rate-within 1 --load rate:1,2
+  kvroute-sim sweep --scenario agentic --layout pd --gpus 8 --prefill-ranks 1..7 --html pd-sweep.html
 `;
 
 /** `METHOD[:key=value...]`, checked against the method's schema. */
@@ -179,8 +194,8 @@ function readLoad(
   }
   const axis = m[1] as 'rate' | 'concurrency';
   const multipliers = m[2]!.split(',').map((x) => {
-    const v = Number(x.trim());
-    if (!(v > 0) || !Number.isFinite(v) || x.trim() === '') {
+    const v = parseNumber(x) ?? Number.NaN;
+    if (!(v > 0)) {
       throw new UsageError(`--load multipliers must be positive numbers, got '${x}'`);
     }
     return v;
@@ -213,8 +228,17 @@ export const command: Subcommand = {
       ...SIM_OPTIONS,
       ...ROUTER_OPTIONS,
       load: { type: 'string' },
+      ...PD_OPTIONS,
     });
     const scenario = requireScenario(p);
+    if (readLayout(p) === 'pd') {
+      // The prefill:decode split is the axis: colocated vs PD layouts at one GPU count.
+      return runPdLayout(io, p, {
+        command: 'sweep',
+        scenario,
+        flags: readSimFlags(p, scenario, io),
+      });
+    }
     const policies = nameList('policy', str(p, 'policy') ?? DEFAULT_POLICY).map((m) =>
       checkName('policy', m, methodNames()),
     );
@@ -228,12 +252,7 @@ export const command: Subcommand = {
     const withinRaw = str(p, 'hit-rate-within');
     let hitRateWithin: number | undefined;
     if (withinRaw !== undefined) {
-      hitRateWithin = Number(withinRaw);
-      if (withinRaw.trim() === '' || !Number.isFinite(hitRateWithin) || hitRateWithin < 0) {
-        throw new UsageError(
-          `--hit-rate-within must be a number of points >= 0, got '${withinRaw}'`,
-        );
-      }
+      hitRateWithin = nonNegativeNumber('hit-rate-within', withinRaw);
     }
     const currentRaw = str(p, 'current');
     const current = currentRaw !== undefined ? parseSetting('current', currentRaw) : undefined;
@@ -315,6 +334,24 @@ export const command: Subcommand = {
       return 0;
     }
     const report = await runSweep(io, input);
+    if (scenario === REPLAY_SCENARIO && 'reason' in report) {
+      // A recorded trace holds what the router observed: replaying it under the setting it was
+      // recorded with says how far this sweep's predictions can be trusted.
+      const plan = buildWorkload(scenario, flags.scenarioOptions, flags.seed);
+      if (plan.recorded !== undefined && plan.recorded.start.method !== undefined) {
+        const engine: { engine?: RankOverrides } = engineOptions(flags.profile, flags.engine);
+        const c = confidenceOf(
+          replayObserved(plan, {
+            profile: flags.profile,
+            seed: flags.seed,
+            ...(flags.ranks !== undefined ? { ranks: flags.ranks } : {}),
+            ...(engine.engine ? { rank: engine.engine } : {}),
+          }),
+        );
+        report.confidence = c;
+        report.reason = `${report.reason} ${c.text}`;
+      }
+    }
     await emitSweepReport(io, flags.outputs, report);
     if (outConfig !== undefined) writeRouterConfig(io, outConfig, report);
     return 0;
