@@ -96,6 +96,9 @@ export function compare(
       })),
     };
     if (result.skippedLines !== undefined) report.skippedLines = result.skippedLines;
+    if (input.router !== undefined && Object.keys(input.router).length > 0) {
+      report.router = input.router;
+    }
     const samples = result.policies.map((s, i) => {
       const recs = records[i] ?? [];
       const byArrival = [...recs].sort((a, b) => a.arrivalMs - b.arrivalMs || a.id - b.id);
@@ -286,6 +289,7 @@ export function assembleSweep(spec: SweepSpec, results: readonly CellResult[]): 
     best: { window: best.window, prefixLength: best.prefixLength },
     reason: reason + sweepNotes(best, reference, spec.objective),
     reference,
+    ...(spec.router !== undefined ? { router: spec.router } : {}),
   };
 }
 

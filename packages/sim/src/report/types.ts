@@ -2,7 +2,7 @@
 // are a public contract (documented in the package README, "JSON output"): add keys,
 // never rename or remove them.
 
-import type { ComparisonResult } from '../compare.ts';
+import type { ComparisonResult, RouterModel } from '../compare.ts';
 import type { PolicyRunSummary } from '../metrics/types.ts';
 
 export type { LatencyStats, RankSummary, SubsetLatency } from '../metrics/types.ts';
@@ -27,6 +27,8 @@ export interface RunReport {
   policies: PolicyReport[];
   /** Replay only: trace lines skipped with --skip-invalid (0 without it). */
   skippedLines?: number;
+  /** Router replicas, index source, event lag and load polls, when any was set. */
+  router?: RouterModel;
 }
 
 export type SweepObjective = 'ttft-p99' | 'ttft-mean' | 'hit-rate';
@@ -56,6 +58,8 @@ export interface SweepReport {
   reason: string;
   /** The recommended default method with its default options on the same workload. */
   reference?: PolicyReport;
+  /** Router replicas, index source, event lag and load polls, when any was set. */
+  router?: RouterModel;
 }
 
 /**
