@@ -1,6 +1,6 @@
 // A method added the documented way (its file, its test, one registry line) shows up in every
-// host without further edits: the sim CLI's flags and help, the router's flags, env variables,
-// YAML keys and help, and the comparison report. The registry line is simulated by adding
+// host without further edits: the sim CLI's flags and help, sweep axes, the router's flags, env
+// variables, YAML keys and help, and the comparison report. The registry line is simulated by adding
 // the factory to the registry object before any host module is loaded (hosts derive their
 // vocabularies when they load or run, from the registry as it is then).
 import { mkdtempSync, readFileSync } from 'node:fs';
@@ -98,6 +98,65 @@ describe('a method added by one registry line', () => {
     expect(helpText()).toContain('--ceiling-rank');
     expect(helpText()).toContain('KVROUTE_CEILING_RANK');
   });
+
+  it('is sweepable with its options as axes, and its winner loads in the router', async () => {
+    const help = await sim(['sweep', '--help']);
+    expect(help.stdout).toContain('--ceiling-rank LIST');
+    expect(help.stdout).toContain('ceiling_test: highest rank this test method may choose');
+    // --jobs 1: the registry line above is made at run time, so worker threads lack it.
+    const r = await sim([
+      'sweep',
+      ...SMALL,
+      '--policy',
+      'ceiling_test,round_robin',
+      '--ceiling-rank',
+      '0..2',
+      '--jobs',
+      '1',
+      '--json',
+      '-',
+    ]);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    const report = JSON.parse(r.stdout);
+    expect(report.axes).toEqual([
+      {
+        option: 'ceilingRank',
+        flag: 'ceiling-rank',
+        methods: ['ceiling_test'],
+        values: [0, 1, 2],
+        source: 'given',
+      },
+    ]);
+    expect(
+      report.grid.map((c: { method: string; options: object }) => [c.method, c.options]),
+    ).toEqual([
+      ['ceiling_test', { ceilingRank: 0 }],
+      ['ceiling_test', { ceilingRank: 1 }],
+      ['ceiling_test', { ceilingRank: 2 }],
+      ['round_robin', {}],
+    ]);
+    // ceilingRank=0 sends everything to rank 0: the verdict can tell the cells apart.
+    expect(
+      report.grid[0].result.perRank.filter((x: { requests: number }) => x.requests > 0),
+    ).toHaveLength(1);
+    const bad = await sim(['sweep', ...SMALL, '--policy', 'ceiling_test', '--ceiling-rank=-1,2']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('ceiling_test: ceilingRank must be an integer >= 0');
+
+    const { dispatcherConfig, resolveConfig } = await import('@kvroute/router');
+    const { routerConfigYaml } = await import('@kvroute/sim/cli');
+    const yaml = routerConfigYaml(
+      { method: 'ceiling_test', options: { ceilingRank: 2 } },
+      undefined,
+    );
+    const cfg = resolveConfig(
+      ['--config', 'r.yaml', '--worker-urls', 'http://127.0.0.1:1'],
+      {},
+      () => yaml,
+    );
+    expect(dispatcherConfig(cfg)).toEqual({ method: 'ceiling_test', ceilingRank: 2 });
+  }, 600_000);
 
   it('appears in the comparison report', async () => {
     const out = mkdtempSync(join(tmpdir(), 'kvroute-new-method-'));

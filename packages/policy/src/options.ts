@@ -20,6 +20,8 @@ export interface NumericOptionSpec {
   readonly max?: number;
   /** One line, for help texts and READMEs. */
   readonly doc: string;
+  /** Values a sweep tries when it is given no axis for this option; absent: held at the default. */
+  readonly sweep?: readonly number[];
 }
 
 /** A choice among fixed words. */
@@ -28,6 +30,8 @@ export interface EnumOptionSpec {
   readonly choices: readonly string[];
   readonly default: string;
   readonly doc: string;
+  /** Values a sweep tries when it is given no axis for this option; absent: held at the default. */
+  readonly sweep?: readonly string[];
 }
 
 export type OptionSpec = NumericOptionSpec | EnumOptionSpec;

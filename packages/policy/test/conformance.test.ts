@@ -13,6 +13,7 @@ import {
   type RankState,
   RoutedRankError,
   type RouteRequest,
+  readOption,
 } from '../src/index.ts';
 import { makeRanks, prng, randomIds } from './helpers.ts';
 
@@ -59,6 +60,23 @@ function run(
 }
 
 describe.each(methodNames())('conformance: %s', (method) => {
+  it('declares default sweep values its own schema accepts, each setting of them buildable', () => {
+    const schema = methodRegistry[method]!.options;
+    for (const [name, spec] of Object.entries(schema)) {
+      for (const v of spec.sweep ?? []) {
+        expect(readOption(method, name, spec, v), `${method}.${name}=${v}`).toBe(v);
+      }
+      const values: readonly unknown[] = spec.sweep ?? [];
+      expect(new Set(values).size).toBe(values.length);
+    }
+    // Every value alone (the others at their defaults) builds the method.
+    for (const [name, spec] of Object.entries(schema)) {
+      for (const v of spec.sweep ?? []) {
+        expect(() => methodRegistry[method]!({ [name]: v })).not.toThrow();
+      }
+    }
+  });
+
   it('decides the same when the host passes only the prompt tokens it declares using', () => {
     // Small windows and caps, so prompts of the stream run past them.
     const known = new Set(methodRegistry[method]?.optionNames ?? []);

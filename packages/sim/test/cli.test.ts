@@ -380,12 +380,62 @@ describe('bad input exits 2 with a message naming the problem', () => {
     [
       'unknown objective',
       ['sweep', ...SMALL, '--objective', 'speed'],
-      /unknown objective 'speed'; valid objectives: ttft-p99, ttft-mean, hit-rate/,
+      /unknown objective 'speed'; valid objectives: ttft-p99, ttft-p50, ttft-mean, hit-rate, throughput/,
     ],
     [
-      'unsweepable policy',
-      ['sweep', ...SMALL, '--policy', 'round_robin'],
-      /policy 'round_robin' has no window\/prefixLength options to sweep; sweepable policies: .*prefix_match/,
+      'sweep axis no listed method reads',
+      ['sweep', ...SMALL, '--policy', 'round_robin,total_tokens', '--window', '64'],
+      /--window: no method in this sweep \(round_robin, total_tokens\) reads window; methods that do: prefix_match, consistent_hash, cache_aware/,
+    ],
+    [
+      'sweep axis value out of a method range',
+      ['sweep', ...SMALL, '--policy', 'prefix_match,cache_aware', '--window', '0,64'],
+      /--window 0,64: prefix_match: window must be an integer >= 1, got 0/,
+    ],
+    [
+      'sweep axis value of the wrong type',
+      ['sweep', ...SMALL, '--policy', 'cache_aware', '--window', '64.5'],
+      /--window 64.5: cache_aware: window must be an integer >= 1, got 64.5/,
+    ],
+    [
+      'sweep axis in hex',
+      ['sweep', ...SMALL, '--window', '0x40'],
+      /--window: '0x40' is not a number/,
+    ],
+    [
+      'sweep enum axis',
+      ['sweep', ...SMALL, '--policy', 'consistent_hash', '--option', 'load=tokens,bytes'],
+      /--load tokens,bytes: consistent_hash: load must be one of tokens, requests, got 'bytes'/,
+    ],
+    [
+      'sweep backwards range',
+      ['sweep', ...SMALL, '--policy', 'cache_aware', '--epsilon', '1..0:0.1'],
+      /--epsilon: range 1\.\.0:0\.1 ends below its start/,
+    ],
+    [
+      'sweep real range without a step',
+      ['sweep', ...SMALL, '--policy', 'cache_aware', '--epsilon', '0..1'],
+      /--epsilon: a range of real numbers needs a step/,
+    ],
+    [
+      'sweep unknown --option',
+      ['sweep', ...SMALL, '--option', 'windowSize=64'],
+      /--option windowSize: no registered method has an option of that name/,
+    ],
+    [
+      'sweep where the method refuses every setting',
+      ['sweep', ...SMALL, '--window', '512', '--prefix-length', '256'],
+      /every setting of this sweep is rejected by its method, e\.g\. prefix_match window=512 prefix-length=256: .*prefixLength/,
+    ],
+    [
+      'sweep --current with an option its method lacks',
+      ['sweep', ...SMALL, '--current', 'prefix_match:epsilon=1'],
+      /--current: prefix_match has no option 'epsilon'; its options: window, prefixLength/,
+    ],
+    [
+      'sweep negative constraint',
+      ['sweep', ...SMALL, '--hit-rate-within=-1'],
+      /--hit-rate-within must be a number of points >= 0/,
     ],
     ['replay without file', ['replay', '--ranks', '4'], /replay needs the trace FILE/],
     [
@@ -524,6 +574,9 @@ describe('sweep', () => {
     expect(
       j.grid.map((c: { window: number; prefixLength: number }) => `${c.window}/${c.prefixLength}`),
     ).toEqual(['256/1024', '256/4096', '2048/4096']);
+    expect(j.rejected).toHaveLength(1);
+    expect(j.rejected[0].options).toEqual({ window: 2048, prefixLength: 1024 });
+    expect(j.rejected[0].error).toMatch(/prefixLength/);
     const means = j.grid.map((c: { result: { ttftMs: { mean: number } } }) => c.result.ttftMs.mean);
     const best = j.grid.find(
       (c: { window: number; prefixLength: number }) =>
@@ -534,8 +587,9 @@ describe('sweep', () => {
 
     const t = await cli(args);
     expect(t.stdout).toContain(
-      `best: window=${j.best.window} prefix-length=${j.best.prefixLength}`,
+      `best: prefix_match window=${j.best.window} prefix-length=${j.best.prefixLength}`,
     );
+    expect(t.stdout).toContain('1 setting left out, refused by the method');
     expect(t.stdout).toContain('<- best');
   });
 
@@ -555,6 +609,121 @@ describe('sweep', () => {
     expect(html).toContain('prefix_match sweep: TTFT p99 (ms)');
     expect(html).not.toMatch(/<script/i);
   });
+
+  it("sweeps cache_aware's options, several methods, and the schema's default grid", async () => {
+    const r = await cli([
+      'sweep',
+      ...SMALL,
+      '--policy',
+      'cache_aware,prefix_match,round_robin',
+      '--window',
+      '64..256:x2',
+      '--max-prefix-tokens',
+      '4096',
+      '--epsilon',
+      '0.25,1',
+      '--json',
+      '-',
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    const j = JSON.parse(r.stdout);
+    expect(j.policies).toEqual(['cache_aware', 'prefix_match', 'round_robin']);
+    const label = (c: { method: string; options: Record<string, unknown> }) =>
+      `${c.method} ${JSON.stringify(c.options)}`;
+    // cache_aware: 3 windows x 1 prefix cap x 2 epsilons, first axis fastest; prefix_match
+    // reads only the window; round_robin none of them, so it runs once at its defaults.
+    expect(j.grid.map(label)).toEqual([
+      'cache_aware {"window":64,"maxPrefixTokens":4096,"epsilon":0.25}',
+      'cache_aware {"window":128,"maxPrefixTokens":4096,"epsilon":0.25}',
+      'cache_aware {"window":256,"maxPrefixTokens":4096,"epsilon":0.25}',
+      'cache_aware {"window":64,"maxPrefixTokens":4096,"epsilon":1}',
+      'cache_aware {"window":128,"maxPrefixTokens":4096,"epsilon":1}',
+      'cache_aware {"window":256,"maxPrefixTokens":4096,"epsilon":1}',
+      'prefix_match {"window":64}',
+      'prefix_match {"window":128}',
+      'prefix_match {"window":256}',
+      'round_robin {}',
+    ]);
+    expect(j.axes.map((a: { option: string; methods: string[] }) => a.option)).toEqual([
+      'window',
+      'maxPrefixTokens',
+      'epsilon',
+    ]);
+    expect(j.axes[0].methods).toEqual(['cache_aware', 'prefix_match']);
+    // The cell really ran with its options: a window of 64 shows in its report options.
+    expect(j.grid[0].result.options).toEqual({ window: 64, maxPrefixTokens: 4096, epsilon: 0.25 });
+    expect(j.routerConfig).toContain(`load-balance-method: ${j.best.method}`);
+
+    // No axis at all: every method gets its schema's sweep values.
+    const d = await cli(['sweep', ...SMALL, '--policy', 'consistent_hash', '--json', '-']);
+    expect(d.code, d.stderr).toBe(0);
+    const dj = JSON.parse(d.stdout);
+    expect(
+      dj.axes.map((a: { option: string; source: string }) => `${a.option}:${a.source}`),
+    ).toEqual(['prefixLength:schema', 'epsilon:schema']);
+    expect(dj.grid).toHaveLength(16);
+  }, 120_000);
+
+  it('picks by the objective asked, under a hit-rate constraint, and compares with --current', async () => {
+    const base = ['sweep', '--scenario', 'agentic', '--ranks', '4', '--set', 'sessions=6'];
+    const args = [...base, '--policy', 'round_robin,cache_aware', '--window', '256'];
+    const hit = JSON.parse((await cli([...args, '--objective', 'hit-rate', '--json', '-'])).stdout);
+    expect(hit.best.method).toBe('cache_aware');
+    const rr = hit.grid.find((c: { method: string }) => c.method === 'round_robin');
+    const ca = hit.grid.find((c: { method: string }) => c.method === 'cache_aware');
+    expect(ca.result.hitRate).toBeGreaterThan(rr.result.hitRate + 0.01);
+    // A zero-point constraint leaves only the settings with the best hit rate.
+    const p50 = JSON.parse(
+      (
+        await cli([
+          ...args,
+          '--objective',
+          'ttft-p50',
+          '--hit-rate-within',
+          '0',
+          '--current',
+          'round_robin',
+          '--json',
+          '-',
+        ])
+      ).stdout,
+    );
+    expect(p50.objective).toBe('ttft-p50');
+    expect(p50.hitRateWithin).toBe(0);
+    expect(p50.best.method).toBe('cache_aware');
+    expect(p50.reason).toMatch(
+      /^Constraint: hit rate within 0 points of the best .*; 1 of 2 settings qualify/,
+    );
+    expect(p50.current.method).toBe('round_robin');
+    expect(p50.current.result.hitRate).toBe(rr.result.hitRate);
+    expect(p50.reason).toMatch(
+      /The current setting, round_robin \(defaults\), gets TTFT p50 [\d.]+ ms/,
+    );
+    const t = await cli([...args, '--objective', 'throughput']);
+    expect(t.code, t.stderr).toBe(0);
+    expect(t.stdout).toMatch(/has the (highest throughput|highest throughput), [\d,]+ tok\/s/);
+  }, 120_000);
+
+  it('writes the winner as a router config with --out-config', async () => {
+    const r = await cli([
+      'sweep',
+      ...SMALL,
+      '--policy',
+      'cache_aware',
+      '--window',
+      '128',
+      '--epsilon',
+      '0.5',
+      '--out-config',
+      'conf/router.yaml',
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    const yaml = readFileSync(join(dir, 'conf/router.yaml'), 'utf8');
+    expect(yaml).toMatch(/^# kvroute-sim sweep: best ttft-p99 of 1 settings on seed-sequential/);
+    expect(yaml).toContain('load-balance-method: cache_aware\nwindow: 128\nepsilon: 0.5\n');
+    expect(r.stdout).toContain(yaml);
+    expect(r.stderr).toContain('wrote the router config to');
+  }, 120_000);
 });
 
 describe('listings and help', () => {

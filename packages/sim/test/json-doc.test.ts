@@ -94,8 +94,17 @@ describe('JSON output matches the README', () => {
     writeFileSync(join(dir, 'ok.jsonl'), [line(0, [1, 2]), line(500, [1, 3])].join('\n'));
     const clean = await cliJson(['replay', 'ok.jsonl', '--ranks', '2'], dir);
     expect(clean.skippedLines).toBe(0);
-    expect(Object.keys(run).sort()).toEqual(documentedTop.filter((k) => k !== 'skippedLines'));
-    expect(Object.keys(replay).sort()).toEqual(documentedTop);
+    // router is written only when a router-model flag was given.
+    const withoutRouter = documentedTop.filter((k) => k !== 'router');
+    expect(Object.keys(run).sort()).toEqual(withoutRouter.filter((k) => k !== 'skippedLines'));
+    expect(Object.keys(replay).sort()).toEqual(withoutRouter);
+    const replicated = await cliJson(
+      ['run', ...SMALL, '--policies', 'round_robin', '--replicas', '2', '--load-poll-ms', '50'],
+      dir,
+    );
+    expect(Object.keys(replicated).sort()).toEqual(
+      documentedTop.filter((k) => k !== 'skippedLines'),
+    );
     for (const report of [run, replay]) {
       for (const p of report.policies as Record<string, unknown>[]) {
         expect(Object.keys(p).sort()).toEqual(documentedPolicy);
@@ -109,12 +118,30 @@ describe('JSON output matches the README', () => {
 
   it('sweep: the documented top-level keys are exactly the ones written', async () => {
     const sweep = await cliJson(
-      ['sweep', ...SMALL, '--window', '256', '--prefix-length', '1024,4096'],
+      [
+        'sweep',
+        ...SMALL,
+        '--window',
+        '256',
+        '--prefix-length',
+        '1024,4096',
+        // Optional keys: the constraint and the current setting.
+        '--hit-rate-within',
+        '1',
+        '--current',
+        'prefix_match:window=128',
+      ],
       dir,
     );
     expect(Object.keys(sweep).sort()).toEqual(jsoncTopKeys('`sweep --json` writes'));
     const cell = (sweep.grid as Record<string, unknown>[])[0]!;
-    expect(Object.keys(cell).sort()).toEqual(['prefixLength', 'result', 'window']);
+    expect(Object.keys(cell).sort()).toEqual([
+      'method',
+      'options',
+      'prefixLength',
+      'result',
+      'window',
+    ]);
     expect(Object.keys(cell.result as object).sort()).toEqual(policyEntryKeys());
   });
 });

@@ -83,6 +83,8 @@ export function sweepCell(
   imbalance = 1,
 ): SweepCell {
   return {
+    method: 'prefix_match',
+    options: { window, prefixLength },
     window,
     prefixLength,
     result: policyReport('prefix_match', {
@@ -95,6 +97,13 @@ export function sweepCell(
 }
 
 export function sweepReport(grid: SweepCell[], best: SweepCell, reason = 'because'): SweepReport {
+  const axis = (option: 'window' | 'prefixLength') => ({
+    option,
+    flag: option === 'window' ? 'window' : 'prefix-length',
+    methods: ['prefix_match'],
+    values: [...new Set(grid.map((c) => c.options[option]!))],
+    source: 'given' as const,
+  });
   return {
     format: 'kvroute-sim-sweep/v1',
     command: 'sweep',
@@ -104,11 +113,15 @@ export function sweepReport(grid: SweepCell[], best: SweepCell, reason = 'becaus
     profile: 'h200-llama-3.1-8b',
     seed: 1,
     policy: 'prefix_match',
+    policies: ['prefix_match'],
     objective: 'ttft-p99',
-    windows: [...new Set(grid.map((c) => c.window))],
-    prefixLengths: [...new Set(grid.map((c) => c.prefixLength))],
+    axes: [axis('window'), axis('prefixLength')],
+    windows: [...new Set(grid.map((c) => c.window!))],
+    prefixLengths: [...new Set(grid.map((c) => c.prefixLength!))],
     grid,
-    best: { window: best.window, prefixLength: best.prefixLength },
+    rejected: [],
+    best: { method: best.method, options: best.options },
     reason,
+    routerConfig: 'load-balance-method: prefix_match\n',
   };
 }

@@ -3,7 +3,7 @@ import { ecdfPoints } from '../src/report/charts.ts';
 import { runToCsv, sweepToCsv } from '../src/report/csv.ts';
 import { renderRunHtml, renderSweepHtml } from '../src/report/html.ts';
 import { toJson } from '../src/report/json.ts';
-import { chooseBest } from '../src/report/sweep-choice.ts';
+import { chooseBest, sweepNotes } from '../src/report/sweep-choice.ts';
 import { renderRunTable, renderSweepTable } from '../src/report/table.ts';
 import {
   policyReport,
@@ -78,8 +78,12 @@ describe('text table', () => {
     const b = sweepCell(128, 1024, 800, 450, 0.7);
     const out = renderSweepTable(sweepReport([a, b], b, 'lowest p99'));
     const bestLine = out.split('\n').find((l) => l.includes('<- best'))!;
-    expect(bestLine).toMatch(/^128\s+1024\s+70\.0%/);
-    expect(out).toContain('best: window=128 prefix-length=1024');
+    expect(bestLine).toMatch(/^prefix_match\s+128\s+1024\s+70\.0%/);
+    expect(out).toContain('best: prefix_match window=128 prefix-length=1024');
+    // The winner as a router config, printed under the verdict.
+    expect(out).toContain(
+      'router config (kvroute-router --config FILE):\nload-balance-method: prefix_match',
+    );
     expect(out).toContain('lowest p99');
   });
 });
@@ -159,9 +163,9 @@ describe('sweep choice', () => {
     const { best, reason } = chooseBest(grid, 'ttft-p99');
     expect([best.window, best.prefixLength]).toEqual([128, 1024]);
     expect(reason).toContain('lowest TTFT p99, 800 ms, of 3 settings');
-    expect(reason).toContain('highest: 1200 ms at window=256 prefix-length=2048');
+    expect(reason).toContain('highest: 1200 ms at prefix_match window=256 prefix-length=2048');
     expect(reason).toContain(
-      'Trade-off: window=64 prefix-length=1024 caches more (hit rate 95.0% vs 70.0%)',
+      'Trade-off: prefix_match window=64 prefix-length=1024 caches more (hit rate 95.0% vs 70.0%)',
     );
     expect(reason).toContain('concentrate work on fewer ranks');
   });
@@ -188,7 +192,7 @@ describe('sweep choice', () => {
     expect([best.window, best.prefixLength]).toEqual([128, 8192]);
     expect(reason).toContain('highest token hit rate');
     expect(reason).toContain(
-      'Trade-off: window=256 prefix-length=2048 has a lower TTFT p99 (300 ms vs 700 ms)',
+      'Trade-off: prefix_match window=256 prefix-length=2048 has a lower TTFT p99 (300 ms vs 700 ms)',
     );
   });
 
@@ -201,9 +205,45 @@ describe('sweep choice', () => {
     const { best, reason } = chooseBest(grid, 'ttft-p99');
     expect([best.window, best.prefixLength]).toEqual([64, 2048]);
     expect(reason).toContain(
-      'window=128 prefix-length=2048 give the same results, so the choice among them does not matter',
+      'prefix_match window=128 prefix-length=2048 give the same results, so the choice among them does not matter',
     );
     expect(chooseBest([grid[0]!, grid[2]!], 'ttft-p99').reason).not.toContain('same results');
+  });
+
+  it('maximises throughput, and minimises TTFT p50 under a hit-rate constraint', () => {
+    const fast = sweepCell(64, 1024, 900, 500, 0.8);
+    fast.result.throughputTokPerS = 9000;
+    fast.result.ttftMs.p50 = 100;
+    const cached = sweepCell(128, 1024, 800, 450, 0.95);
+    cached.result.throughputTokPerS = 8000;
+    cached.result.ttftMs.p50 = 300;
+    const grid = [fast, cached];
+    const t = chooseBest(grid, 'throughput');
+    expect(t.best).toBe(fast);
+    expect(t.reason).toContain('highest throughput, 9,000 tok/s, of 2 settings');
+    expect(chooseBest(grid, 'ttft-p50').best).toBe(fast);
+    // Within 5 points of the best hit rate (95%): only the cached cell qualifies.
+    const c = chooseBest(grid, 'ttft-p50', 5);
+    expect(c.best).toBe(cached);
+    expect(c.reason).toMatch(
+      /^Constraint: hit rate within 5 points of the best \(95\.0% at prefix_match window=128 prefix-length=1024\); 1 of 2 settings qualify\./,
+    );
+    expect(chooseBest(grid, 'ttft-p50', 20).best).toBe(fast);
+  });
+
+  it('compares the chosen cell with the reference and the current setting', () => {
+    const best = sweepCell(64, 1024, 500, 300, 0.9);
+    const current = sweepCell(512, 8192, 900, 600, 0.7);
+    const ref = sweepCell(256, 4096, 400, 250, 0.9).result;
+    ref.policy = 'cache_aware';
+    const notes = sweepNotes(best, ref, 'ttft-p99', current);
+    expect(notes).toContain(
+      'The recommended default, cache_aware with its default options, gets TTFT p99 400 ms',
+    );
+    expect(notes).toContain('better than the chosen setting');
+    expect(notes).toContain(
+      'The current setting, prefix_match window=512 prefix-length=8192, gets TTFT p99 900 ms (hit rate 70.0%): behind it.',
+    );
   });
 
   it('rejects an empty grid', () => {
@@ -324,7 +364,7 @@ describe('HTML', () => {
     assertSelfContained(html);
     expect(html.match(/<svg/g)?.length).toBe(4);
     expect(html).toContain('prefix_match sweep: TTFT p99 (ms)');
-    expect(html).toContain('<tr class="best"><td>128</td><td>1024</td>');
+    expect(html).toContain('<tr class="best"><td>prefix_match</td><td>128</td><td>1024</td>');
     // Heatmap cells are labelled with their values.
     expect(html).toContain('>800<');
   });

@@ -52,6 +52,48 @@ describe('sweep on worker threads and in shards', () => {
     expect(merged.stdout).toBe(serialText);
   }, 120_000);
 
+  it('does the same over several methods, any option axes and load multipliers', async () => {
+    const multi = [
+      ...SWEEP.slice(0, -4),
+      '--policy',
+      'prefix_match,cache_aware,round_robin',
+      '--window',
+      '64,256',
+      '--epsilon',
+      '0.25,1',
+      '--load',
+      'rate:1,2',
+      '--current',
+      'cache_aware:window=128',
+    ];
+    expect((await cli([...multi, '--jobs', '1', '--json', 'm-serial.json'])).code).toBe(0);
+    const serial = JSON.parse(read('m-serial.json'));
+    expect(serial.format).toBe('kvroute-sim-sweep-load/v1');
+    // 2 prefix_match + 4 cache_aware + 1 round_robin settings at each of 2 loads.
+    expect(serial.points.map((p: { report: { grid: unknown[] } }) => p.report.grid.length)).toEqual(
+      [7, 7],
+    );
+    expect(serial.points[1].report.current.options).toEqual({ window: 128 });
+    expect((await cli([...multi, '--jobs', '2', '--json', 'm-parallel.json'])).code).toBe(0);
+    expect(read('m-parallel.json')).toBe(read('m-serial.json'));
+    for (const k of [1, 2]) {
+      const r = await cli([...multi, '--jobs', '1', '--shard', `${k}/2`, '--json', `m${k}.json`]);
+      expect(r.code, r.stderr).toBe(0);
+    }
+    const merged = await cli([
+      'merge',
+      'm2.json',
+      'm1.json',
+      '--json',
+      'm-merged.json',
+      '--out-config',
+      'm.yaml',
+    ]);
+    expect(merged.code, merged.stderr).toBe(0);
+    expect(read('m-merged.json')).toBe(read('m-serial.json'));
+    expect(read('m.yaml')).toBe(serial.routerConfig);
+  }, 300_000);
+
   it('refuses a missing shard, a shard given twice and a shard of another sweep', async () => {
     const missing = await cli(['merge', 's1.json', 's3.json']);
     expect(missing.code).toBe(2);

@@ -61,7 +61,13 @@ import {
 } from '../types.ts';
 
 export const CACHE_AWARE_OPTIONS = {
-  window: { type: 'int', default: 256, min: 1, doc: 'tokens per indexed window' },
+  window: {
+    type: 'int',
+    default: 256,
+    min: 1,
+    doc: 'tokens per indexed window',
+    sweep: [64, 128, 256, 512],
+  },
   maxPrefixTokens: {
     type: 'int',
     default: 16384,
@@ -73,6 +79,7 @@ export const CACHE_AWARE_OPTIONS = {
     default: 0.25,
     min: 0,
     doc: 'relative overload bound over the mean in-flight tokens',
+    sweep: [0.1, 0.25, 0.5, 1],
   },
   slackTokens: {
     type: 'number',

@@ -56,12 +56,14 @@ export const CONSISTENT_HASH_OPTIONS = {
     default: 4096,
     min: 1,
     doc: 'most leading tokens that form the key (at least window)',
+    sweep: [1024, 2048, 4096, 8192],
   },
   epsilon: {
     type: 'number',
     default: 0.25,
     min: 0,
     doc: 'bounded-load slack: a rank takes a key while load <= (1 + epsilon) x mean',
+    sweep: [0.1, 0.25, 0.5, 1],
   },
   load: {
     type: 'enum',

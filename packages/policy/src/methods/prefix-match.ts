@@ -33,12 +33,19 @@ import type { OptionsSchema } from '../options.ts';
 import type { Decision, Method, MethodContext, RankState } from '../types.ts';
 
 export const PREFIX_MATCH_OPTIONS = {
-  window: { type: 'int', default: 256, min: 1, doc: 'tokens per hashing window' },
+  window: {
+    type: 'int',
+    default: 256,
+    min: 1,
+    doc: 'tokens per hashing window',
+    sweep: [64, 128, 256, 512],
+  },
   prefixLength: {
     type: 'int',
     default: 4096,
     min: 1,
     doc: 'most prompt tokens hashed into the key (at least window)',
+    sweep: [1024, 2048, 4096, 8192],
   },
 } as const satisfies OptionsSchema;
 

@@ -114,7 +114,17 @@ export function readRouterFlags(p: Parsed): RouterModelFlags {
   return out;
 }
 
-export const SIM_FLAGS_HELP = `  --ranks N             integer >= 1: rank count, for the simulator and the scenario's own
+/**
+ * Help for the flags readSimFlags reads; `methodOptions: false` leaves out the method option
+ * flags (sweep documents them as axes).
+ */
+export function simFlagsHelp(methodOptions = true): string {
+  const options = methodOptions
+    ? `${methodOptionsHelp()}
+                        (method options: each policy in --policies reads the ones it has)
+`
+    : '';
+  return `  --ranks N             integer >= 1: rank count, for the simulator and the scenario's own
                         'ranks' option (default: the scenario's, e.g. 16 for seed-sequential)
   --profile NAME        name: cost profile (see 'kvroute-sim profiles'); default
                         seed-qwen3-moe-dp16 for seed-* scenarios, h200-llama-3.1-8b otherwise
@@ -125,9 +135,7 @@ export const SIM_FLAGS_HELP = `  --ranks N             integer >= 1: rank count,
   --set KEY=VALUE       scenario option, repeatable (e.g. --set requests=10 --set accumulate=true);
                         true/false and numerals are typed, anything else is a string; an unknown
                         KEY is an error listing the scenario's options (default: none)
-${methodOptionsHelp()}
-                        (method options: each policy in --policies reads the ones it has)
-  --affinity KIND       routing-key cache affinity for every policy: routing_key | none (default none);
+${options}  --affinity KIND       routing-key cache affinity for every policy: routing_key | none (default none);
                         table options as KIND:key=value, e.g. routing_key:maxEntries=1000:ttlMs=60000
   --json FILE|-         path or '-': write the JSON report (schema in the package README);
                         '-' = stdout only (default: not written)
@@ -135,6 +143,9 @@ ${methodOptionsHelp()}
   --html FILE|-         path or '-': a self-contained HTML report with charts (default: not written)
 ${ENGINE_FLAGS_HELP}
   -h, --help            this help`;
+}
+
+export const SIM_FLAGS_HELP = simFlagsHelp();
 
 export interface SimFlags {
   ranks?: number;

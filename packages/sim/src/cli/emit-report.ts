@@ -1,11 +1,20 @@
 // The renderers behind each report kind, so run, replay and sweep emit through one call and
 // the table, JSON, CSV and HTML of a report always come from the same object.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { runToCsv, sweepToCsv } from '../report/csv.ts';
 import { renderRunHtml, renderSweepHtml } from '../report/html.ts';
 import { toJson } from '../report/json.ts';
-import { renderRunTable, renderSweepTable } from '../report/table.ts';
-import type { PolicySamples, RunExtras, RunReport, SweepReport } from '../report/types.ts';
+import { renderRunTable, renderSweepLoadTable, renderSweepTable } from '../report/table.ts';
+import type {
+  PolicySamples,
+  RunExtras,
+  RunReport,
+  SweepLoadReport,
+  SweepReport,
+} from '../report/types.ts';
 import type { CliIo } from './command.ts';
+import { UsageError } from './errors.ts';
 import { emit, type OutputTargets } from './outputs.ts';
 
 export function emitRunReport(
@@ -23,15 +32,45 @@ export function emitRunReport(
   });
 }
 
+/** A sweep's report (one grid, or the grid at several loads with `--load`). */
 export function emitSweepReport(
   io: CliIo,
   targets: OutputTargets,
-  report: SweepReport,
+  report: SweepReport | SweepLoadReport,
 ): Promise<void> {
+  if (report.format === 'kvroute-sim-sweep-load/v1') {
+    if (targets.csv !== undefined || targets.html !== undefined) {
+      throw new UsageError(
+        'a sweep with --load writes the table and --json only (no --csv or --html)',
+      );
+    }
+    return emit(io, targets, {
+      table: () => renderSweepLoadTable(report),
+      json: () => toJson(report),
+      csv: () => '',
+      html: async () => '',
+    });
+  }
   return emit(io, targets, {
     table: () => renderSweepTable(report),
     json: () => toJson(report),
     csv: () => sweepToCsv(report),
     html: () => renderSweepHtml(report),
   });
+}
+
+/** Writes a sweep's winning router config to `target` for --out-config. */
+export function writeRouterConfig(
+  io: CliIo,
+  target: string,
+  report: SweepReport | SweepLoadReport,
+): void {
+  const path = resolve(io.cwd, target);
+  try {
+    mkdirSync(dirname(path), { recursive: true });
+    writeFileSync(path, report.routerConfig);
+  } catch (err) {
+    throw new UsageError(`cannot write --out-config file ${path}: ${(err as Error).message}`);
+  }
+  io.stderr.write(`wrote the router config to ${path}\n`);
 }

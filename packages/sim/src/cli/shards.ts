@@ -3,7 +3,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import type { CellResult } from '../parallel/cell.ts';
-import type { SweepReport } from '../report/types.ts';
+import type { SweepLoadReport, SweepReport } from '../report/types.ts';
 import type { CliIo } from './command.ts';
 import { UsageError } from './errors.ts';
 import { assembleSweep, SHARD_FORMAT, type SweepShard, shardIndices } from './simulate.ts';
@@ -41,7 +41,9 @@ export function readShard(path: string): SweepShard {
 }
 
 /** Checks the shards are all N of one sweep and assembles its report. */
-export function mergeShards(shards: readonly { path: string; shard: SweepShard }[]): SweepReport {
+export function mergeShards(
+  shards: readonly { path: string; shard: SweepShard }[],
+): SweepReport | SweepLoadReport {
   if (shards.length === 0) throw new UsageError('merge needs the shard files');
   const first = shards[0]!.shard;
   const spec = JSON.stringify(first.sweep);

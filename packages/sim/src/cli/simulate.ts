@@ -1,21 +1,32 @@
 // Runs the simulations a command asked for and shapes the results into reports, driving the
 // progress bar. The engine and the metrics are sim-core's; this file only sequences them.
 
+import { methodRegistry } from '@kvroute/policy';
 import { oneBigCacheBound } from '../compare/bound.ts';
 import { RECOMMENDED } from '../compare/policy-comparison.ts';
 import type { RouterModel } from '../compare.ts';
 import { hostTier } from '../entities/presets.ts';
 import type { CellJob, CellResult, ProfileRef } from '../parallel/cell.ts';
 import { runCells } from '../parallel/pool.ts';
-import { chooseBest, sweepNotes } from '../report/sweep-choice.ts';
+import { fmtInt, fmtMs, fmtPct } from '../report/format.ts';
+import { chooseBest, settingLabel, sweepNotes } from '../report/sweep-choice.ts';
 import type {
   PolicySamples,
   RunExtras,
   RunReport,
   SweepCell,
+  SweepLoadReport,
   SweepObjective,
   SweepReport,
 } from '../report/types.ts';
+import {
+  planSweep,
+  type RejectedSetting,
+  type SweepAxis,
+  type SweepSetting,
+  sameSetting,
+} from '../sweep/axes.ts';
+import { routerConfigYaml } from '../sweep/router-config.ts';
 import type { ClusterEvent } from '../workloads/types.ts';
 import type { CliIo } from './command.ts';
 import type { EngineFlags } from './engine-flags.ts';
@@ -120,6 +131,14 @@ export function compare(
   }
 }
 
+/** The offered-load axis of a sweep (`--load`): the whole grid runs at each point. */
+export interface SweepLoad {
+  axis: 'rate' | 'concurrency';
+  /** Requests per second or concurrency the multipliers multiply. */
+  base: number;
+  multipliers: readonly number[];
+}
+
 export interface SweepInput {
   scenario: string;
   scenarioOptions: Record<string, unknown>;
@@ -129,17 +148,26 @@ export interface SweepInput {
   profile: CostModel;
   /** How a worker thread (or a shard on another machine) loads the same profile. */
   profileRef: ProfileRef;
-  policy: string;
+  /** Methods to sweep, in order (each gets its own option grid, see sweep/axes.ts). */
+  policies: readonly string[];
+  /** Option axes as given: option name -> LIST or range text. */
+  axes?: ReadonlyMap<string, string>;
   /** The dispatcher's affinity config for every cell; undefined when off. */
   affinity?: Record<string, unknown>;
-  windows: readonly number[];
-  prefixLengths: readonly number[];
   objective: SweepObjective;
+  /** Only cells within this many hit-rate points of the best hit rate compete. */
+  hitRateWithin?: number;
+  /**
+   * The setting deployed now (e.g. the one a recorded trace was routed with): run as one more
+   * cell on the same workload, reported as `current`, and compared with in the verdict.
+   */
+  current?: SweepSetting;
   /** Worker threads (default: one per core). */
   workers?: number;
   engine?: EngineFlags;
   /** Router replicas and index source for every cell (--replicas, --index-source, ...). */
   router?: RouterModel;
+  load?: SweepLoad;
 }
 
 /** What a sweep's report is assembled from besides its cells: written into shard files. */
@@ -151,29 +179,44 @@ export interface SweepSpec {
   ranks?: number;
   profile: string;
   profileRef: ProfileRef;
-  policy: string;
+  policies: string[];
+  axes: SweepAxis[];
+  /** Every setting to run, in report order, and those the methods refused. */
+  settings: SweepSetting[];
+  rejected: RejectedSetting[];
   affinity?: Record<string, unknown>;
-  windows: number[];
-  prefixLengths: number[];
   objective: SweepObjective;
+  hitRateWithin?: number;
+  current?: SweepSetting;
   /** Rank model and client load, resolved (engine flags). */
   engine?: EngineOptions;
   router?: RouterModel;
+  /** With --load: each point's multiplier, value and resolved engine options. */
+  load?: {
+    axis: 'rate' | 'concurrency';
+    base: number;
+    points: { multiplier: number; value: number; engine: EngineOptions }[];
+  };
 }
 
-export const SHARD_FORMAT = 'kvroute-sim-sweep-shard/v1';
+export const SHARD_FORMAT = 'kvroute-sim-sweep-shard/v2';
 
 export interface SweepShard {
   format: typeof SHARD_FORMAT;
   shard: { index: number; count: number };
   sweep: SweepSpec;
-  /** Cells in the whole grid. */
+  /** Cells in the whole sweep. */
   total: number;
   cells: { index: number; result: CellResult }[];
 }
 
 export function sweepSpec(input: SweepInput): SweepSpec {
-  return {
+  const grid = planSweep(input.policies, input.axes ?? new Map());
+  if (input.current !== undefined) {
+    // The current setting must be one the method accepts, checked like any cell.
+    methodRegistry[input.current.method]?.({ ...input.current.options });
+  }
+  const spec: SweepSpec = {
     scenario: input.scenario,
     scenarioOptions: input.scenarioOptions,
     ...(input.displayOptions ? { displayOptions: input.displayOptions } : {}),
@@ -181,53 +224,73 @@ export function sweepSpec(input: SweepInput): SweepSpec {
     ...(input.ranks !== undefined ? { ranks: input.ranks } : {}),
     profile: input.profile.name,
     profileRef: input.profileRef,
-    policy: input.policy,
+    policies: [...input.policies],
+    axes: grid.axes,
+    settings: grid.settings,
+    rejected: grid.rejected,
     ...(input.affinity !== undefined ? { affinity: input.affinity } : {}),
-    windows: [...input.windows],
-    prefixLengths: [...input.prefixLengths],
     objective: input.objective,
+    ...(input.hitRateWithin !== undefined ? { hitRateWithin: input.hitRateWithin } : {}),
+    ...(input.current !== undefined ? { current: input.current } : {}),
     ...(input.engine !== undefined ? { engine: engineOptions(input.profile, input.engine) } : {}),
     ...(input.router !== undefined && Object.keys(input.router).length > 0
       ? { router: input.router }
       : {}),
   };
-}
-
-/** The grid's (window, prefix length) pairs in report order; pairs the policy rejects are left out. */
-export function sweepPairs(spec: SweepSpec): { window: number; prefixLength: number }[] {
-  const pairs: { window: number; prefixLength: number }[] = [];
-  for (const prefixLength of spec.prefixLengths) {
-    for (const window of spec.windows)
-      if (prefixLength >= window) pairs.push({ window, prefixLength });
+  if (input.load !== undefined) {
+    const { axis, base } = input.load;
+    spec.load = {
+      axis,
+      base,
+      points: input.load.multipliers.map((multiplier) => {
+        const value =
+          axis === 'rate' ? base * multiplier : Math.max(1, Math.round(base * multiplier));
+        const engine: EngineFlags =
+          axis === 'rate'
+            ? { ...(input.engine ?? { settings: {} }), requestRate: value }
+            : { ...(input.engine ?? { settings: {} }), maxConcurrency: value };
+        return { multiplier, value, engine: engineOptions(input.profile, engine) };
+      }),
+    };
   }
-  return pairs;
+  return spec;
 }
 
 /** The method a sweep's verdict compares with: the recommended default, with its defaults. */
 export const REFERENCE_METHOD = RECOMMENDED;
 
+/** Cells per load point: the settings, the reference, then the current setting if any. */
+function cellsPerPoint(spec: SweepSpec): number {
+  return spec.settings.length + 1 + (spec.current !== undefined ? 1 : 0);
+}
+
 /**
- * One cell job per pair, then the reference (the recommended default method); every cell
- * builds the same plan, so all see the same requests.
+ * One cell job per setting, then the reference (the recommended default method), then the
+ * current setting; all of it once per load point. Every cell builds the same plan, so all
+ * see the same requests.
  */
 export function sweepJobs(spec: SweepSpec): CellJob[] {
   const affinity = spec.affinity !== undefined ? { affinity: spec.affinity } : {};
-  const job = (policy: CellJob['policy']): CellJob => ({
-    scenario: spec.scenario,
-    scenarioOptions: spec.scenarioOptions,
-    seed: spec.seed,
-    ...(spec.ranks !== undefined ? { ranks: spec.ranks } : {}),
-    profile: spec.profileRef,
-    policy,
-    ...(spec.engine !== undefined ? { engine: spec.engine } : {}),
-    ...(spec.router !== undefined ? { router: spec.router } : {}),
-  });
-  return [
-    ...sweepPairs(spec).map(({ window, prefixLength }) =>
-      job({ method: spec.policy, window, prefixLength, ...affinity }),
-    ),
-    job({ method: REFERENCE_METHOD, ...affinity }),
-  ];
+  const points = spec.load?.points.map((p) => p.engine) ?? [spec.engine];
+  const jobs: CellJob[] = [];
+  for (const engine of points) {
+    const job = (policy: CellJob['policy']): CellJob => ({
+      scenario: spec.scenario,
+      scenarioOptions: spec.scenarioOptions,
+      seed: spec.seed,
+      ...(spec.ranks !== undefined ? { ranks: spec.ranks } : {}),
+      profile: spec.profileRef,
+      policy,
+      ...(engine !== undefined ? { engine } : {}),
+      ...(spec.router !== undefined ? { router: spec.router } : {}),
+    });
+    for (const s of spec.settings) jobs.push(job({ method: s.method, ...s.options, ...affinity }));
+    jobs.push(job({ method: REFERENCE_METHOD, ...affinity }));
+    if (spec.current !== undefined) {
+      jobs.push(job({ method: spec.current.method, ...spec.current.options, ...affinity }));
+    }
+  }
+  return jobs;
 }
 
 /** Cell indices shard `index` (1-based) of `count` runs: every count-th, a deterministic share. */
@@ -253,26 +316,98 @@ export async function runSweepCells(
   }
 }
 
-export async function sweep(io: CliIo, input: SweepInput): Promise<{ report: SweepReport }> {
+/**
+ * Runs a sweep and returns its report: one SweepReport, or with `load` a SweepLoadReport with
+ * one per load point. The cells (every setting's full result) are `report.grid`, the
+ * current setting's `report.current`; `findCell` looks one setting up.
+ */
+export async function runSweep(
+  io: CliIo,
+  input: SweepInput,
+): Promise<SweepReport | SweepLoadReport> {
   const spec = sweepSpec(input);
   const results = await runSweepCells(io, sweepJobs(spec), input.workers);
-  return { report: assembleSweep(spec, results) };
+  return assembleSweep(spec, results);
 }
 
-/** The report from every cell's result, in grid order: one run, or merged shards. */
-export function assembleSweep(spec: SweepSpec, results: readonly CellResult[]): SweepReport {
-  const pairs = sweepPairs(spec);
-  if (results.length !== pairs.length + 1 || pairs.length === 0) {
-    throw new Error(`sweep: ${results.length} results for ${pairs.length} cells and the reference`);
+/** The cell of `setting` in a report (its grid or its current setting), if it ran. */
+export function findCell(report: SweepReport, setting: SweepSetting): SweepCell | undefined {
+  const hit = report.grid.find((c) => sameSetting(c, setting));
+  if (hit !== undefined) return hit;
+  return report.current !== undefined && sameSetting(report.current, setting)
+    ? report.current
+    : undefined;
+}
+
+/** The report from every cell's result, in job order: one run, or merged shards. */
+export function assembleSweep(
+  spec: SweepSpec,
+  results: readonly CellResult[],
+): SweepReport | SweepLoadReport {
+  const per = cellsPerPoint(spec);
+  const points = spec.load?.points ?? [undefined];
+  if (results.length !== per * points.length || spec.settings.length === 0) {
+    throw new Error(`sweep: ${results.length} results for ${per * points.length} cells`);
   }
-  const reference = results[pairs.length]!.summary;
+  const reports = points.map((_, i) => assemblePoint(spec, results.slice(i * per, (i + 1) * per)));
+  if (spec.load === undefined) return reports[0]!;
+  const load = spec.load;
+  const changes: string[] = [];
+  for (let i = 1; i < reports.length; i++) {
+    const a = reports[i - 1]!.best;
+    const b = reports[i]!.best;
+    if (!sameSetting(a, b)) {
+      changes.push(
+        `the best setting changes between x${load.points[i - 1]!.multiplier} and x${load.points[i]!.multiplier}: ${settingLabel(a)} below, ${settingLabel(b)} above`,
+      );
+    }
+  }
+  return {
+    format: 'kvroute-sim-sweep-load/v1',
+    axis: load.axis,
+    base: load.base,
+    points: load.points.map((p, i) => ({
+      multiplier: p.multiplier,
+      value: p.value,
+      best: reports[i]!.best,
+      report: reports[i]!,
+    })),
+    changes,
+    routerConfig: reports[0]!.routerConfig,
+  };
+}
+
+/** v1 readers find a cell's window and prefix length at its top level. */
+function legacyKeys(options: Record<string, number | string>) {
+  return {
+    ...(typeof options.window === 'number' ? { window: options.window } : {}),
+    ...(typeof options.prefixLength === 'number' ? { prefixLength: options.prefixLength } : {}),
+  };
+}
+
+function assemblePoint(spec: SweepSpec, results: readonly CellResult[]): SweepReport {
+  const n = spec.settings.length;
+  const reference = results[n]!.summary;
   const affinity = spec.affinity !== undefined ? { affinity: spec.affinity } : {};
-  const grid: SweepCell[] = pairs.map(({ window, prefixLength }, i) => {
-    const options: Record<string, unknown> = { window, prefixLength, ...affinity };
-    return { window, prefixLength, result: { ...results[i]!.summary, options } };
+  const cell = (s: SweepSetting, r: CellResult): SweepCell => ({
+    method: s.method,
+    options: s.options,
+    ...legacyKeys(s.options),
+    result: { ...r.summary, options: { ...s.options, ...affinity } },
   });
+  const grid = spec.settings.map((s, i) => cell(s, results[i]!));
+  const current = spec.current !== undefined ? cell(spec.current, results[n + 1]!) : undefined;
   const last = results[results.length - 1]!;
-  const { best, reason } = chooseBest(grid, spec.objective);
+  const { best, reason } = chooseBest(grid, spec.objective, spec.hitRateWithin);
+  const values = (option: string) => [
+    ...new Set(
+      grid.map((c) => c.options[option]).filter((v): v is number => typeof v === 'number'),
+    ),
+  ];
+  const header = [
+    `kvroute-sim sweep: best ${spec.objective}${spec.hitRateWithin !== undefined ? ` with hit rate within ${spec.hitRateWithin} points of the best` : ''} of ${grid.length} settings on ${spec.scenario}, ${last.ranks} ranks, profile ${spec.profile}, seed ${String(spec.seed)}`,
+    `predicted: hit rate ${fmtPct(best.result.hitRate)}, TTFT p50 ${fmtMs(best.result.ttftMs.p50)} ms, p99 ${fmtMs(best.result.ttftMs.p99)} ms, ${fmtInt(best.result.throughputTokPerS)} tok/s`,
+  ];
   return {
     format: 'kvroute-sim-sweep/v1',
     command: 'sweep',
@@ -281,14 +416,20 @@ export function assembleSweep(spec: SweepSpec, results: readonly CellResult[]): 
     ranks: last.ranks,
     profile: spec.profile,
     seed: spec.seed,
-    policy: spec.policy,
+    policy: spec.policies.join(','),
+    policies: spec.policies,
     objective: spec.objective,
-    windows: spec.windows.filter((w) => pairs.some((p) => p.window === w)),
-    prefixLengths: spec.prefixLengths.filter((l) => pairs.some((p) => p.prefixLength === l)),
+    ...(spec.hitRateWithin !== undefined ? { hitRateWithin: spec.hitRateWithin } : {}),
+    axes: spec.axes,
+    windows: values('window'),
+    prefixLengths: values('prefixLength'),
     grid,
-    best: { window: best.window, prefixLength: best.prefixLength },
-    reason: reason + sweepNotes(best, reference, spec.objective),
+    rejected: spec.rejected,
+    best: { method: best.method, options: best.options, ...legacyKeys(best.options) },
+    reason: reason + sweepNotes(best, reference, spec.objective, current),
     reference,
+    ...(current !== undefined ? { current } : {}),
+    routerConfig: routerConfigYaml(best, spec.affinity, header),
     ...(spec.router !== undefined ? { router: spec.router } : {}),
   };
 }

@@ -382,10 +382,36 @@ const METRIC_TITLES: Record<SweepMetric, string> = {
   hitRate: 'token hit rate',
 };
 
-export function sweepHeatmapSpec(report: SweepReport, metric: SweepMetric): TopLevelSpec {
-  const values = report.grid.map((c) => ({
-    window: c.window,
-    prefixLength: c.prefixLength,
+/**
+ * The options of `method` that vary among its cells, in axis order: a heatmap draws one or
+ * two of them (more than two would need a chart per fixed value of the rest).
+ */
+export function varyingOptions(report: SweepReport, method: string): string[] {
+  const cells = report.grid.filter((c) => c.method === method);
+  const out: string[] = [];
+  for (const a of report.axes) {
+    if (!a.methods.includes(method) || out.includes(a.option)) continue;
+    if (new Set(cells.map((c) => c.options[a.option])).size > 1) out.push(a.option);
+  }
+  return out;
+}
+
+/**
+ * A heatmap of one method's cells over its one or two varying options (one row when one),
+ * the best cell outlined; null when the method varies no option or more than two.
+ */
+export function sweepHeatmapSpec(
+  report: SweepReport,
+  metric: SweepMetric,
+  method: string = report.policies[0] ?? report.policy,
+): TopLevelSpec | null {
+  const varying = varyingOptions(report, method);
+  if (varying.length === 0 || varying.length > 2) return null;
+  const [xo, yo] = varying as [string, string | undefined];
+  const cells = report.grid.filter((c) => c.method === method);
+  const values = cells.map((c) => ({
+    x: c.options[xo],
+    y: yo === undefined ? method : c.options[yo],
     value:
       metric === 'hitRate'
         ? c.result.hitRate
@@ -394,25 +420,23 @@ export function sweepHeatmapSpec(report: SweepReport, metric: SweepMetric): TopL
           : c.result.ttftMs.mean,
     best: isBestCell(report, c),
   }));
+  // Option values are numbers or words; vega-lite sorts either.
+  const xs = [...new Set(values.map((v) => v.x))] as string[];
+  const ys = [...new Set(values.map((v) => v.y))] as string[];
+  const title = (o: string) => (/window|length|tokens/i.test(o) ? `${o} (tokens)` : o);
   const higherIsBetter = metric === 'hitRate';
   return {
-    title: `${report.policy} sweep: ${METRIC_TITLES[metric]}${higherIsBetter ? ' (higher is better)' : ' (lower is better)'}`,
-    width: Math.max(160, 70 * report.windows.length),
-    height: Math.max(120, 40 * report.prefixLengths.length),
+    title: `${method} sweep: ${METRIC_TITLES[metric]}${higherIsBetter ? ' (higher is better)' : ' (lower is better)'}`,
+    width: Math.max(160, 70 * xs.length),
+    height: Math.max(yo === undefined ? 40 : 120, 40 * ys.length),
     data: { values },
     encoding: {
-      x: {
-        field: 'window',
-        type: 'ordinal',
-        sort: report.windows,
-        title: 'window (tokens)',
-        axis: { labelAngle: 0 },
-      },
+      x: { field: 'x', type: 'ordinal', sort: xs, title: title(xo), axis: { labelAngle: 0 } },
       y: {
-        field: 'prefixLength',
+        field: 'y',
         type: 'ordinal',
-        sort: [...report.prefixLengths].reverse(),
-        title: 'prefix length (tokens)',
+        sort: [...ys].reverse(),
+        title: yo === undefined ? '' : title(yo),
       },
     },
     layer: [

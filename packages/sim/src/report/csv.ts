@@ -1,6 +1,8 @@
 // CSV output: one row per policy (run, replay) or per grid cell (sweep), columns in a
 // fixed order so spreadsheets and scripts can rely on them.
+import { optionFlag } from '@kvroute/policy';
 import { isBestCell } from './sweep-choice.ts';
+import { sweepOptionColumns } from './table.ts';
 import type { PolicyReport, RunReport, SweepReport } from './types.ts';
 
 function cell(v: unknown): string {
@@ -55,15 +57,16 @@ export function runToCsv(report: RunReport): string {
   );
 }
 
+/** One row per grid cell: one column per swept option (`prefix_length`), empty where unread. */
 export function sweepToCsv(report: SweepReport): string {
+  const options = sweepOptionColumns(report);
   return rows(
     [
       'scenario',
       'ranks',
       'profile',
       'seed',
-      'window',
-      'prefix_length',
+      ...options.map((o) => optionFlag(o).replaceAll('-', '_')),
       'best',
       ...POLICY_COLUMNS.map(([h]) => h),
     ],
@@ -72,8 +75,7 @@ export function sweepToCsv(report: SweepReport): string {
       report.ranks,
       report.profile,
       report.seed,
-      c.window,
-      c.prefixLength,
+      ...options.map((o) => c.options[o]),
       isBestCell(report, c) ? 1 : 0,
       ...POLICY_COLUMNS.map(([, f]) => f(c.result)),
     ]),

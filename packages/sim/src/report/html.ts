@@ -12,7 +12,7 @@ import {
   ttftCdfSpec,
   ttftTimelineSpec,
 } from './charts.ts';
-import { isBestCell } from './sweep-choice.ts';
+import { isBestCell, settingLabel } from './sweep-choice.ts';
 import { runColumns, sweepColumns } from './table.ts';
 import type { PolicySamples, RunExtras, RunReport, SweepReport } from './types.ts';
 
@@ -103,15 +103,30 @@ export async function renderSweepHtml(report: SweepReport): Promise<string> {
   const bestIndex = report.grid.findIndex((c) => isBestCell(report, c));
   const { header, rows } = sweepColumns(report, 'html');
   const best = report.grid[bestIndex];
+  const heatmaps: string[] = [];
+  for (const method of report.policies) {
+    for (const metric of ['ttftP99', 'ttftMean', 'hitRate'] as const) {
+      const spec = sweepHeatmapSpec(report, metric, method);
+      if (spec !== null) heatmaps.push(await chart(spec));
+    }
+  }
+  const constraint =
+    report.hitRateWithin !== undefined
+      ? ` with hit rate within ${report.hitRateWithin} points of the best`
+      : '';
   const body = [
     `<h1>${escapeHtml(title)}</h1>`,
-    `<p class="meta">${report.ranks} ranks, cost profile <b>${escapeHtml(report.profile)}</b>, seed ${escapeHtml(String(report.seed))}, objective <b>${report.objective}</b>.</p>`,
-    `<p><b>Best: window=${report.best.window}, prefix length=${report.best.prefixLength}.</b> ${escapeHtml(report.reason)}</p>`,
+    `<p class="meta">${report.ranks} ranks, cost profile <b>${escapeHtml(report.profile)}</b>, seed ${escapeHtml(String(report.seed))}, objective <b>${report.objective}</b>${escapeHtml(constraint)}.</p>`,
+    `<p><b>Best: ${escapeHtml(settingLabel(report.best))}.</b> ${escapeHtml(report.reason)}</p>`,
+    `<h2>Router config</h2>\n<pre>${escapeHtml(report.routerConfig)}</pre>`,
     '<h2>Grid</h2>',
-    await chart(sweepHeatmapSpec(report, 'ttftP99')),
-    await chart(sweepHeatmapSpec(report, 'ttftMean')),
-    await chart(sweepHeatmapSpec(report, 'hitRate')),
+    ...heatmaps,
     htmlTable(header, rows, (i) => (i === bestIndex ? 'best' : '')),
+    ...(report.rejected.length > 0
+      ? [
+          `<p class="meta">${report.rejected.length} setting(s) left out, refused by the method, e.g. ${escapeHtml(settingLabel(report.rejected[0]!))}: ${escapeHtml(report.rejected[0]!.error)}</p>`,
+        ]
+      : []),
     ...(best
       ? ['<h2>Per-rank load at the best setting</h2>', await chart(rankLoadSpec([best.result]))]
       : []),

@@ -1,44 +1,94 @@
-// Picks the best cell of a window x prefix-length sweep and says why, in words a user can
-// act on. Near-ties are common (on seed-sequential every setting shares the one cold
-// request that sets p99), so cells within a small tolerance of the best count as tied and
-// are separated by secondary metrics instead of by float noise.
-import { fmtMs, fmtNum, fmtPct } from './format.ts';
+// Picks the best cell of a sweep and says why, in words a user can act on. Near-ties are
+// common (on seed-sequential every setting shares the one cold request that sets p99), so
+// cells within a small tolerance of the best count as tied and are separated by secondary
+// metrics instead of by float noise, then by grid order.
+import { optionFlag } from '@kvroute/policy';
+import { fmtInt, fmtMs, fmtNum, fmtPct } from './format.ts';
 import type { PolicyReport, SweepCell, SweepObjective, SweepReport } from './types.ts';
 
-/** Relative tolerance for TTFT objectives, absolute (in hit-rate points) for hit rate. */
-const TTFT_TIE = 0.01;
+export const OBJECTIVES: readonly SweepObjective[] = [
+  'ttft-p99',
+  'ttft-p50',
+  'ttft-mean',
+  'hit-rate',
+  'throughput',
+];
+
+/** Relative tolerance for TTFT and throughput objectives, absolute (in hit rate) for hit rate. */
+const REL_TIE = 0.01;
 const HIT_TIE = 0.001;
 
-const p99 = (c: SweepCell) => c.result.ttftMs.p99;
-const mean = (c: SweepCell) => c.result.ttftMs.mean;
-const hit = (c: SweepCell) => c.result.hitRate;
-const at = (c: SweepCell) => `window=${c.window} prefix-length=${c.prefixLength}`;
+type Metric = (p: PolicyReport) => number;
+const p99: Metric = (p) => p.ttftMs.p99;
+const p50: Metric = (p) => p.ttftMs.p50;
+const mean: Metric = (p) => p.ttftMs.mean;
+const hit: Metric = (p) => p.hitRate;
+const tput: Metric = (p) => p.throughputTokPerS;
 
-function primary(objective: SweepObjective): (c: SweepCell) => number {
-  // Lower is better for every key: hit rate is negated.
-  if (objective === 'hit-rate') return (c) => -hit(c);
-  return objective === 'ttft-p99' ? p99 : mean;
+interface ObjectiveInfo {
+  /** The metric, and whether higher is better. */
+  metric: Metric;
+  higher: boolean;
+  name: string;
+  show: (x: number) => string;
+  /** Tie-breakers, each lower-is-better. */
+  tieBreak: Metric[];
 }
 
-function compareCells(objective: SweepObjective): (a: SweepCell, b: SweepCell) => number {
-  const keys: ((c: SweepCell) => number)[] =
-    objective === 'ttft-p99'
-      ? [mean, (c) => -hit(c)]
-      : objective === 'ttft-mean'
-        ? [p99, (c) => -hit(c)]
-        : [p99, mean];
-  // Finally prefer the smaller (cheaper to hash, less specific) setting.
-  keys.push(
-    (c) => c.prefixLength,
-    (c) => c.window,
-  );
-  return (a, b) => {
-    for (const k of keys) {
-      const d = nanLast(k(a)) - nanLast(k(b));
-      if (d !== 0) return d;
-    }
-    return 0;
-  };
+const ms = (x: number) => `${fmtMs(x)} ms`;
+const INFO: Record<SweepObjective, ObjectiveInfo> = {
+  'ttft-p99': {
+    metric: p99,
+    higher: false,
+    name: 'TTFT p99',
+    show: ms,
+    tieBreak: [mean, neg(hit)],
+  },
+  'ttft-p50': { metric: p50, higher: false, name: 'TTFT p50', show: ms, tieBreak: [p99, neg(hit)] },
+  'ttft-mean': {
+    metric: mean,
+    higher: false,
+    name: 'mean TTFT',
+    show: ms,
+    tieBreak: [p99, neg(hit)],
+  },
+  'hit-rate': {
+    metric: hit,
+    higher: true,
+    name: 'token hit rate',
+    show: fmtPct,
+    tieBreak: [p99, mean],
+  },
+  throughput: {
+    metric: tput,
+    higher: true,
+    name: 'throughput',
+    show: (x) => `${fmtInt(x)} tok/s`,
+    tieBreak: [p99, neg(hit)],
+  },
+};
+
+function neg(m: Metric): Metric {
+  return (p) => -m(p);
+}
+
+/** The objective's metric name and value of a report, as the verdict words them. */
+export function objectiveValue(objective: SweepObjective, p: PolicyReport): string {
+  return INFO[objective].show(INFO[objective].metric(p));
+}
+
+/** `prefix_match window=64 prefix-length=1024`; `round_robin (defaults)` for no options. */
+export function settingLabel(s: Pick<SweepCell, 'method' | 'options'>): string {
+  const opts = Object.entries(s.options).map(([k, v]) => `${optionFlag(k)}=${v}`);
+  return opts.length === 0 ? `${s.method} (defaults)` : `${s.method} ${opts.join(' ')}`;
+}
+
+const at = settingLabel;
+
+/** Lower is better, NaN last. */
+function key(objective: SweepObjective): (c: SweepCell) => number {
+  const { metric, higher } = INFO[objective];
+  return (c) => nanLast(higher ? -metric(c.result) : metric(c.result));
 }
 
 function nanLast(x: number): number {
@@ -47,13 +97,14 @@ function nanLast(x: number): number {
 
 /**
  * What the grid alone does not say: ranks the chosen setting leaves without prefill work (the
- * policy funnels every prompt elsewhere), and how the recommended default method, run on the
- * same workload, compares with the chosen cell.
+ * policy funnels every prompt elsewhere), how the recommended default method, run on the same
+ * workload, compares with the chosen cell, and (given `current`) what switching would gain.
  */
 export function sweepNotes(
   best: SweepCell,
   reference: PolicyReport | undefined,
   objective: SweepObjective,
+  current?: SweepCell,
 ): string {
   const parts: string[] = [];
   const ranks = best.result.perRank ?? [];
@@ -64,52 +115,77 @@ export function sweepNotes(
       `At ${at(best)}, ${idle.length} of ${ranks.length} ranks prefill nothing (rank${idle.length > 1 ? 's' : ''} ${shown}): the setting sends every prompt's work to the other ${ranks.length - idle.length}.`,
     );
   }
+  const info = INFO[objective];
+  const k = key(objective);
+  const verdict = (other: PolicyReport) => {
+    const ko = k({ method: '', options: {}, result: other });
+    const kb = k(best);
+    return ko < kb ? 'better than the chosen setting' : ko > kb ? 'behind it' : 'level with it';
+  };
   if (reference !== undefined) {
-    const [name, value, ref] =
-      objective === 'hit-rate'
-        ? ['hit rate', fmtPct(hit(best)), fmtPct(reference.hitRate)]
-        : objective === 'ttft-p99'
-          ? ['TTFT p99', `${fmtMs(p99(best))} ms`, `${fmtMs(reference.ttftMs.p99)} ms`]
-          : ['mean TTFT', `${fmtMs(mean(best))} ms`, `${fmtMs(reference.ttftMs.mean)} ms`];
-    const bestKey = primary(objective)(best);
-    const refKey =
-      objective === 'hit-rate'
-        ? -reference.hitRate
-        : objective === 'ttft-p99'
-          ? reference.ttftMs.p99
-          : reference.ttftMs.mean;
-    const verdict =
-      nanLast(refKey) < nanLast(bestKey)
-        ? `better than every setting of this grid`
-        : nanLast(refKey) > nanLast(bestKey)
-          ? `behind the chosen setting`
-          : `level with the chosen setting`;
     parts.push(
-      `The recommended default, ${reference.policy} with its default options, gets ${name} ${ref} on the same workload (chosen: ${value}; hit rate ${fmtPct(reference.hitRate)}, imbalance ${fmtNum(reference.imbalance)}): ${verdict}.`,
+      `The recommended default, ${reference.policy} with its default options, gets ${info.name} ${info.show(info.metric(reference))} on the same workload (chosen: ${info.show(info.metric(best.result))}; hit rate ${fmtPct(reference.hitRate)}, imbalance ${fmtNum(reference.imbalance)}): ${verdict(reference)}.`,
+    );
+  }
+  if (current !== undefined) {
+    parts.push(
+      `The current setting, ${at(current)}, gets ${info.name} ${info.show(info.metric(current.result))} (hit rate ${fmtPct(current.result.hitRate)}): ${verdict(current.result)}.`,
     );
   }
   return parts.length > 0 ? ` ${parts.join(' ')}` : '';
 }
 
-/** Whether `c` is the cell the report names as best (reports carry the best's coordinates). */
-export function isBestCell(report: SweepReport, c: SweepCell): boolean {
-  return c.window === report.best.window && c.prefixLength === report.best.prefixLength;
+/** Whether `c` is the cell the report names as best. */
+export function isBestCell(report: Pick<SweepReport, 'best'>, c: SweepCell): boolean {
+  if (c.method !== report.best.method) return false;
+  const a = Object.keys(c.options);
+  return (
+    a.length === Object.keys(report.best.options).length &&
+    a.every((k) => c.options[k] === report.best.options[k])
+  );
+}
+
+/** The report's best cell. */
+export function bestCell(report: SweepReport): SweepCell {
+  const c = report.grid.find((x) => isBestCell(report, x));
+  if (c === undefined) throw new Error('sweep report: best cell not in the grid');
+  return c;
 }
 
 export function chooseBest(
   grid: readonly SweepCell[],
   objective: SweepObjective,
+  hitRateWithin?: number,
 ): { best: SweepCell; reason: string } {
   if (grid.length === 0) throw new Error('chooseBest: empty sweep grid');
-  const key = primary(objective);
-  const bestValue = Math.min(...grid.map((c) => nanLast(key(c))));
-  const tied = grid.filter((c) => {
-    const v = nanLast(key(c));
+  let eligible = grid;
+  let constraint = '';
+  if (hitRateWithin !== undefined) {
+    const top = [...grid].sort((a, b) => nanLast(-hit(a.result)) - nanLast(-hit(b.result)))[0]!;
+    const floor = hit(top.result) - hitRateWithin / 100;
+    eligible = grid.filter((c) => hit(c.result) >= floor - 1e-12);
+    constraint = `Constraint: hit rate within ${hitRateWithin} points of the best (${fmtPct(hit(top.result))} at ${at(top)}); ${eligible.length} of ${grid.length} settings qualify. `;
+  }
+  const k = key(objective);
+  const bestValue = Math.min(...eligible.map(k));
+  const tied = eligible.filter((c) => {
+    const v = k(c);
     if (objective === 'hit-rate') return v <= bestValue + HIT_TIE;
-    return v <= bestValue * (1 + TTFT_TIE) + 1e-9;
+    return v <= bestValue + Math.abs(bestValue) * REL_TIE + 1e-9;
   });
-  const best = [...tied].sort(compareCells(objective))[0]!;
-  return { best, reason: `${explain(grid, objective, best, tied.length)}${sameAs(grid, best)}` };
+  const then = INFO[objective].tieBreak;
+  const order = new Map(grid.map((c, i) => [c, i]));
+  const best = [...tied].sort((a, b) => {
+    for (const m of then) {
+      const d = nanLast(m(a.result)) - nanLast(m(b.result));
+      if (d !== 0) return d;
+    }
+    return order.get(a)! - order.get(b)!;
+  })[0]!;
+  return {
+    best,
+    reason: `${constraint}${explain(eligible, objective, best, tied.length)}${sameAs(eligible, best)}`,
+  };
 }
 
 /** Cells whose results equal the best's: the knob made no difference there, worth saying. */
@@ -119,9 +195,9 @@ function sameAs(grid: readonly SweepCell[], best: SweepCell): string {
   const twins = grid.filter(
     (c) =>
       c !== best &&
-      same(p99(c), p99(best)) &&
-      same(mean(c), mean(best)) &&
-      same(hit(c), hit(best)) &&
+      same(p99(c.result), p99(best.result)) &&
+      same(mean(c.result), mean(best.result)) &&
+      same(hit(c.result), hit(best.result)) &&
       same(c.result.imbalance, best.result.imbalance),
   );
   if (twins.length === 0) return '';
@@ -138,48 +214,45 @@ function explain(
 ): string {
   const parts: string[] = [];
   const n = grid.length;
-  if (objective === 'hit-rate') {
-    const worst = [...grid].sort((a, b) => hit(a) - hit(b))[0]!;
+  const info = INFO[objective];
+  const k = key(objective);
+  const v = (c: SweepCell) => info.show(info.metric(c.result));
+  const worst = [...grid].sort((a, b) => k(b) - k(a))[0]!;
+  parts.push(
+    k(worst) === k(best)
+      ? `${at(best)} has the ${info.higher ? 'highest' : 'lowest'} ${info.name}, ${v(best)}, as ${n > 1 ? `all ${n} settings do` : 'the only setting'}.`
+      : `${at(best)} has the ${info.higher ? 'highest' : 'lowest'} ${info.name}, ${v(best)}, of ${n} settings (${info.higher ? 'lowest' : 'highest'}: ${v(worst)} at ${at(worst)}).`,
+  );
+  if (tiedCount > 1) {
+    const tie = objective === 'hit-rate' ? 'within 0.1 points' : 'within 1%';
+    const first =
+      info.tieBreak[0] === p99 ? 'TTFT p99' : info.tieBreak[0] === mean ? 'mean TTFT' : '';
+    const firstValue = info.tieBreak[0] === p99 ? p99(best.result) : mean(best.result);
     parts.push(
-      `${at(best)} has the highest token hit rate, ${fmtPct(hit(best))}, of ${n} settings (lowest: ${fmtPct(hit(worst))} at ${at(worst)}).`,
+      `${tiedCount} settings are ${tie} of it on ${info.name}; among them it has the lowest ${first} (${fmtMs(firstValue)} ms).`,
     );
-    if (tiedCount > 1)
+  }
+  if (objective === 'hit-rate') {
+    const fastest = [...grid].sort((a, b) => nanLast(p99(a.result)) - nanLast(p99(b.result)))[0]!;
+    if (fastest !== best && p99(fastest.result) < p99(best.result) * (1 - REL_TIE)) {
       parts.push(
-        `${tiedCount} settings are within 0.1 points of it; among them it has the lowest TTFT p99 (${fmtMs(p99(best))} ms).`,
-      );
-    const fastest = [...grid].sort((a, b) => nanLast(p99(a)) - nanLast(p99(b)))[0]!;
-    if (fastest !== best && p99(fastest) < p99(best) * (1 - TTFT_TIE)) {
-      parts.push(
-        `Trade-off: ${at(fastest)} has a lower TTFT p99 (${fmtMs(p99(fastest))} ms vs ${fmtMs(p99(best))} ms) with hit rate ${fmtPct(hit(fastest))}, imbalance ${fmtNum(fastest.result.imbalance)} vs ${fmtNum(best.result.imbalance)}.`,
+        `Trade-off: ${at(fastest)} has a lower TTFT p99 (${fmtMs(p99(fastest.result))} ms vs ${fmtMs(p99(best.result))} ms) with hit rate ${fmtPct(hit(fastest.result))}, imbalance ${fmtNum(fastest.result.imbalance)} vs ${fmtNum(best.result.imbalance)}.`,
       );
     } else {
       parts.push(
-        `It also has the lowest TTFT p99 (${fmtMs(p99(best))} ms), so nothing is traded away.`,
+        `It also has the lowest TTFT p99 (${fmtMs(p99(best.result))} ms), so nothing is traded away.`,
       );
     }
     return parts.join(' ');
   }
-  const metric = objective === 'ttft-p99' ? p99 : mean;
-  const name = objective === 'ttft-p99' ? 'TTFT p99' : 'mean TTFT';
-  const other = objective === 'ttft-p99' ? mean : p99;
-  const otherName = objective === 'ttft-p99' ? 'mean TTFT' : 'TTFT p99';
-  const worst = [...grid].sort((a, b) => nanLast(metric(b)) - nanLast(metric(a)))[0]!;
-  parts.push(
-    `${at(best)} has the lowest ${name}, ${fmtMs(metric(best))} ms, of ${n} settings (highest: ${fmtMs(metric(worst))} ms at ${at(worst)}).`,
-  );
-  if (tiedCount > 1) {
+  const mostHits = [...grid].sort((a, b) => hit(b.result) - hit(a.result))[0]!;
+  if (hit(mostHits.result) > hit(best.result) + HIT_TIE) {
     parts.push(
-      `${tiedCount} settings are within 1% of it on ${name}; among them it has the lowest ${otherName} (${fmtMs(other(best))} ms).`,
-    );
-  }
-  const mostHits = [...grid].sort((a, b) => hit(b) - hit(a))[0]!;
-  if (hit(mostHits) > hit(best) + HIT_TIE) {
-    parts.push(
-      `Trade-off: ${at(mostHits)} caches more (hit rate ${fmtPct(hit(mostHits))} vs ${fmtPct(hit(best))}) but its ${name} is ${fmtMs(metric(mostHits))} ms and its imbalance ${fmtNum(mostHits.result.imbalance)} vs ${fmtNum(best.result.imbalance)}${mostHits.result.imbalance > best.result.imbalance * 1.05 ? ': its extra hits concentrate work on fewer ranks, where requests queue' : ''}.`,
+      `Trade-off: ${at(mostHits)} caches more (hit rate ${fmtPct(hit(mostHits.result))} vs ${fmtPct(hit(best.result))}) but its ${info.name} is ${v(mostHits)} and its imbalance ${fmtNum(mostHits.result.imbalance)} vs ${fmtNum(best.result.imbalance)}${mostHits.result.imbalance > best.result.imbalance * 1.05 ? ': its extra hits concentrate work on fewer ranks, where requests queue' : ''}.`,
     );
   } else {
     parts.push(
-      `It also has the highest hit rate (${fmtPct(hit(best))}), so nothing is traded away.`,
+      `It also has the highest hit rate (${fmtPct(hit(best.result))}), so nothing is traded away.`,
     );
   }
   return parts.join(' ');

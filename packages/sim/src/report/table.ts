@@ -1,9 +1,11 @@
 // Plain-text comparison tables for the terminal, and the columns the HTML report shares with
 // them (runColumns, sweepColumns).
+
+import { optionFlag } from '@kvroute/policy';
 import type { RouterModel } from '../compare.ts';
 import { fmtInt, fmtMs, fmtNum, fmtPct, renderTable } from './format.ts';
-import { isBestCell } from './sweep-choice.ts';
-import type { PolicyReport, RunReport, SweepReport } from './types.ts';
+import { isBestCell, settingLabel } from './sweep-choice.ts';
+import type { PolicyReport, RunReport, SweepCell, SweepLoadReport, SweepReport } from './types.ts';
 
 export function policyLabel(p: PolicyReport): string {
   const opts = Object.entries(p.options)
@@ -69,31 +71,53 @@ export function runColumns(report: RunReport, target: 'text' | 'html'): Columns 
   return { header, rows };
 }
 
-/** The sweep grid's columns; the text table marks the best row in an extra column. */
+/** Option columns of a sweep: its axes, once per option. */
+export function sweepOptionColumns(report: SweepReport): string[] {
+  return [...new Set(report.axes.map((a) => a.option))];
+}
+
+/**
+ * The sweep grid's columns: the method, one column per swept option
+ * (`-` where the cell's method does not read it), the metrics. The text table marks the best
+ * row, and the reference and current settings as extra rows.
+ */
 export function sweepColumns(report: SweepReport, target: 'text' | 'html'): Columns {
   const text = target === 'text';
+  const options = sweepOptionColumns(report);
   const header = [
-    'window',
-    text ? 'prefix len' : 'prefix length',
+    'method',
+    ...options.map((o) => (text ? optionFlag(o) : o)),
     'hit rate',
     'TTFT p50',
     'p99',
     'mean',
     'req/s',
+    'tok/s',
     'imbalance',
     ...(text ? ['chosen'] : []),
   ];
-  const rows = report.grid.map((c) => [
-    String(c.window),
-    String(c.prefixLength),
+  const row = (c: SweepCell, label: string, mark: string) => [
+    label,
+    ...options.map((o) => (c.options[o] === undefined ? '-' : String(c.options[o]))),
     fmtPct(c.result.hitRate),
     fmtMs(c.result.ttftMs.p50),
     fmtMs(c.result.ttftMs.p99),
     fmtMs(c.result.ttftMs.mean),
     fmtNum(c.result.throughputRps, 3),
+    fmtInt(c.result.throughputTokPerS),
     fmtNum(c.result.imbalance, 2),
-    ...(text ? [isBestCell(report, c) ? '<- best' : ''] : []),
-  ]);
+    ...(text ? [mark] : []),
+  ];
+  const rows = report.grid.map((c) => row(c, c.method, isBestCell(report, c) ? '<- best' : ''));
+  if (text && report.current !== undefined) {
+    const c = report.current;
+    rows.push(row(c, c.method, 'current'));
+  }
+  if (text && report.reference !== undefined) {
+    const ref = report.reference;
+    const cell: SweepCell = { method: ref.policy, options: {}, result: ref };
+    rows.push(row(cell, `${ref.policy} (defaults)`, 'reference'));
+  }
   return { header, rows };
 }
 
@@ -132,6 +156,39 @@ export function renderSweepTable(report: SweepReport): string {
   const title =
     `sweep ${report.policy} on ${report.scenario}, ${report.ranks} ranks, profile ${report.profile}, ` +
     `seed ${String(report.seed)}, objective ${report.objective}` +
+    (report.hitRateWithin !== undefined
+      ? ` with hit rate within ${report.hitRateWithin} points of the best`
+      : '') +
     routerTitle(report.router);
-  return `${title}\n\n${renderTable(header, rows)}\n\nbest: window=${report.best.window} prefix-length=${report.best.prefixLength}\n${report.reason}\n`;
+  const rejected =
+    report.rejected.length > 0
+      ? `
+${report.rejected.length} setting${report.rejected.length > 1 ? 's' : ''} left out, refused by the method (e.g. ${settingLabel(report.rejected[0]!)}: ${report.rejected[0]!.error})
+`
+      : '';
+  return `${title}
+
+${renderTable(header, rows)}
+${rejected}
+best: ${settingLabel(report.best)}
+${report.reason}
+
+router config (kvroute-router --config FILE):
+${report.routerConfig}`;
+}
+
+/** `sweep --load`: the grid at each load, then where the best setting changes. */
+export function renderSweepLoadTable(doc: SweepLoadReport): string {
+  const unit = doc.axis === 'rate' ? 'requests/s' : 'in flight';
+  const tables = doc.points
+    .map(
+      (pt) =>
+        `== load x${pt.multiplier} (${Math.round(pt.value * 1000) / 1000} ${unit}) ==\n${renderSweepTable(pt.report)}`,
+    )
+    .join('\n');
+  const changes =
+    doc.changes.length === 0
+      ? `the best setting is the same at every load tried (x${doc.points.map((p) => p.multiplier).join(', x')})`
+      : doc.changes.join('\n');
+  return `${tables}\n${changes}\nrouter config: the winner at the first load listed (x${doc.points[0]?.multiplier})\n`;
 }

@@ -31,11 +31,30 @@ export interface RunReport {
   router?: RouterModel;
 }
 
-export type SweepObjective = 'ttft-p99' | 'ttft-mean' | 'hit-rate';
+/** What a sweep minimises (maximises for hit rate and throughput). */
+export type SweepObjective = 'ttft-p99' | 'ttft-p50' | 'ttft-mean' | 'hit-rate' | 'throughput';
+
+/** A method option a sweep turned, and the values it tried. */
+export interface SweepAxisReport {
+  /** Option name (camelCase). */
+  option: string;
+  /** Its flag and router YAML key (`max-prefix-tokens`). */
+  flag: string;
+  /** Methods of the sweep that read it. */
+  methods: string[];
+  values: (number | string)[];
+  /** `given` on the command line, or the method schema's own sweep values. */
+  source: 'given' | 'schema';
+}
 
 export interface SweepCell {
-  window: number;
-  prefixLength: number;
+  /** Method name. */
+  method: string;
+  /** The options this cell set (the method's other options are at their defaults). */
+  options: Record<string, number | string>;
+  /** The cell's window and prefix length when its method reads them (v1 readers). */
+  window?: number;
+  prefixLength?: number;
   result: PolicyReport;
 }
 
@@ -47,19 +66,51 @@ export interface SweepReport {
   ranks: number;
   profile: string;
   seed: string | number;
+  /** The swept methods, comma-separated (one name for a one-method sweep). */
   policy: string;
+  policies: string[];
   objective: SweepObjective;
+  /** Constraint: only cells within this many hit-rate points of the best hit rate compete. */
+  hitRateWithin?: number;
+  axes: SweepAxisReport[];
+  /** Window and prefix-length values of kept cells (v1 readers; empty when not swept). */
   windows: number[];
   prefixLengths: number[];
-  /** Row-major: for each prefix length, for each window. */
+  /** Every setting tried, in order: methods as listed, then the first axis fastest. */
   grid: SweepCell[];
-  best: { window: number; prefixLength: number };
+  /** Settings the method refuses as a whole (e.g. prefix length below the window), with why. */
+  rejected: { method: string; options: Record<string, number | string>; error: string }[];
+  best: { method: string; options: Record<string, number | string> } & Partial<
+    Pick<SweepCell, 'window' | 'prefixLength'>
+  >;
   /** Why this cell won, what it trades away, idle ranks, and how the reference compares. */
   reason: string;
   /** The recommended default method with its default options on the same workload. */
   reference?: PolicyReport;
+  /** The setting deployed now (`--current`), run on the same workload. */
+  current?: SweepCell;
+  /** The winner as a kvroute-router YAML config snippet. */
+  routerConfig: string;
   /** Router replicas, index source, event lag and load polls, when any was set. */
   router?: RouterModel;
+}
+
+/** `sweep --load`: the whole grid at several offered loads. */
+export interface SweepLoadReport {
+  format: 'kvroute-sim-sweep-load/v1';
+  axis: 'rate' | 'concurrency';
+  /** Requests per second or concurrency the multipliers multiply. */
+  base: number;
+  points: {
+    multiplier: number;
+    value: number;
+    best: SweepReport['best'];
+    report: SweepReport;
+  }[];
+  /** Where the best setting changes between neighbouring loads, in words. */
+  changes: string[];
+  /** The first load point's winner as a router config (the load listed first is the plan). */
+  routerConfig: string;
 }
 
 /**

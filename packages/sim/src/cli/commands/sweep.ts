@@ -1,9 +1,17 @@
-import { methodNames, methodRegistry } from '@kvroute/policy';
+import {
+  describeRange,
+  methodNames,
+  methodOptionCatalog,
+  methodOptionSchema,
+  parseAssignments,
+  readOption,
+} from '@kvroute/policy';
 import { basePace } from '../../compare/load-curve.ts';
 import { defaultWorkers } from '../../parallel/pool.ts';
-import { renderSweepTable } from '../../report/table.ts';
+import { OBJECTIVES } from '../../report/sweep-choice.ts';
 import type { SweepObjective } from '../../report/types.ts';
-import { checkName, parseCommandArgs, positiveInt, positiveIntList, str } from '../args.ts';
+import { MAX_AXIS_VALUES, type SweepSetting } from '../../sweep/axes.ts';
+import { checkName, nameList, parseCommandArgs, positiveInt, str, strs } from '../args.ts';
 import type { Subcommand } from '../command.ts';
 import {
   ROUTER_FLAGS_HELP,
@@ -11,142 +19,283 @@ import {
   readRouterFlags,
   readSimFlags,
   requireScenario,
-  SIM_FLAGS_HELP,
   SIM_OPTIONS,
+  simFlagsHelp,
 } from '../common.ts';
-import { emitSweepReport } from '../emit-report.ts';
+import { emitSweepReport, writeRouterConfig } from '../emit-report.ts';
 import { UsageError } from '../errors.ts';
-import { emit } from '../outputs.ts';
 import { affinityConfig } from '../policies.ts';
 import { writeShard } from '../shards.ts';
 import { buildWorkload } from '../sim-api.ts';
 import {
+  runSweep,
   runSweepCells,
   SHARD_FORMAT,
+  type SweepLoad,
   shardIndices,
-  sweep,
   sweepJobs,
   sweepSpec,
 } from '../simulate.ts';
 
-export const OBJECTIVES: readonly SweepObjective[] = ['ttft-p99', 'ttft-mean', 'hit-rate'];
-const DEFAULT_WINDOWS = '64,128,256,512';
-const DEFAULT_PREFIX_LENGTHS = '1024,2048,4096,8192';
+export { OBJECTIVES };
 
-/** Methods that read both knobs the sweep turns. */
-export function sweepableMethods(): string[] {
-  return methodNames().filter((m) => {
-    const reads = methodRegistry[m]?.optionNames;
-    return reads?.includes('window') && reads.includes('prefixLength');
-  });
+const DEFAULT_POLICY = 'prefix_match';
+
+/**
+ * Method options whose flag another sweep flag takes: `--load` is the offered-load axis here,
+ * so consistent_hash's `load` option is swept as `--option load=tokens,requests`.
+ */
+const SHADOWED = new Set(['load']);
+
+/** Axis flags: one per option of any registered method, from the schemas. */
+function axisFlags() {
+  return methodOptionCatalog().filter((e) => !SHADOWED.has(e.flag));
 }
 
-const usage = `usage: kvroute-sim sweep --scenario NAME [--policy prefix_match] [--window LIST] [--prefix-length LIST] [flags]
+function axesHelp(): string {
+  const lines: string[] = [];
+  for (const e of methodOptionCatalog()) {
+    const head = SHADOWED.has(e.flag) ? `  --option ${e.name}=LIST` : `  --${e.flag} LIST`;
+    Object.entries(e.specs).forEach(([method, spec], i) => {
+      const sweep = spec.sweep ? `; swept by default: ${spec.sweep.join(',')}` : '';
+      const text = `${method}: ${spec.doc} (default ${spec.default}, ${describeRange(spec)}${sweep})`;
+      const lead = i === 0 ? head : '';
+      lines.push(
+        lead.length < 24 ? `${lead.padEnd(24)}${text}` : `${lead}\n${' '.repeat(24)}${text}`,
+      );
+    });
+  }
+  return lines.join('\n');
+}
 
-Runs the policy once per (window, prefix length) pair on the same workload, prints the grid,
-and names the best setting for the objective, with the reason and what it trades away.
-Pairs whose prefix length is below the window are skipped (the policy rejects them).
+const usage =
+  () => `usage: kvroute-sim sweep --scenario NAME [--policy a,b,c] [--<option> LIST]... [flags]
+
+Runs every setting of the swept methods' options on the same workload, prints the grid, and
+names the best setting for the objective, why, what it trades away, and how the recommended
+default (cache_aware with its default options) and the --current setting compare; writes the
+winner as a kvroute-router YAML config (printed, and to --out-config FILE).
+
+Axes: any option of any method, from the methods' own options schemas (below). LIST is
+comma-separated values (64,128,256; tokens,requests) or a range: LO..HI (integers, step 1),
+LO..HI:STEP (arithmetic, e.g. 0..1:0.25) or LO..HI:xF (geometric, e.g. 64..1024:x2); at most
+${MAX_AXIS_VALUES} values. Each value is checked against the type and range of every listed method
+that reads the option. An axis applies to the methods in --policy that read it; an
+option none of them reads is an error. A method gets the product of the axes that apply to
+it; a method no axis applies to gets its schema's default sweep values (or runs once at its
+defaults). Settings a method refuses as a whole (e.g. prefix_match with prefix length below
+the window) are left out and listed.
 
   --scenario NAME       name: workload (see 'kvroute-sim scenarios'); required
-  --policy NAME         name: a method that reads window and prefixLength (default prefix_match)
-  --window LIST         comma-separated integers: windows in tokens (default ${DEFAULT_WINDOWS})
-  --prefix-length LIST  comma-separated integers: prefix lengths in tokens
-                        (default ${DEFAULT_PREFIX_LENGTHS})
-  --objective OBJ       ${OBJECTIVES.join(' | ')} (default ttft-p99); near-ties (1% on TTFT,
-                        0.1 points on hit rate) are broken by the other metrics
+  --policy LIST         comma-separated methods to sweep, each with its own option grid
+                        (default ${DEFAULT_POLICY}); see 'kvroute-sim run --help' for
+                        the methods: ${methodNames().join(', ')}
+${axesHelp()}
+  --option NAME=LIST    an axis by option name (camelCase), repeatable; the only spelling
+                        for options whose flag another sweep flag takes (default: none)
+  --objective OBJ       ${OBJECTIVES.join(' | ')} (default ttft-p99): what the best setting
+                        minimises (hit-rate, throughput: maximises; throughput is tokens/s).
+                        Near-ties (1% relative, 0.1 points of hit rate) are broken by the
+                        other metrics, then by grid order
+  --hit-rate-within P   number >= 0: only settings whose hit rate is within P points of the
+                        sweep's best hit rate compete (e.g. --objective ttft-p99
+                        --hit-rate-within 1: best TTFT p99 that gives up at most 1 point of
+                        hits) (default: no constraint)
+  --current SETTING     the setting deployed now, METHOD[:key=value...] (e.g.
+                        cache_aware:window=128): run as one more cell and compared with in
+                        the verdict (default: none)
+  --out-config FILE     path: write the winner as a kvroute-router YAML config
+                        (load-balance-method and option keys) (default: printed only)
   --load KIND:LIST      run the whole grid at several loads and name the best setting at each:
                         rate:0.5,1,2,4 multiplies --request-rate (default: the scenario's own
                         pace) as open-loop Poisson arrivals; concurrency:1,2,4 multiplies
-                        --max-concurrency (required). Table and --json only.
+                        --max-concurrency (required). Table and --json only; the router config
+                        is the winner at the first load listed (default: one load)
   --jobs N              integer: cells run at once on worker threads (default: one per core,
                         ${defaultWorkers()} here); results are the same bytes for any N
   --shard K/N           run only shard K of N (every N-th cell from the K-th) and write the
                         shard's results as JSON to --json FILE (default stdout); combine the N
                         files with 'kvroute-sim merge' into the report one run would give
 ${ROUTER_FLAGS_HELP}
-${SIM_FLAGS_HELP}
+${simFlagsHelp(false)}
 
-example:
-  kvroute-sim sweep --scenario agentic --policy prefix_match --window 64,128,256,512 \\
-    --prefix-length 1024,2048,4096,8192 --objective ttft-p99 --html sweep.html
+examples:
+  kvroute-sim sweep --scenario agentic --policy cache_aware --window 64..512:x2 \\
+    --max-prefix-tokens 4096,16384 --epsilon 0.1,0.25,0.5 --out-config router.yaml
+  kvroute-sim sweep --scenario agentic --policy prefix_match,consistent_hash,cache_aware \\
+    --window 128,256 --objective ttft-p99 --hit-rate-within 1 --load rate:1,2
 `;
+
+/** `METHOD[:key=value...]`, checked against the method's schema. */
+export function parseSetting(flag: string, raw: string): SweepSetting {
+  const [name = '', ...assignments] = raw.split(':');
+  const method = checkName('policy', name.trim(), methodNames());
+  if (assignments.some((a) => a.trim() === '')) {
+    throw new UsageError(`--${flag}: empty option in '${raw}' (use method:key=value:key=value)`);
+  }
+  const schema = methodOptionSchema(method);
+  const options: Record<string, number | string> = {};
+  for (const [key, value] of Object.entries(parseAssignments(`--${flag}`, assignments))) {
+    const spec = schema[key];
+    if (spec === undefined) {
+      throw new UsageError(
+        `--${flag}: ${method} has no option '${key}'; its options: ${Object.keys(schema).join(', ') || 'none'}`,
+      );
+    }
+    options[key] = readOption(
+      method,
+      key,
+      spec,
+      typeof value === 'boolean' ? String(value) : value,
+    );
+  }
+  return { method, options };
+}
+
+/** Axes given as `--<option> LIST` and `--option NAME=LIST`, by option name. */
+function readAxes(p: ReturnType<typeof parseCommandArgs>): Map<string, string> {
+  const axes = new Map<string, string>();
+  for (const e of axisFlags()) {
+    const raw = str(p, e.flag);
+    if (raw !== undefined) axes.set(e.name, raw);
+  }
+  for (const item of strs(p, 'option')) {
+    const eq = item.indexOf('=');
+    if (eq <= 0) throw new UsageError(`--option expects NAME=LIST, got '${item}'`);
+    const name = item.slice(0, eq).trim();
+    if (axes.has(name)) throw new UsageError(`--option ${name}: that axis is given twice`);
+    axes.set(name, item.slice(eq + 1));
+  }
+  return axes;
+}
+
+function readLoad(
+  raw: string,
+  base: () => number | undefined,
+): SweepLoad & { axis: 'rate' | 'concurrency' } {
+  const m = /^(rate|concurrency):(.+)$/.exec(raw);
+  if (m === null) {
+    throw new UsageError(`--load must be rate:LIST or concurrency:LIST, got '${raw}'`);
+  }
+  const axis = m[1] as 'rate' | 'concurrency';
+  const multipliers = m[2]!.split(',').map((x) => {
+    const v = Number(x.trim());
+    if (!(v > 0) || !Number.isFinite(v) || x.trim() === '') {
+      throw new UsageError(`--load multipliers must be positive numbers, got '${x}'`);
+    }
+    return v;
+  });
+  const b = base();
+  if (b === undefined) {
+    throw new UsageError('--load concurrency:LIST multiplies --max-concurrency: give it');
+  }
+  return { axis, base: b, multipliers };
+}
 
 export const command: Subcommand = {
   name: 'sweep',
-  summary: "grid-search a policy's window and prefix length; name the best setting and why",
-  usage,
+  summary:
+    "tune any method's options (and the methods, and the load): name the best setting, why, and its router config",
+  get usage() {
+    return usage();
+  },
   async run(argv, io) {
     const p = parseCommandArgs('sweep', argv, {
       scenario: { type: 'string' },
       policy: { type: 'string' },
+      option: { type: 'string', multiple: true },
       objective: { type: 'string' },
+      'hit-rate-within': { type: 'string' },
+      current: { type: 'string' },
+      'out-config': { type: 'string' },
       jobs: { type: 'string' },
       shard: { type: 'string' },
-      load: { type: 'string' },
       ...SIM_OPTIONS,
       ...ROUTER_OPTIONS,
+      load: { type: 'string' },
     });
     const scenario = requireScenario(p);
-    const policy = str(p, 'policy') ?? 'prefix_match';
-    checkName('policy', policy, methodNames());
-    const sweepable = sweepableMethods();
-    if (!sweepable.includes(policy)) {
-      throw new UsageError(
-        `policy '${policy}' has no window/prefixLength options to sweep; sweepable policies: ${sweepable.join(', ')}`,
-      );
-    }
+    const policies = nameList('policy', str(p, 'policy') ?? DEFAULT_POLICY).map((m) =>
+      checkName('policy', m, methodNames()),
+    );
+    const dup = policies.find((m, i) => policies.indexOf(m) !== i);
+    if (dup !== undefined) throw new UsageError(`--policy lists '${dup}' twice`);
     const objective = checkName(
       'objective',
       str(p, 'objective') ?? 'ttft-p99',
       OBJECTIVES,
     ) as SweepObjective;
-    const windows = positiveIntList('window', str(p, 'window') ?? DEFAULT_WINDOWS);
-    const prefixLengths = positiveIntList(
-      'prefix-length',
-      str(p, 'prefix-length') ?? DEFAULT_PREFIX_LENGTHS,
-    );
-    if (!prefixLengths.some((l) => windows.some((w) => l >= w))) {
-      throw new UsageError(
-        'no --prefix-length is at least one --window: every pair would be rejected',
-      );
+    const withinRaw = str(p, 'hit-rate-within');
+    let hitRateWithin: number | undefined;
+    if (withinRaw !== undefined) {
+      hitRateWithin = Number(withinRaw);
+      if (withinRaw.trim() === '' || !Number.isFinite(hitRateWithin) || hitRateWithin < 0) {
+        throw new UsageError(
+          `--hit-rate-within must be a number of points >= 0, got '${withinRaw}'`,
+        );
+      }
     }
-    // The grid owns window and prefix-length, and here --load is the offered-load axis, not
-    // the method option of that name; strip them before the shared parsing.
-    const shared = {
-      ...p,
-      values: { ...p.values, window: undefined, 'prefix-length': undefined, load: undefined },
-    };
-    const flags = readSimFlags(shared, scenario, io);
+    const currentRaw = str(p, 'current');
+    const current = currentRaw !== undefined ? parseSetting('current', currentRaw) : undefined;
+    const axes = readAxes(p);
+    // Axis flags carry lists, and --load is the offered-load axis here: keep them all away from
+    // the shared parsing, which reads single method option values.
+    const cleared: Record<string, undefined> = { load: undefined };
+    for (const e of methodOptionCatalog()) cleared[e.flag] = undefined;
+    const flags = readSimFlags({ ...p, values: { ...p.values, ...cleared } }, scenario, io);
     const jobsRaw = str(p, 'jobs');
     const workers = jobsRaw !== undefined ? positiveInt('jobs', jobsRaw) : undefined;
+    const loadRaw = str(p, 'load');
+    const load =
+      loadRaw === undefined
+        ? undefined
+        : readLoad(loadRaw, () =>
+            loadRaw.startsWith('rate:')
+              ? (flags.engine.requestRate ??
+                basePace(
+                  buildWorkload(scenario, flags.scenarioOptions, flags.seed),
+                  flags.profile,
+                  flags.seed,
+                ))
+              : flags.engine.maxConcurrency,
+          );
+    if (
+      load !== undefined &&
+      (flags.outputs.csv !== undefined || flags.outputs.html !== undefined)
+    ) {
+      throw new UsageError('--load writes the table and --json only (no --csv or --html)');
+    }
+    const aff = affinityConfig(flags.policyFlags);
     const input = {
       scenario,
       scenarioOptions: flags.scenarioOptions,
-      displayOptions: flags.displayOptions,
+      ...(flags.displayOptions ? { displayOptions: flags.displayOptions } : {}),
       seed: flags.seed,
-      ranks: flags.ranks,
+      ...(flags.ranks !== undefined ? { ranks: flags.ranks } : {}),
       profile: flags.profile,
-      policy,
-      affinity: affinityConfig(flags.policyFlags),
-      windows,
-      prefixLengths,
-      objective,
       profileRef: flags.profileRef,
+      policies,
+      axes,
+      ...(aff !== undefined ? { affinity: aff } : {}),
+      objective,
+      ...(hitRateWithin !== undefined ? { hitRateWithin } : {}),
+      ...(current !== undefined ? { current } : {}),
       ...(workers !== undefined ? { workers } : {}),
       engine: flags.engine,
       router: readRouterFlags(p),
+      ...(load !== undefined ? { load } : {}),
     };
-    const loadRaw = str(p, 'load');
     const shardRaw = str(p, 'shard');
-    if (shardRaw !== undefined && loadRaw !== undefined) {
-      throw new UsageError('--load and --shard cannot be combined');
-    }
+    const outConfig = str(p, 'out-config');
     if (shardRaw !== undefined) {
       const { index, count } = parseShard(shardRaw);
       if (flags.outputs.csv !== undefined || flags.outputs.html !== undefined) {
         throw new UsageError(
           '--shard writes shard results (--json); render them after kvroute-sim merge',
         );
+      }
+      if (outConfig !== undefined) {
+        throw new UsageError('--shard has no winner yet: give --out-config to kvroute-sim merge');
       }
       const spec = sweepSpec(input);
       const jobs = sweepJobs(spec);
@@ -165,88 +314,9 @@ export const command: Subcommand = {
       });
       return 0;
     }
-    if (loadRaw === undefined) {
-      const { report } = await sweep(io, input);
-      await emitSweepReport(io, flags.outputs, report);
-      return 0;
-    }
-    const m = /^(rate|concurrency):(.+)$/.exec(loadRaw);
-    if (m === null) {
-      throw new UsageError(`--load must be rate:LIST or concurrency:LIST, got '${loadRaw}'`);
-    }
-    const axis = m[1] as 'rate' | 'concurrency';
-    const multipliers = m[2]!.split(',').map((x) => {
-      const v = Number(x.trim());
-      if (!(v > 0) || !Number.isFinite(v) || x.trim() === '') {
-        throw new UsageError(`--load multipliers must be positive numbers, got '${x}'`);
-      }
-      return v;
-    });
-    if (flags.outputs.csv !== undefined || flags.outputs.html !== undefined) {
-      throw new UsageError('--load writes the table and --json only (no --csv or --html)');
-    }
-    let base: number;
-    if (axis === 'rate') {
-      base =
-        flags.engine.requestRate ??
-        basePace(
-          buildWorkload(scenario, flags.scenarioOptions, flags.seed),
-          flags.profile,
-          flags.seed,
-        );
-    } else {
-      if (flags.engine.maxConcurrency === undefined) {
-        throw new UsageError('--load concurrency:LIST multiplies --max-concurrency: give it');
-      }
-      base = flags.engine.maxConcurrency;
-    }
-    const points: {
-      multiplier: number;
-      value: number;
-      best: { window: number; prefixLength: number };
-      report: Awaited<ReturnType<typeof sweep>>['report'];
-    }[] = [];
-    for (const mult of multipliers) {
-      const value = axis === 'rate' ? base * mult : Math.max(1, Math.round(base * mult));
-      const engine =
-        axis === 'rate'
-          ? { ...flags.engine, requestRate: value }
-          : { ...flags.engine, maxConcurrency: value };
-      const { report } = await sweep(io, { ...input, engine });
-      points.push({ multiplier: mult, value, best: report.best, report });
-    }
-    const changes: string[] = [];
-    for (let i = 1; i < points.length; i++) {
-      const a = points[i - 1]!.best;
-      const b = points[i]!.best;
-      if (a.window !== b.window || a.prefixLength !== b.prefixLength) {
-        changes.push(
-          `the best setting changes between x${points[i - 1]!.multiplier} and x${points[i]!.multiplier}: window=${a.window} prefix-length=${a.prefixLength} below, window=${b.window} prefix-length=${b.prefixLength} above`,
-        );
-      }
-    }
-    const unit = axis === 'rate' ? 'requests/s' : 'in flight';
-    const doc = {
-      format: 'kvroute-sim-sweep-load/v1',
-      axis,
-      base,
-      points,
-      changes,
-    };
-    await emit(io, flags.outputs, {
-      table: () =>
-        `${points
-          .map(
-            (pt) =>
-              `== load x${pt.multiplier} (${Math.round(pt.value * 1000) / 1000} ${unit}) ==\n${renderSweepTable(pt.report)}`,
-          )
-          .join(
-            '\n',
-          )}\n${changes.length === 0 ? `the best setting is the same at every load tried (x${multipliers.join(', x')})` : changes.join('\n')}\n`,
-      json: () => `${JSON.stringify(doc, null, 2)}\n`,
-      csv: () => '',
-      html: async () => '',
-    });
+    const report = await runSweep(io, input);
+    await emitSweepReport(io, flags.outputs, report);
+    if (outConfig !== undefined) writeRouterConfig(io, outConfig, report);
     return 0;
   },
 };
