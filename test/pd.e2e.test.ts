@@ -2,8 +2,11 @@
 // router in --pd-disaggregation mode, SGLang style and vLLM style, streaming and not, with DP
 // ranks checked on both sides: the prefill side's bootstrap registry says which DP rank ran
 // each room's prefill, the decode side records which rank it pulled the KV from.
+
+import { spawnSync } from 'node:child_process';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type PdCluster, startPdCluster } from './helpers/pd-cluster.ts';
+import { formatAddedLatency, measureAddedLatency } from './helpers/pd-latency.ts';
 
 let cluster: PdCluster | undefined;
 afterEach(async () => {
@@ -105,6 +108,49 @@ describe('PD mode, SGLang style', () => {
     expect(new Set(ts.map((t) => `${t.bootstrapAddr}:${t.prefillDpRank}`)).size).toBeGreaterThan(1);
   });
 
+  it('keeps follow_bootstrap_room prefill servers right only when the decode side is told the rank', async () => {
+    // SGLang's default PD prefill dispatch: bootstrap_room % dp_size unless routed_dp_rank says
+    // otherwise. The router pins the cache-aware rank, so room % dp_size is wrong half the time.
+    const prefillWorker = { loadBalanceMethod: 'follow_bootstrap_room' };
+    cluster = await startPdCluster({
+      worker: { dpSize: 2 },
+      prefillWorker,
+      routerArgs: ['--dp-aware'],
+    });
+    for (let i = 0; i < 8; i++) {
+      const r = await post(cluster.url, '/generate', {
+        text: prompt(i),
+        sampling_params: { max_new_tokens: 2 },
+      });
+      expect(r.status).toBe(200);
+    }
+    for (const t of transfers(cluster)) {
+      expect(t.rankSource).toBe('told');
+      expect(await registeredRank(cluster, t.room)).toBe(t.prefillDpRank);
+    }
+    await cluster.close();
+    // Not told, the decode side trusts follow_bootstrap_room and looks on the wrong rank: the
+    // transfer fails with SGLang's KVTransferError (no retries here, so it shows).
+    cluster = await startPdCluster({
+      worker: { dpSize: 2 },
+      prefillWorker,
+      routerArgs: ['--dp-aware', '--pd-rank-discovery', 'bootstrap', '--max-retries', '0'],
+    });
+    const statuses: number[] = [];
+    let message = '';
+    for (let i = 0; i < 16; i++) {
+      const r = await post(cluster.url, '/generate', {
+        text: prompt(i),
+        sampling_params: { max_new_tokens: 2 },
+      });
+      statuses.push(r.status);
+      if (r.status !== 200) message = r.text;
+    }
+    expect(statuses.filter((s) => s !== 200).length).toBeGreaterThan(0);
+    expect(message).toContain('KVTransferError');
+    for (const t of transfers(cluster)) expect(t.rankSource).toBe('follow-bootstrap-room');
+  });
+
   it('sends prompts sharing a prefix to the prefill rank that holds it and counts its hit rate', async () => {
     cluster = await startPdCluster({
       omitBootstrapPort: true,
@@ -175,5 +221,38 @@ describe('PD mode, vLLM style', () => {
       expect(t.rankSource).toBe('kv-params');
       expect(t.kvTokens).toBeGreaterThan(10);
     }
+  });
+});
+
+describe('PD mode, measured', () => {
+  it('prints the router added latency over the decode side TTFT (SGLang style) and serves promtool-valid metrics', async () => {
+    cluster = await startPdCluster({
+      worker: { timeScale: 0.05, dpSize: 2 },
+      routerArgs: ['--dp-aware'],
+    });
+    const c = cluster;
+    await measureAddedLatency(c, 5);
+    const m = await measureAddedLatency(c, 30);
+    // A figure, not a gate (timing assertions are not tests): `pnpm --filter @kvroute/e2e
+    // pd-latency` prints it for both styles over more requests.
+    console.log(formatAddedLatency('sglang', m));
+    expect(m.requests).toBe(30);
+    expect(Number.isFinite(m.addedMs.p50)).toBe(true);
+    const text = await (await fetch(`${c.url}/metrics`)).text();
+    for (const name of [
+      'kvroute_pd_requests_total',
+      'kvroute_pd_ttft_seconds',
+      'kvroute_pd_transfer_wait_seconds',
+      'kvroute_pd_prefill_prompt_tokens_total',
+      'kvroute_pd_prefill_cached_tokens_total',
+    ]) {
+      expect(text).toContain(`# TYPE ${name.replace(/_total$/, '')}`);
+    }
+    expect(text).toMatch(/kvroute_pd_requests_total\{role="prefill",rank="\d+",status="200"\} \d+/);
+    expect(text).toMatch(/kvroute_pd_requests_total\{role="decode",rank="\d+",status="200"\} \d+/);
+    const r = spawnSync('promtool', ['check', 'metrics'], { encoding: 'utf8', input: text });
+    if (r.error)
+      throw new Error(`promtool could not run (Debian package prometheus): ${r.error.message}`);
+    expect(r.status, r.stdout + r.stderr).toBe(0);
   });
 });

@@ -33,12 +33,19 @@ machine) and kvroute's ratios to the reference proxy and to direct. Then the tar
 request at 1 KB <= 2x nginx's, throughput >= 0.7x direct, CPU per extra KB <= 3 us, CPU at
 136 KB <= 1.3x that at 120 KB.
 
-  --duration S      seconds per measured run (default 3)
+  --duration S      seconds per measured run, split over the rounds (default 3)
+  --rounds N        measured runs per target and body, interleaved with the other targets'
+                    so a change in the machine's load hits them all alike (default 3)
   --warmup S        seconds of warm-up per target and body (default 1)
+  --warmup-requests N  requests per target and mode (1 KB) before anything is measured, so
+                    V8 has compiled the hot path: a router measured in its first few thousand
+                    requests is measured while it runs unoptimised code and pays for its JIT
+                    (default 20000; 0 = off)
   --connections N   concurrent connections (default 32)
   --sizes LIST      body sizes in KB (default 1,16,120,136)
   --modes LIST      plain,stream (default both)
-  --proxies LIST    reference proxies to try: nginx,haproxy (default both; skipped if absent)
+  --proxies LIST    reference proxies to try: nginx,haproxy (default both; skipped if absent;
+                    none: kvroute and direct only)
   --method NAME     kvroute's --load-balance-method (default cache_aware)
   --latency         also the added-latency runs at 1 KB (fixed rate, one at a time)
   --variants LIST   also kvroute with record (--record-trace, every request) and/or shadow
@@ -57,7 +64,9 @@ const { values } = parseArgs({
   args: process.argv.slice(2).filter((a) => a !== '--'),
   options: {
     duration: { type: 'string', default: '3' },
+    rounds: { type: 'string', default: '3' },
     warmup: { type: 'string', default: '1' },
+    'warmup-requests': { type: 'string', default: '20000' },
     connections: { type: 'string', default: '32' },
     sizes: { type: 'string', default: '1,16,120,136' },
     modes: { type: 'string', default: 'plain,stream' },
@@ -84,7 +93,15 @@ function positive(flag: string, v: string): number {
   return n;
 }
 const duration = positive('duration', values.duration);
+const rounds = Math.round(positive('rounds', values.rounds));
 const warmup = Number(values.warmup);
+const warmupRequests = Number(values['warmup-requests']);
+if (!Number.isInteger(warmupRequests) || warmupRequests < 0) {
+  console.error(
+    `--warmup-requests must be a whole number >= 0, got '${values['warmup-requests']}'`,
+  );
+  process.exit(2);
+}
 const connections = positive('connections', values.connections);
 const sizes = values.sizes.split(',').map((v) => positive('sizes', v));
 const modes = values.modes.split(',').map((m) => {
@@ -94,7 +111,7 @@ const modes = values.modes.split(',').map((m) => {
   }
   return m;
 });
-const wantProxies = values.proxies.split(',').filter((p) => p !== '');
+const wantProxies = values.proxies.split(',').filter((p) => p !== '' && p !== 'none');
 // kvroute with one opt-in feature on, measured beside plain kvroute: its extra flags.
 const VARIANTS: Record<string, (dir: string) => string[]> = {
   record: (dir) => ['--record-trace', join(dir, 'bench-trace.jsonl')],
@@ -276,29 +293,75 @@ function cpuSeconds(pid: number | undefined): number | undefined {
 }
 
 interface Measured {
-  result: AutocannonResult;
-  /** The measured process's CPU per request in microseconds. */
+  /** Requests answered per second over all rounds. */
+  reqPerSec: number;
+  /** The median of the rounds' p99 latencies, ms. */
+  p99: number;
+  /** Non-2xx answers and errors. */
+  failed: number;
+  /** The measured process's CPU per request in microseconds, over all rounds. */
   cpuUs: number | undefined;
   workerCpuUs: number | undefined;
 }
 
-async function measure(
-  url: string,
+interface Target {
+  name: string;
+  url: string;
+  /** The process whose CPU is counted (undefined: direct, only the worker's). */
+  pid: number | undefined;
+}
+
+/**
+ * Every target on one body: a warm-up each, then `rounds` runs of duration/rounds seconds per
+ * target, interleaved (the order reversed every other round), CPU and requests summed.
+ */
+async function measureAll(
+  targets: Target[],
   body: string,
-  proxyPid: number | undefined,
   workerPid: number | undefined,
-): Promise<Measured> {
-  await load(url, body, warmup);
-  const p0 = cpuSeconds(proxyPid);
-  const w0 = cpuSeconds(workerPid);
-  const result = await load(url, body, duration);
-  const p1 = cpuSeconds(proxyPid);
-  const w1 = cpuSeconds(workerPid);
-  const per = (a?: number, b?: number) =>
-    a === undefined || b === undefined || result.requests.total === 0
-      ? undefined
-      : ((b - a) * 1e6) / result.requests.total;
-  return { result, cpuUs: per(p0, p1), workerCpuUs: per(w0, w1) };
+): Promise<Measured[]> {
+  for (const t of targets) await load(t.url, body, warmup);
+  const acc = targets.map(() => ({
+    requests: 0,
+    cpu: 0 as number | undefined,
+    workerCpu: 0 as number | undefined,
+    p99: [] as number[],
+    failed: 0,
+  }));
+  const per = duration / rounds;
+  for (let r = 0; r < rounds; r++) {
+    const order = targets.map((_, i) => (r % 2 === 0 ? i : targets.length - 1 - i));
+    for (const i of order) {
+      const t = targets[i]!;
+      const a = acc[i]!;
+      const p0 = cpuSeconds(t.pid);
+      const w0 = cpuSeconds(workerPid);
+      const result = await load(t.url, body, per);
+      const p1 = cpuSeconds(t.pid);
+      const w1 = cpuSeconds(workerPid);
+      a.requests += result.requests.total;
+      a.cpu =
+        p0 === undefined || p1 === undefined || a.cpu === undefined ? undefined : a.cpu + p1 - p0;
+      a.workerCpu =
+        w0 === undefined || w1 === undefined || a.workerCpu === undefined
+          ? undefined
+          : a.workerCpu + w1 - w0;
+      a.p99.push(result.latency.p99);
+      a.failed += result.non2xx + result.errors;
+    }
+  }
+  return acc.map((a) => {
+    const perRequest = (cpu: number | undefined) =>
+      cpu === undefined || a.requests === 0 ? undefined : (cpu * 1e6) / a.requests;
+    a.p99.sort((x, y) => x - y);
+    return {
+      reqPerSec: a.requests / duration,
+      p99: a.p99[Math.floor(a.p99.length / 2)]!,
+      failed: a.failed,
+      cpuUs: perRequest(a.cpu),
+      workerCpuUs: perRequest(a.workerCpu),
+    };
+  });
 }
 
 async function freePort(): Promise<number> {
@@ -468,8 +531,31 @@ try {
     } else console.log(`${name}: not installed, skipped`);
   }
 
+  if (warmupRequests > 0) {
+    // V8 compiles a function once it is hot; until then the router runs interpreted code and
+    // its background compiler threads count in its CPU. Every target gets the same warm-up.
+    const all = [
+      worker.url,
+      router.url,
+      ...variantRouters.map(([, r]) => r.url),
+      ...refs.map((r) => r.url),
+    ];
+    for (const mode of modes) {
+      const body = chatBody(1, mode === 'stream');
+      for (const url of all) {
+        await autocannon({
+          url: `${url}/v1/chat/completions`,
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body,
+          connections,
+          amount: warmupRequests,
+        });
+      }
+    }
+  }
   console.log(
-    `kvroute proxy benchmark: ${connections} connections, ${duration}s per run (+${warmup}s warm-up), method ${values.method}, ${bundleDir ? 'esbuild bundles' : 'tsx sources'}; reference: ${refs.map((r) => r.name).join(', ') || 'none'}${variants.length > 0 ? `; kvroute variants: ${variants.join(', ')}` : ''}; bodies: ${values['unique-tail'] ? 'each with its own tail' : 'identical'}`,
+    `kvroute proxy benchmark: ${connections} connections, ${duration}s per body in ${rounds} interleaved rounds (+${warmup}s warm-up per body, ${warmupRequests} requests per target and mode first), method ${values.method}, ${bundleDir ? 'esbuild bundles' : 'tsx sources'}; reference: ${refs.map((r) => r.name).join(', ') || 'none'}${variants.length > 0 ? `; kvroute variants: ${variants.join(', ')}` : ''}; bodies: ${values['unique-tail'] ? 'each with its own tail' : 'identical'}`,
   );
   console.log(
     `machine: ${cpus().length} CPUs, load average ${loadavg()
@@ -495,33 +581,28 @@ try {
   for (const mode of modes) {
     for (const kb of sizes) {
       const body = chatBody(kb, mode === 'stream');
-      const direct = await measure(worker.url, body, undefined, worker.child.pid);
-      const targets: [string, string, number | undefined][] = [
-        ['kvroute', router.url, router.child.pid],
-        ...variantRouters.map(([n, r]): [string, string, number | undefined] => [
-          n,
-          r.url,
-          r.child.pid,
-        ]),
-        ...refs.map((r): [string, string, number | undefined] => [r.name, r.url, r.child.pid]),
+      const targets: Target[] = [
+        { name: 'direct', url: worker.url, pid: undefined },
+        { name: 'kvroute', url: router.url, pid: router.child.pid },
+        ...variantRouters.map(([n, r]) => ({ name: n, url: r.url, pid: r.child.pid })),
+        ...refs.map((r) => ({ name: r.name, url: r.url, pid: r.child.pid })),
       ];
-      const results: [string, Measured][] = [['direct', direct]];
-      for (const [name, url, pid] of targets) {
-        results.push([name, await measure(url, body, pid, worker.child.pid)]);
-      }
+      const measured = await measureAll(targets, body, worker.child.pid);
+      const results = targets.map((t, i): [string, Measured] => [t.name, measured[i]!]);
+      const direct = measured[0]!;
       for (const [name, m] of results) {
-        failed += m.result.non2xx + m.result.errors;
-        const ratio = m.result.requests.average / direct.result.requests.average;
+        failed += m.failed;
+        const ratio = m.reqPerSec / direct.reqPerSec;
         console.log(
           [
             `${kb} KB`.padEnd(8),
             mode.padEnd(8),
             name.padEnd(8),
-            fmt(m.result.requests.average).padStart(13),
+            fmt(m.reqPerSec).padStart(13),
             fmt(ratio, 2).padStart(13),
             (name === 'direct' ? '' : fmt(m.cpuUs)).padStart(13),
             fmt(m.workerCpuUs).padStart(13),
-            fmt(m.result.latency.p99, 1).padStart(13),
+            fmt(m.p99, 1).padStart(13),
           ].join(''),
         );
         const key = `${mode}:${kb}`;
@@ -534,7 +615,7 @@ try {
       const kv = results.find(([n]) => n === 'kvroute')![1];
       for (const [n, m] of results) {
         if (!n.startsWith('kv+')) continue;
-        const thr = m.result.requests.average / kv.result.requests.average;
+        const thr = m.reqPerSec / kv.reqPerSec;
         const cpu = (m.cpuUs ?? Number.NaN) / (kv.cpuUs ?? Number.NaN);
         variantCost.set(`${n}:${mode}:${kb}`, { thr, cpu });
         console.log(
@@ -545,7 +626,7 @@ try {
         .filter(([n]) => n !== 'direct' && n !== 'kvroute' && !n.startsWith('kv+'))
         .map(
           ([n, m]) =>
-            `${n}: CPU ${fmt((kv.cpuUs ?? Number.NaN) / (m.cpuUs ?? Number.NaN), 2)}x, throughput ${fmt(kv.result.requests.average / m.result.requests.average, 2)}x`,
+            `${n}: CPU ${fmt((kv.cpuUs ?? Number.NaN) / (m.cpuUs ?? Number.NaN), 2)}x, throughput ${fmt(kv.reqPerSec / m.reqPerSec, 2)}x`,
         );
       if (ratios.length > 0) console.log(`  kvroute vs ${ratios.join('; ')}`);
     }

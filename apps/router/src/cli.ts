@@ -58,6 +58,9 @@ async function startMockWorkers(
   };
 }
 
+/** The listen(2) backlog of the main listener (see startRouter). */
+export const LISTEN_BACKLOG = 4096;
+
 export async function startRouter(
   argv: readonly string[],
   env: NodeJS.ProcessEnv,
@@ -68,7 +71,12 @@ export async function startRouter(
   if (mocks) config = { ...config, workerUrls: [...config.workerUrls, ...mocks.urls] };
   const app = buildRouter(config, { logger: loggerOptions(config.logLevel, config.logFormat) });
   try {
-    await app.listen({ host: config.host, port: config.port });
+    // Node's default accept backlog is 511. A burst of more connections than that (2,000
+    // clients at once) overflows the kernel's accept queue: the handshakes the kernel drops
+    // are retried 1 s, 3 s, 7 s later, so those clients are accepted (and their body timer
+    // started) seconds after they sent their headers, and a 10 s body timeout closes them
+    // at 11 to 17 s as they see it. The kernel caps this at net.core.somaxconn.
+    await app.listen({ host: config.host, port: config.port, backlog: LISTEN_BACKLOG });
     const ops = app.kvroute.adminApp;
     if (ops && config.adminPort !== undefined) {
       await ops.listen({ host: config.adminHost, port: config.adminPort });

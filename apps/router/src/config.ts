@@ -70,6 +70,13 @@ export interface RouterConfig {
   prefillTokensPerSec: number;
   /** Per output token, added to a non-streaming request's first-byte bound (it arrives at the end). */
   decodeMsPerToken: number;
+  /**
+   * Cost profile (built-in name or kvroute-cost-profile/v1 file) the first-byte bound takes the
+   * request's expected prefill (and decode) time from, instead of the two linear settings above.
+   */
+  costProfile?: string;
+  /** With a cost profile: the first-byte bound allows this many times the profile's estimate. */
+  firstByteSlowdown: number;
   /** A non-streaming 2xx body larger than this is passed through unchecked instead of held. */
   maxHeldResponseBytes: number;
   outlier: OutlierConfig;
@@ -205,6 +212,7 @@ export const DEFAULT_CONFIG: RouterConfig = {
   idleTimeoutMs: 10_000,
   prefillTokensPerSec: 2_000,
   decodeMsPerToken: 50,
+  firstByteSlowdown: 4,
   maxHeldResponseBytes: 64 * 1024 * 1024,
   outlier: {
     consecutiveFailures: 3,
@@ -513,6 +521,19 @@ export const OPTIONS: readonly OptionSpec[] = [
     kind: 'number',
     min: 0,
     help: 'Per output token added to a non-streaming request first-byte timeout',
+  },
+  {
+    flag: 'cost-profile',
+    key: 'costProfile',
+    kind: 'string',
+    help: "Cost profile (built-in name, or the JSON `kvroute-sim fit` or the GPU worker --calibrate writes) for the first-byte timeout: floor + --first-byte-slowdown x the request's expected prefill (and, non-streaming, decode) time, instead of the linear --prefill-tokens-per-sec / --decode-ms-per-token model",
+  },
+  {
+    flag: 'first-byte-slowdown',
+    key: 'firstByteSlowdown',
+    kind: 'number',
+    min: 1,
+    help: "With --cost-profile: how many times the profile's time to first byte a busy rank may take before the attempt is timed out",
   },
   {
     flag: 'max-held-response-bytes',
@@ -1273,6 +1294,11 @@ export function validateConfig(input: RouterConfig): RouterConfig {
   }
   if (cfg.adminPort !== undefined && cfg.adminPort === cfg.port && cfg.port !== 0) {
     throw new RouterConfigError('--admin-port must differ from --port');
+  }
+  if (cfg.pdDisaggregation && (cfg.recordTrace !== undefined || cfg.shadowProfile !== undefined)) {
+    throw new RouterConfigError(
+      `${cfg.recordTrace !== undefined ? '--record-trace' : '--shadow-profile'} does not apply to --pd-disaggregation yet: its requests take the prefill/decode path, which the recorder and the live cache model do not follow`,
+    );
   }
   if (!(cfg.recordSampleRate > 0 && cfg.recordSampleRate <= 1)) {
     throw new RouterConfigError(

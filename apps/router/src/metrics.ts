@@ -53,6 +53,8 @@ export interface RouterMetrics {
   decision(method: string): BoundHistogram;
   /** Counts one answered request in `requests` (a bound series per label set, cached). */
   countRequest(route: string, rank: string, reason: string, status: string): void;
+  /** Observes one proxied request's duration in `requestDuration` (bound series, cached). */
+  observeDuration(route: string, status: string, seconds: number): void;
 }
 
 /** The labels of the per-worker families, as SGLang's router and vLLM label theirs. */
@@ -372,6 +374,7 @@ export function createRouterMetrics(sources: MetricsSources): RouterMetrics {
   // route -> rank -> reason -> status: plain lookups on the strings the caller already has,
   // instead of a label object and a label hash string per request.
   const byRequest = new Map<string, Map<string, Map<string, Map<string, BoundCounter>>>>();
+  const byDuration = new Map<string, Map<string, BoundHistogram>>();
   const nested = <V>(m: Map<string, V>, key: string, make: () => V): V => {
     let v = m.get(key);
     if (v === undefined) {
@@ -427,6 +430,12 @@ export function createRouterMetrics(sources: MetricsSources): RouterMetrics {
         bindCounter(requests, { route, rank, reason, status }),
       );
       series.inc(1);
+    },
+    observeDuration(route, status, seconds) {
+      const byStatus = nested(byDuration, route, () => new Map());
+      nested(byStatus, status, () =>
+        bindHistogram(requestDuration, { route, status }, DURATION_BUCKETS),
+      ).observe(seconds);
     },
   };
 }

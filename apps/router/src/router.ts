@@ -148,17 +148,8 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
         { connectionsCheckingInterval: 1_000 },
         (req, res) => {
           const kind = req.method === 'POST' ? kindForPath(req.url ?? '') : undefined;
-          if (kind) {
-            const route = REQUEST_PATHS[kind];
-            const start = performance.now();
-            res.once('close', () => {
-              metrics.requestDuration.observe(
-                { route, status: String(res.headersSent ? res.statusCode : 499) },
-                (performance.now() - start) / 1e3,
-              );
-            });
-            void serveProxy(req, res, kind, route);
-          } else handler(req, res);
+          if (kind) void serveProxy(req, res, kind, REQUEST_PATHS[kind]);
+          else handler(req, res);
         },
       );
       // What fastify sets on servers it creates itself (it leaves a factory's alone).

@@ -206,6 +206,51 @@ describe('admission', () => {
     expect(got).toContain('--body-timeout-ms');
   });
 
+  it('many bodies trickling past --body-timeout-ms: each gets the 408 and is closed by the router while still sending', async () => {
+    // Node's own request timeout (headers + body) is far away, so only the router's body
+    // timer can answer these; a connection it answered but left open would never end here.
+    const { port } = await setup(['--body-timeout-ms', '300', '--headers-timeout-ms', '60000']);
+    const n = 200;
+    const outcomes = await Promise.all(
+      Array.from(
+        { length: n },
+        () =>
+          new Promise<{ got: string; endedByRouter: boolean }>((resolve) => {
+            let got = '';
+            let endedByRouter = false;
+            let trickle: NodeJS.Timeout | undefined;
+            const s = connect(port, '127.0.0.1', () => {
+              s.write(
+                'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{',
+              );
+              trickle = setInterval(() => {
+                if (!s.destroyed) s.write(' ');
+              }, 100);
+            });
+            s.on('data', (d) => {
+              got += d.toString('latin1');
+            });
+            s.on('end', () => {
+              endedByRouter = true;
+            });
+            s.on('error', () => {});
+            s.on('close', () => {
+              clearInterval(trickle);
+              resolve({ got, endedByRouter });
+            });
+            // Bounded: a connection still open by then has failed the test.
+            setTimeout(() => s.destroy(), 20_000);
+          }),
+      ),
+    );
+    for (const o of outcomes) {
+      expect(o.got).toMatch(/^HTTP\/1\.1 408/);
+      expect(o.got).toContain('"code":"request_timeout"');
+      expect(o.got).toMatch(/connection: close/i);
+      expect(o.endedByRouter).toBe(true);
+    }
+  }, 60_000);
+
   it('a client that half-closes after its request still gets the answer', async () => {
     const { port } = await setup();
     const body = chat();

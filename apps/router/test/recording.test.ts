@@ -140,6 +140,15 @@ describe('block ids', () => {
     }
   });
 
+  it('match createHmac for secrets of any length (longer than a SHA-256 block too)', () => {
+    for (const key of [Buffer.alloc(16, 1), Buffer.alloc(64, 2), Buffer.alloc(100, 3)]) {
+      const tokens = ids(6, 9);
+      const got = new BlockHasher({ secret: key, blockTokens: 8 }).hashIds(tokens);
+      const want = createHmac('sha256', key).update(Buffer.from(tokens.buffer)).digest();
+      expect(got).toEqual([want.readUIntBE(0, 6)]);
+    }
+  });
+
   it('share leading ids exactly as far as the prompts share whole blocks', () => {
     const h = new BlockHasher({ secret, blockTokens: 8 });
     const a = ids(40, 7);
@@ -547,5 +556,14 @@ describe('recording config', () => {
       () => 'worker-urls: [http://w:1]\nrecord-trace: /tmp/y.jsonl\nrecord-queue-bytes: 4096\n',
     );
     expect(y).toMatchObject({ recordTrace: '/tmp/y.jsonl', recordQueueBytes: 4096 });
+    // Not yet in PD mode: refused by name rather than recording nothing.
+    const pd = ['--pd-disaggregation', '--prefill', 'http://p:1', '--decode', 'http://d:1'];
+    expect(() => resolveConfig([...pd, '--record-trace', '/tmp/t.jsonl'])).toThrow(
+      /--record-trace does not apply to --pd-disaggregation yet/,
+    );
+    expect(() => resolveConfig([...pd, '--shadow-profile', 'h200-llama-3.1-8b'])).toThrow(
+      /--shadow-profile does not apply to --pd-disaggregation yet/,
+    );
+    expect(resolveConfig(pd).pdDisaggregation).toBe(true);
   });
 });

@@ -18,6 +18,7 @@
 // accepts and this reader cannot read is served by the full path too, so no body is refused
 // that the full parser would take. The structure of fields routing does not read is checked,
 // their string contents are not: the worker parses every byte anyway.
+import { isUtf8 } from 'node:buffer';
 import { badRequest } from './errors.ts';
 import { DEFAULT_LIMITS, type RequestLimits } from './limits.ts';
 import { type ParsedRequest, parseJsonBody, parseRequest, type RequestKind } from './parse.ts';
@@ -242,6 +243,11 @@ function decodeSpan(b: Buffer, sp: StrSpan): string {
   if (sp.e - sp.s <= DECODE_PIECE_BYTES) {
     return JSON.parse(b.toString('utf8', sp.s - 1, sp.e + 1)) as string;
   }
+  return decodePieces(b, sp).join('');
+}
+
+/** An escaped span's value in pieces of at most DECODE_PIECE_BYTES raw bytes each. */
+function decodePieces(b: Buffer, sp: StrSpan): string[] {
   const parts: string[] = [];
   for (let i = sp.s; i < sp.e; ) {
     // Cut at an escape boundary (escapedLength stops at one or inside plain text), then move
@@ -251,7 +257,7 @@ function decodeSpan(b: Buffer, sp: StrSpan): string {
     parts.push(JSON.parse(`"${b.toString('utf8', i, cut)}"`) as string);
     i = cut;
   }
-  return parts.join('');
+  return parts;
 }
 
 /**
@@ -352,6 +358,67 @@ class TextBudget {
     this.lit(JSON.stringify(JSON.parse(this.b.toString('utf8', start, end))));
   }
 }
+
+/**
+ * The whole canonical text of a large body (no budget), written as UTF-8 straight into the
+ * buffer the ids view: the same bytes TextBudget's joined string encodes to, without ever
+ * building that string. A string past V8's 128 KiB large-object threshold costs several times
+ * what its bytes cost in small pieces (allocation, flattening, encoding), which is what decoding
+ * a whole long prompt (for the recorder, the live cache model) would otherwise pay. Escaped
+ * spans are still decoded by JSON.parse, piece by piece, so every escape and character is read
+ * exactly as the full path reads it and an invalid one throws the same way.
+ */
+class WholeText {
+  private buf: Buffer;
+  total = 0;
+  constructor(readonly b: Buffer) {
+    this.buf = Buffer.allocUnsafeSlow(b.length + 256);
+  }
+  private room(n: number): void {
+    if (this.total + n <= this.buf.length) return;
+    const next = Buffer.allocUnsafeSlow(Math.max(this.buf.length * 2, this.total + n + 256));
+    this.buf.copy(next, 0, 0, this.total);
+    this.buf = next;
+  }
+  lit(s: string): void {
+    // A UTF-16 unit is at most 3 UTF-8 bytes; near the end, count exactly before growing.
+    if (this.total + s.length * 3 > this.buf.length) this.room(Buffer.byteLength(s, 'utf8'));
+    this.total += this.buf.write(s, this.total, 'utf8');
+  }
+  span(sp: StrSpan): void {
+    const b = this.b;
+    if (!sp.esc) {
+      // Valid UTF-8 is copied as is; anything else goes through the string (U+FFFD as there).
+      if (isUtf8(b.subarray(sp.s, sp.e))) {
+        this.room(sp.e - sp.s);
+        this.total += b.copy(this.buf, this.total, sp.s, sp.e);
+      } else this.lit(b.toString('utf8', sp.s, sp.e));
+      return;
+    }
+    if (sp.e - sp.s <= DECODE_PIECE_BYTES) {
+      this.lit(JSON.parse(b.toString('utf8', sp.s - 1, sp.e + 1)) as string);
+      return;
+    }
+    const pieces = decodePieces(b, sp);
+    // Two pieces split a surrogate pair (\ud83d|\ude00) only where the pair is one escape unit,
+    // which escapedLength never cuts; a lone surrogate encodes as U+FFFD either way.
+    for (const piece of pieces) this.lit(piece);
+  }
+  json(start: number, end: number): void {
+    this.lit(JSON.stringify(JSON.parse(this.b.toString('utf8', start, end))));
+  }
+  /** The approximate tokenizer's ids of the text: its bytes, zero-padded to whole uint32s. */
+  ids(): Uint32Array {
+    const padded = (this.total + 3) & ~3;
+    this.room(padded - this.total);
+    this.buf.fill(0, this.total, padded);
+    return new Uint32Array(this.buf.buffer, this.buf.byteOffset, padded / 4);
+  }
+}
+
+/** Bodies from this size on decode a whole prompt with WholeText (below, strings are cheap). */
+const WHOLE_TEXT_MIN_BYTES = 64 * 1024;
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 /** Bytes past the needed prefix decoded as slack: a cut through a UTF-8 sequence stays past it. */
 const SLACK_BYTES = 8;
@@ -612,8 +679,11 @@ function scan(kind: RequestKind, raw: Buffer, opts: ScanOptions): ScannedRequest
   const budgetBytes = Number.isFinite(cap) ? cap * 4 + SLACK_BYTES : Number.POSITIVE_INFINITY;
   let ids: Uint32Array;
   let total: number;
+  // A whole long prompt is written as bytes; a budgeted one (routing's prefix) as strings.
+  const whole =
+    !Number.isFinite(budgetBytes) && raw.length >= WHOLE_TEXT_MIN_BYTES && LITTLE_ENDIAN;
   if (kind === 'chat') {
-    const t = new TextBudget(raw, budgetBytes);
+    const t = whole ? new WholeText(raw) : new TextBudget(raw, budgetBytes);
     if (tools && !isEmptyArray(raw, tools)) {
       t.lit('<|tools|>\n');
       t.json(tools[0], tools[1]);
@@ -633,7 +703,7 @@ function scan(kind: RequestKind, raw: Buffer, opts: ScanOptions): ScannedRequest
       }
     }
     t.lit('<|assistant|>\n');
-    ids = approximateTokenIds(t.parts.join(''));
+    ids = t instanceof WholeText ? t.ids() : approximateTokenIds(t.parts.join(''));
     total = Math.ceil(t.total / 4);
   } else {
     const [s, e] = promptSpan!;
@@ -643,9 +713,9 @@ function scan(kind: RequestKind, raw: Buffer, opts: ScanOptions): ScannedRequest
       const w2 = new Walker(raw, maxDepth);
       w2.pos = s;
       const sp = w2.str();
-      const t = new TextBudget(raw, budgetBytes);
+      const t = whole ? new WholeText(raw) : new TextBudget(raw, budgetBytes);
       t.span(sp);
-      ids = approximateTokenIds(t.parts.join(''));
+      ids = t instanceof WholeText ? t.ids() : approximateTokenIds(t.parts.join(''));
       total = Math.ceil(t.total / 4);
     } else if (c === 0x5b && promptKey !== 'text') {
       const r = readIds(raw, s, e, cap);

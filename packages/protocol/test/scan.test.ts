@@ -230,6 +230,33 @@ describe('whole prompts past the large-string threshold', () => {
       agree('chat', `{"messages":[{"role":"user","content":"${run}"}]}`, [undefined]);
     }
   });
+
+  it('read a whole large body as the full path does: tools, parts, generate text, bad bytes, bad escapes', () => {
+    const big = 'x'.repeat(70_000);
+    const tools = JSON.stringify([{ type: 'function', function: { name: 'f', description: big } }]);
+    agree(
+      'chat',
+      `{"tools": ${tools}, "messages":[{"role":"system","content":[{"type":"text","text":"${big}\\n"},{"type":"text","text":"b"}]},{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]}]}`,
+      [undefined],
+    );
+    agree('generate', `{"text":"${big}\\t\\u00e9"}`, [undefined]);
+    agree('completion', `{"prompt":"${big}"}`, [undefined]);
+    // A raw control character in an escaped string: refused as the full parser refuses it.
+    agree('chat', `{"messages":[{"role":"user","content":"\\n${big}\u0001"}]}`, [undefined]);
+    // Bytes that are not UTF-8 read as U+FFFD, as the full path's string does.
+    const head = Buffer.from('{"messages":[{"role":"user","content":"');
+    const tail = Buffer.from('"}]}');
+    for (const body of [
+      Buffer.concat([head, Buffer.from(big), Buffer.from([0xff, 0xc3]), tail]),
+      Buffer.concat([head, Buffer.from(`\\n${big}`), Buffer.from([0xe2, 0x82]), tail]),
+    ]) {
+      const want = buildRouteRequest(
+        parseRequest('chat', parseJsonBody(body)),
+        approximateTokenizer,
+      ).inputIds;
+      expect(Array.from(scanRequest('chat', body).inputIds)).toEqual(Array.from(want));
+    }
+  });
 });
 
 describe('withRoutedRank', () => {

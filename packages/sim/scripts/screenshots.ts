@@ -1,8 +1,9 @@
 // Writes every kind of HTML report the simulator produces and screenshots each with headless
 // Chromium, so a person can look at the pictures before calling a report done:
-//   run (small and > 1,000 requests, with a rank failure), replay, sweep, and the policy
-//   comparison in docs/. PNGs and HTML go to --out DIR (default: <repo>/screenshots).
-//   pnpm screenshots [-- --out DIR] [--chromium PATH]
+//   run (small and > 1,000 requests, with a rank failure, with a policy switch), replay, sweep,
+//   and the policy comparison in docs/. PNGs and HTML go to --out DIR (default:
+//   <repo>/screenshots). --only NAME[,NAME] makes just those.
+//   pnpm screenshots [-- --out DIR] [--chromium PATH] [--only run-policy-switch]
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -53,6 +54,20 @@ const reports: [string, string[]][] = [
     ],
   ],
   [
+    'run-policy-switch',
+    [
+      'run',
+      '--scenario',
+      'rank-failure',
+      '--set',
+      'sessions=150',
+      '--policies',
+      'round_robin,cache_aware',
+      '--switch-policy',
+      '150s=prefix_match:window=64',
+    ],
+  ],
+  [
     'replay-mooncake',
     [
       'replay',
@@ -85,15 +100,18 @@ const reports: [string, string[]][] = [
     ],
   ],
 ];
+const only = flag('only')?.split(',');
 const pages: [string, string][] = [];
 for (const [name, argv] of reports) {
+  if (only && !only.includes(name)) continue;
   const html = join(out, `${name}.html`);
   const code = await runCli([...argv, '--html', html], io);
   if (code !== 0) process.exit(code);
   pages.push([name, html]);
 }
 const comparison = join(root, 'docs/policy-comparison.html');
-if (existsSync(comparison)) pages.push(['policy-comparison', comparison]);
+if (existsSync(comparison) && (!only || only.includes('policy-comparison')))
+  pages.push(['policy-comparison', comparison]);
 
 for (const [name, html] of pages) {
   const png = join(out, `${name}.png`);

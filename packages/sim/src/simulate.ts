@@ -103,7 +103,17 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
           tracker: createLoadTracker(numRanks, { kvCapacityTokens: capacity }),
         }));
   const retiredReasons: Record<string, number> = {};
-  for (const sw of opts.policySwitches ?? []) {
+  // The plan's policy-switch events (--switch-policy, a recorded trace's switches) are hot
+  // reloads as policySwitches are.
+  const planSwitches = plan.events
+    .filter((e) => e.kind === 'policy-switch')
+    .map((e) => {
+      if (!e.policy || typeof e.policy.method !== 'string') {
+        throw new RangeError(`policy-switch event at ${e.atMs} ms: needs a policy with a method`);
+      }
+      return { atMs: e.atMs, policy: e.policy as DispatcherConfig };
+    });
+  for (const sw of [...(opts.policySwitches ?? []), ...planSwitches]) {
     const next = createDispatcher(sw.policy);
     q.at(sw.atMs, () => {
       for (const r of replicas) {

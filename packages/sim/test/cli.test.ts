@@ -37,6 +37,37 @@ async function cli(args: string[], opts: { tty?: boolean; now?: () => number } =
 const SMALL = ['--scenario', 'seed-sequential', '--ranks', '4', '--set', 'requests=6'];
 
 describe('run', () => {
+  it("--switch-policy switches every policy's router at that time and marks it in the HTML report", async () => {
+    const html = join(dir, 'switch.html');
+    const r = await cli([
+      'run',
+      ...SMALL,
+      '--policies',
+      'round_robin',
+      '--switch-policy',
+      '0.5s=prefix_match:window=8',
+      '--html',
+      html,
+      '--json',
+      '-',
+    ]);
+    expect(r.stderr).toBe(`wrote HTML to ${html}\n`);
+    expect(r.code).toBe(0);
+    const report = JSON.parse(r.stdout);
+    // The six requests arrive one after another; those sent after 0.5 s are prefix-hashed.
+    expect(Object.keys(report.policies[0].reasons).sort()).toEqual(['prefix-hash', 'round-robin']);
+    expect(readFileSync(html, 'utf8')).toContain('switch to prefix_match window=8');
+    for (const [arg, message] of [
+      ['prefix_match', /expected AT=POLICY/],
+      ['soon=prefix_match', /expected AT=POLICY/],
+      ['5s=nope', /nope/],
+    ] as const) {
+      const bad = await cli(['run', ...SMALL, '--switch-policy', arg]);
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toMatch(message);
+    }
+  });
+
   it('prints one comparison row per policy and nothing on stderr', async () => {
     const r = await cli(['run', ...SMALL, '--policies', 'round_robin,total_tokens,prefix_match']);
     expect(r.stderr).toBe('');

@@ -365,3 +365,120 @@ describe('hit-rate target: cache-aware prefill against colocated cache_aware on 
     expect(replyShare(burst(3, 10, 2))).toBe(0);
   });
 });
+
+describe('kvroute-sim sweep --layout pd', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'kvroute-sim-pd-sweep-'));
+  async function cli(args: string[]) {
+    let stdout = '';
+    let stderr = '';
+    const code = await runCli(args, {
+      stdout: { write: (s: string) => (stdout += s) },
+      stderr: { write: (s: string) => (stderr += s), isTTY: false },
+      cwd: dir,
+    });
+    return { code, stdout, stderr };
+  }
+  const SMALL = [
+    '--scenario',
+    'agentic',
+    '--set',
+    'sessions=5',
+    '--set',
+    'turnsMin=1',
+    '--set',
+    'turnsMax=2',
+  ];
+
+  it('runs every split of the GPUs and colocated on as many, and names the best split', async () => {
+    const r = await cli([
+      'sweep',
+      ...SMALL,
+      '--layout',
+      'pd',
+      '--gpus',
+      '4',
+      '--json',
+      'sweep.json',
+    ]);
+    expect(r.code).toBe(0);
+    const rows = r.stdout.split('\n').filter((l) => /^(colocated|pd) /.test(l));
+    expect(rows.map((l) => l.split(/\s{2,}/)[0])).toEqual([
+      'colocated x4',
+      'pd 1:3',
+      'pd 2:2',
+      'pd 3:1',
+    ]);
+    expect(r.stdout).toMatch(/best split for ttft-p99: pd \d:\d \(.* ms\); colocated x4: .* ms/);
+    const report = JSON.parse(readFileSync(join(dir, 'sweep.json'), 'utf8'));
+    expect(report.command).toBe('sweep');
+    expect(report.best.objective).toBe('ttft-p99');
+    const pd = report.rows.filter((x: { layout: string }) => x.layout === 'pd');
+    const min = Math.min(...pd.map((x: { ttftMs: { p99: number } }) => x.ttftMs.p99));
+    expect(report.best.value).toBe(min);
+  });
+
+  it('takes the split as --pd-ratio or as --prefill-ranks in the sweep axis syntax, and another objective', async () => {
+    const a = await cli([
+      'sweep',
+      ...SMALL,
+      '--layout',
+      'pd',
+      '--gpus',
+      '8',
+      '--pd-ratio',
+      '1:3,1:1',
+      '--objective',
+      'hit-rate',
+    ]);
+    expect(a.code).toBe(0);
+    expect(
+      a.stdout
+        .split('\n')
+        .filter((l) => /^pd /.test(l))
+        .map((l) => l.split(/\s{2,}/)[0]),
+    ).toEqual(['pd 2:6', 'pd 4:4']);
+    expect(a.stdout).toMatch(/best split for hit-rate: pd [24]:[64] \(\d+\.\d%\)/);
+    const b = await cli([
+      'sweep',
+      ...SMALL,
+      '--layout',
+      'pd',
+      '--gpus',
+      '8',
+      '--prefill-ranks',
+      '2..6:2',
+    ]);
+    expect(b.code).toBe(0);
+    expect(
+      b.stdout
+        .split('\n')
+        .filter((l) => /^pd /.test(l))
+        .map((l) => l.split(/\s{2,}/)[0]),
+    ).toEqual(['pd 2:6', 'pd 4:4', 'pd 6:2']);
+  });
+
+  it('exits 2 naming the bad flag', async () => {
+    const bad = async (args: string[], message: RegExp) => {
+      const r = await cli(['sweep', ...SMALL, '--layout', 'pd', ...args]);
+      expect(r.code).toBe(2);
+      expect(r.stderr).toMatch(message);
+    };
+    await bad(
+      ['--gpus', '8', '--pd-ratio', '1:2'],
+      /--pd-ratio 1:2 does not split 8 GPUs into whole ranks/,
+    );
+    await bad(
+      ['--gpus', '4', '--prefill-ranks', '4'],
+      /--prefill-ranks 4 leaves no decode rank of 4 GPUs/,
+    );
+    await bad(['--gpus', '4', '--jobs', '2'], /--jobs is not available with --layout pd/);
+    await bad(
+      ['--gpus', '4', '--objective', 'fast'],
+      /unknown objective 'fast' for --layout pd; valid objectives: ttft-p99/,
+    );
+    await bad(
+      ['--gpus', '4', '--pd-ratio', '1:1', '--prefill-ranks', '2'],
+      /either --pd-ratio or --prefill-ranks/,
+    );
+  });
+});

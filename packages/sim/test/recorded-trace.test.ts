@@ -130,6 +130,37 @@ async function cli(args: string[]) {
 }
 
 describe('recorded traces', () => {
+  it('plain replay applies the recorded policy switches at their time and marks them; --ignore-recorded-switches does not', async () => {
+    const file = join(dir, 'switch-plain.jsonl');
+    writeRecorded(file, { method: 'round_robin', next: 'prefix_match', switchAt: 1600 });
+    const html = join(dir, 'switch-plain.html');
+    const r = await cli([
+      'replay',
+      file,
+      '--policies',
+      'round_robin',
+      '--json',
+      '-',
+      '--html',
+      html,
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    const reasons = JSON.parse(r.stdout).policies[0].reasons as Record<string, number>;
+    expect(Object.keys(reasons).sort()).toEqual(['prefix-hash', 'round-robin']);
+    expect(readFileSync(html, 'utf8')).toContain('switch to prefix_match');
+    const whole = await cli([
+      'replay',
+      file,
+      '--policies',
+      'round_robin',
+      '--ignore-recorded-switches',
+      '--json',
+      '-',
+    ]);
+    expect(whole.code, whole.stderr).toBe(0);
+    expect(Object.keys(JSON.parse(whole.stdout).policies[0].reasons)).toEqual(['round-robin']);
+  });
+
   it('replay reads block size, ranks, setting and switches from the event lines, in arrival order', () => {
     const file = join(dir, 'switch.jsonl');
     writeRecorded(file, { method: 'round_robin', next: 'prefix_match', switchAt: 1600 });

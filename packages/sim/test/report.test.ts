@@ -333,6 +333,38 @@ describe('HTML', () => {
     expect(points.filter((v) => v.stat === 'p50').length).toBe(60);
     expect(points.some((v) => v.ttftMs === 100) && points.some((v) => v.ttftMs === 900)).toBe(true);
     expect(binned.layer[1]!.data.values).toEqual([{ timeS: 5, label: 'rank 3 down' }]);
+    // Policy switches are marked too, in their own colour, beside the cluster's events.
+    const switched = ttftTimelineSpec(
+      report.policies,
+      [{ policy: 'round_robin', ttftMs: many, ttftByArrivalMs: many, arrivalMs: arrivals }],
+      [
+        { atMs: 5000, label: 'rank 3 down', kind: 'cluster' },
+        { atMs: 7000, label: 'switch to prefix_match window=64', kind: 'policy' },
+      ],
+    ) as unknown as {
+      layer: { mark: { type: string; color?: string }; data: { values: object[] } }[];
+    };
+    const rules = switched.layer.filter((l) => l.mark.type === 'rule');
+    expect(rules.map((l) => [l.mark.color, l.data.values])).toEqual([
+      ['#c00', [{ timeS: 5, label: 'rank 3 down' }]],
+      ['#1f5fbf', [{ timeS: 7, label: 'switch to prefix_match window=64' }]],
+    ]);
+    // The per-request chart places a marker before the first request arriving after it.
+    const few = ttftTimelineSpec(
+      report.policies,
+      [
+        {
+          policy: 'round_robin',
+          ttftMs: [5, 6, 7],
+          ttftByArrivalMs: [5, 6, 7],
+          arrivalMs: [0, 10, 20],
+        },
+      ],
+      [{ atMs: 15, label: 'switch to total_tokens', kind: 'policy' }],
+    ) as unknown as { layer: { mark: { type: string }; data: { values: object[] } }[] };
+    expect(few.layer.find((l) => l.mark.type === 'rule')!.data.values).toEqual([
+      { request: 2.5, label: 'switch to total_tokens' },
+    ]);
     // Too many requests and no arrival times to bin by: nothing honest to draw.
     expect(
       ttftTimelineSpec(report.policies, [

@@ -106,6 +106,43 @@ describe('simulatePlan', () => {
     for (const r of records) if (r.arrivalMs > 60_000) expect(r.rank).toBeLessThan(2);
   });
 
+  it('policy-switch: the router takes the new policy at that moment; requests in flight finish on the old one', () => {
+    const plan = agenticPlan([
+      { atMs: 30_000, kind: 'policy-switch', policy: { method: 'total_tokens' } },
+    ]);
+    const total = plan.clients.reduce((a, c) => a + c.length, 0);
+    const { summary, records } = simulatePlan(plan, {
+      policy: { method: 'round_robin' },
+      profile,
+      seed: 11,
+    });
+    expect(summary.requests).toBe(total);
+    expect(summary.failed).toBe(0);
+    // Dispatched (at arrival, nothing here is retried) before the switch by round robin,
+    // after it by least tokens; both dispatchers' counts are in the summary.
+    const before = records.filter((r) => r.arrivalMs < 30_000);
+    const after = records.filter((r) => r.arrivalMs > 30_000);
+    expect(before.length).toBeGreaterThan(0);
+    expect(after.length).toBeGreaterThan(0);
+    expect(new Set(before.map((r) => r.reason))).toEqual(new Set(['round-robin']));
+    expect(new Set(after.map((r) => r.reason))).toEqual(new Set(['least-tokens']));
+    expect(summary.reasons['round-robin']).toBe(before.length);
+    expect(summary.reasons['least-tokens']).toBe(after.length);
+    // The summary still names the policy the run was started with.
+    expect(summary.policy).toBe('round_robin');
+    // An invalid switch fails the run before it starts, naming the problem.
+    const bad = agenticPlan([
+      { atMs: 5, kind: 'policy-switch', policy: { method: 'prefix_match', window: 0 } },
+    ]);
+    expect(() =>
+      simulatePlan(bad, { policy: { method: 'round_robin' }, profile, seed: 1 }),
+    ).toThrow(/window/);
+    const none = agenticPlan([{ atMs: 5, kind: 'policy-switch' }]);
+    expect(() =>
+      simulatePlan(none, { policy: { method: 'round_robin' }, profile, seed: 1 }),
+    ).toThrow(/policy-switch event at 5 ms: needs a policy with a method/);
+  });
+
   it('rejects impossible inputs with clear errors', () => {
     const plan = agenticPlan();
     expect(() =>

@@ -49,6 +49,13 @@ export interface TransferRecord {
   /** Model ms of the transfer itself, and wall ms from arrival until the KV was in. */
   transferMs: number;
   waitMs: number;
+  /**
+   * performance.now() of this process when the request arrived and when its first output token
+   * was produced: the decode side's own TTFT is their difference (comparable with a router's
+   * clock only in one process, as in the e2e tests).
+   */
+  arrivalAt: number;
+  firstTokenAt?: number;
 }
 
 /** What the inference route does differently for a PD request. */
@@ -61,6 +68,8 @@ export interface PdPlan {
   headers: Record<string, string>;
   /** Called right before the generation starts: the decode side lands the transferred KV. */
   beforeStart?(rank: number, inputIds: Uint32Array): void;
+  /** The first output token was produced (the decode side stamps its record). */
+  firstToken?(): void;
   /** Called right after the generation starts (synchronously): the prefill side registers. */
   started(
     gen: Generation,
@@ -363,6 +372,7 @@ export function createPdRoles(deps: PdDeps) {
       kvTokens: kv.kvTokens,
       transferMs: kv.transferMs,
       waitMs: performance.now() - arrival,
+      arrivalAt: arrival,
     });
     trim();
     return decodePlan(decodeDpRank, prefillDpRank, kv.transferMs, performance.now() - arrival);
@@ -378,7 +388,11 @@ export function createPdRoles(deps: PdDeps) {
     transferMs: number,
     waitMs: number,
   ): PdPlan {
+    const record = transfers[transfers.length - 1];
     return {
+      firstToken() {
+        if (record) record.firstTokenAt = performance.now();
+      },
       routedRank: rank,
       headers: {
         'x-kvroute-prefill-dp-rank': String(prefillDpRank),
@@ -474,6 +488,7 @@ export function createPdRoles(deps: PdDeps) {
       kvTokens: kv.kvTokens,
       transferMs: kv.transferMs,
       waitMs: performance.now() - arrival,
+      arrivalAt: arrival,
     });
     trim();
     return decodePlan(decodeDpRank, kv.prefillDpRank, kv.transferMs, performance.now() - arrival);

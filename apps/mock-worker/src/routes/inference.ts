@@ -254,7 +254,18 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
         if (h.routedRank !== undefined) pdPlan.beforeStart?.(h.routedRank, p.inputIds);
       }
       const outcome = outcomes[i] as Outcome;
-      const g = startGeneration({ engine, metrics }, { ...p, ...h }, outcome, arrivalWall, on(i));
+      const cb = on(i);
+      let first = pdPlan?.firstToken !== undefined;
+      const g = startGeneration({ engine, metrics }, { ...p, ...h }, outcome, arrivalWall, {
+        delta: (text) => {
+          if (first) {
+            first = false;
+            pdPlan?.firstToken?.();
+          }
+          cb.delta?.(text);
+        },
+        finish: () => cb.finish?.(),
+      });
       pdPlan?.started(g, outcome);
       return g;
     });

@@ -22,9 +22,17 @@ function memberText(members: Members): string {
     .join(',');
 }
 
-/** `raw` with `members` set at the top level (replacing any the client sent). */
-export function withMembers(raw: Buffer, members: Members, limits: RequestLimits): Buffer {
-  const keys = Object.keys(members);
+/**
+ * `raw` with `members` set at the top level (replacing any the client sent) and the `drop`
+ * members removed.
+ */
+export function withMembers(
+  raw: Buffer,
+  members: Members,
+  limits: RequestLimits,
+  drop: readonly string[] = [],
+): Buffer {
+  const keys = [...Object.keys(members), ...drop];
   if (keys.some((k) => topLevelSpans(raw, k).length > 0)) {
     const obj = parseJsonBody(raw, limits);
     for (const k of keys) delete obj[k];

@@ -444,11 +444,13 @@ export function createPdMode(d: PdDeps): PdMode {
         common.bootstrap_host = new URL(pw.url).hostname.replace(/^\[|\]$/g, '');
         common.bootstrap_port = bootstrapPorts.get(pw.url) ?? null;
         common.bootstrap_room = newBootstrapRoom();
-        pBody = withMembers(
-          raw,
-          { ...common, ...(pslot.dpRank !== undefined ? { routed_dp_rank: pslot.dpRank } : {}) },
-          limits,
-        );
+        const pMembers: Members = { ...common };
+        if (pslot.dpRank !== undefined) pMembers.routed_dp_rank = pslot.dpRank;
+        // The prefill answer is never shown to the client: asked for whole (not streamed), it
+        // carries the usage with the cached-token count on every API, which the prefill-side
+        // hit rate needs (an OpenAI stream reports usage only when the client asked for it).
+        if (stream) pMembers.stream = false;
+        pBody = withMembers(raw, pMembers, limits, stream ? ['stream_options'] : []);
       } else {
         const o = { ...body };
         o.max_tokens = 1;

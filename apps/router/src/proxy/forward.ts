@@ -300,6 +300,8 @@ export class ForwardCall {
   }
 
   start(): Promise<ForwardResult> {
+    // One timer per attempt: armed for the first byte, then re-armed from onTimer for the idle
+    // bound as long as chunks keep coming (onData only notes the time, it never touches it).
     if (this.o.firstByteTimeoutMs > 0) {
       this.timer = setTimeout(this.onTimer, this.o.firstByteTimeoutMs);
     }
@@ -323,6 +325,24 @@ export class ForwardCall {
   abort(reason: Error): void {
     this.externalAbort = true;
     this.cancelUpstream(reason);
+  }
+
+  /**
+   * The client's connection closed before its answer was finished (the route's one 'close'
+   * listener calls this): before any byte went out the attempt is aborted; mid-answer it ends
+   * as client-closed and the upstream request is aborted, which is how the worker learns to
+   * stop generating.
+   */
+  clientGone(): void {
+    if (this.settled) return;
+    if (this.mode !== 'sent') {
+      this.abort(new Error('client closed the connection'));
+      return;
+    }
+    this.clientClosed = true;
+    // Settle first: undici may report the abort through onError synchronously.
+    this.finish({ kind: 'piped', status: this.status, end: 'client-closed' });
+    this.abort(new Error('client closed the connection'));
   }
 
   /**
@@ -350,10 +370,16 @@ export class ForwardCall {
       });
       return;
     }
+    if (this.o.idleTimeoutMs <= 0) return;
     // A paused upstream is the client's doing (it stopped reading), not the worker's.
     const idleFor = Date.now() - this.lastChunkAt;
-    if (this.paused || idleFor < this.o.idleTimeoutMs) {
-      this.timer = setTimeout(this.onTimer, Math.max(1, this.o.idleTimeoutMs - idleFor));
+    if (this.paused) {
+      // Checked again a whole idle period on (not every millisecond while the client is away).
+      this.timer = setTimeout(this.onTimer, this.o.idleTimeoutMs);
+      return;
+    }
+    if (idleFor < this.o.idleTimeoutMs) {
+      this.timer = setTimeout(this.onTimer, this.o.idleTimeoutMs - idleFor);
       return;
     }
     this.fail({
@@ -366,25 +392,13 @@ export class ForwardCall {
     if (this.settled) return;
     this.settled = true;
     if (this.timer) clearTimeout(this.timer);
-    const res = this.o.res;
-    if (this.mode === 'sent') res.off('close', this.onClientClose);
-    if (this.awaitingDrain) res.off('drain', this.onDrain);
+    if (this.awaitingDrain) this.o.res.off('drain', this.onDrain);
     this.settle(r);
   }
 
   private readonly onDrain = (): void => {
     this.paused = false;
     this.resumeUpstream?.();
-  };
-
-  private readonly onClientClose = (): void => {
-    // 'close' before 'finish' means the client's connection went away mid-response.
-    if (!this.o.res.writableFinished) {
-      this.clientClosed = true;
-      // Settle first: undici may report the abort through onError synchronously.
-      this.finish({ kind: 'piped', status: this.status, end: 'client-closed' });
-      this.abort(new Error('client closed the connection'));
-    }
   };
 
   onConnect(abort: (err?: Error) => void): void {
@@ -428,9 +442,10 @@ export class ForwardCall {
     if (this.first) {
       this.first = false;
       this.o.onFirstByte();
-      if (this.timer) clearTimeout(this.timer);
-      this.timer =
-        this.o.idleTimeoutMs > 0 ? setTimeout(this.onTimer, this.o.idleTimeoutMs) : undefined;
+      // Without a first-byte bound no timer runs yet; the idle bound starts here.
+      if (this.timer === undefined && this.o.idleTimeoutMs > 0) {
+        this.timer = setTimeout(this.onTimer, this.o.idleTimeoutMs);
+      }
     }
     if (this.sse) return this.onSseData(chunk);
     if (this.passThrough) return this.write(chunk);
@@ -523,10 +538,8 @@ export class ForwardCall {
     const headers = this.headers;
     if (contentLength !== undefined) headers.push('content-length', String(contentLength));
     this.mode = 'sent';
-    const res = this.o.res;
-    res.on('close', this.onClientClose);
     // Headers leave with the first body write (one write instead of two per response).
-    res.writeHead(this.status, headers);
+    this.o.res.writeHead(this.status, headers);
   }
 
   private write(data: Buffer | string): boolean {

@@ -52,7 +52,7 @@ import type { RankTable, Worker } from '../rank-table.ts';
 import type { TraceRecorder } from '../recording/recorder.ts';
 import type { ReliabilityMetrics } from '../reliability-metrics.ts';
 import type { ShadowCacheModel, ShadowTicket } from '../shadow/shadow-cache.ts';
-import { firstByteTimeoutMs } from '../timeouts.ts';
+import { firstByteBoundFor } from '../timeouts.ts';
 import { RequestTrace } from '../tracing.ts';
 import { CLIENT_GONE, readBody } from './body.ts';
 import {
@@ -158,6 +158,8 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     ctx;
   const rel = ctx.reliability;
   const budget = new RetryBudget(config);
+  // A bad --cost-profile fails the router's construction, naming the flag.
+  const firstByte = firstByteBoundFor(config);
   const logLimiter = new LogLimiter();
   const outbound: OutboundHeaderPolicy = {
     forwardClientAuth: config.forwardClientAuth,
@@ -212,13 +214,15 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     kind: RequestKind,
     route: string,
   ): Promise<void> {
+    const startedAt = performance.now();
     let reserved = 0;
     let admitted = false;
     const rt = new RequestTrace(req.headers.traceparent, ctx.tracer, route);
     const receivedAt = ctx.recorder?.active ? performance.now() : 0;
     try {
       const key = admission.checkApiKey(req.headers.authorization);
-      admission.checkRate(key ?? req.socket?.remoteAddress ?? 'unknown');
+      if (config.rateLimitRps > 0)
+        admission.checkRate(key ?? req.socket?.remoteAddress ?? 'unknown');
       const refused = precheck(req);
       if (refused) throw refused;
       const body = await readBody(req, {
@@ -263,7 +267,10 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       // so it reads the answer instead of a reset.
       if (bodyUnread) req.resume();
     } finally {
-      rt.end(String(res.headersSent ? res.statusCode : 499));
+      // From arrival to the answer's last byte written (499: the client went away first).
+      const status = res.headersSent ? String(res.statusCode) : '499';
+      metrics.observeDuration(route, status, (performance.now() - startedAt) / 1e3);
+      rt.end(status);
       if (reserved) admission.releaseBody(reserved);
       if (admitted) {
         budget.active--;
@@ -306,9 +313,10 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     }
     // The policy's request also carries max new tokens: its dispatch ticket weighs the load
     // (promptTokens when the scan passed only the prefix the method reads).
-    const policyRequest = { ...routeRequest, maxNewTokens: routeRequest.maxTokens };
+    const policyRequest: ProtocolRouteRequest & { maxNewTokens?: number } = routeRequest;
+    policyRequest.maxNewTokens = routeRequest.maxTokens;
     const promptTokens = routeRequest.promptTokens ?? routeRequest.inputIds.length;
-    const firstByteMs = firstByteTimeoutMs(config, promptTokens, routeRequest.maxTokens, stream);
+    const firstByteMs = firstByte.ms(promptTokens, routeRequest.maxTokens, stream);
 
     // One timer for the whole request, across retries; it aborts whichever attempt is current.
     let call: ForwardCall | undefined;
@@ -318,13 +326,13 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       timedOut = true;
       call?.abort(new Error('request timeout'));
     }, config.requestTimeoutMs);
-    const onEarlyClose = (): void => {
-      if (!res.writableFinished && !res.headersSent) {
-        clientGone = true;
-        call?.abort(new Error('client closed the connection'));
-      }
+    // The one 'close' listener of the request: before the answer finished, the client left.
+    const onClose = (): void => {
+      if (res.writableFinished) return;
+      if (!res.headersSent) clientGone = true;
+      call?.clientGone();
     };
-    res.on('close', onEarlyClose);
+    res.on('close', onClose);
 
     // Allocated on the first failure only: most requests never retry. Holds the other
     // groups' ranks too, once allocated; until then `outside` stands for it.
@@ -546,7 +554,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     } finally {
       if (retrying) budget.release();
       clearTimeout(timer);
-      res.off('close', onEarlyClose);
+      res.off('close', onClose);
       // Requests that never reached a rank (refused, no rank healthy) have no line.
       if (rec && rec.rank >= 0) {
         ctx.recorder!.record({

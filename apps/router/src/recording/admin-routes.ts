@@ -26,6 +26,13 @@ export function registerTraceRecording(
         'action',
       );
     }
+    if (state.config.pdDisaggregation) {
+      throw new RouterError(
+        'invalid_admin_request',
+        'recording does not apply to --pd-disaggregation yet: its requests take the prefill/decode path, which the recorder does not follow',
+        'action',
+      );
+    }
     const path = body.path ?? state.config.recordTrace;
     if (typeof path !== 'string' || path.length === 0) {
       throw new RouterError(

@@ -2,6 +2,7 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { ProfileRef } from '../parallel/cell.ts';
+import type { ClusterEvent } from '../workloads/types.ts';
 import {
   checkName,
   nameList,
@@ -29,6 +30,7 @@ import {
   type PolicySpec,
   parseAffinityFlag,
   parsePolicies,
+  parsePolicy,
   readMethodOptionFlags,
 } from './policies.ts';
 import {
@@ -41,6 +43,34 @@ import {
 } from './sim-api.ts';
 
 export const DEFAULT_SEED = 1;
+
+/** --switch-policy (run and replay): the router's policy switched at a moment of the run. */
+export const SWITCH_OPTIONS: OptionSpec = {
+  'switch-policy': { type: 'string', multiple: true },
+};
+
+export const SWITCH_FLAGS_HELP = `  --switch-policy AT=POLICY
+                        repeatable: at time AT of the run (ms, or with a unit: 90s, 2m) every
+                        policy's router switches to POLICY (name:key=value as in --policies),
+                        as a hot reload does; the TTFT-over-time chart marks it. E.g.
+                        --switch-policy 60s=prefix_match:window=64 (default: no switch)`;
+
+/** The policy-switch events --switch-policy asks for, in the order given. */
+export function readSwitches(p: Parsed, flags: SimFlags): ClusterEvent[] {
+  return strs(p, 'switch-policy').map((entry) => {
+    const eq = entry.indexOf('=');
+    const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$/.exec(eq > 0 ? entry.slice(0, eq) : '');
+    if (!m || eq < 0) {
+      throw new UsageError(
+        `--switch-policy: expected AT=POLICY such as 60s=prefix_match:window=64, got '${entry}'`,
+      );
+    }
+    const unit = m[2] ?? 'ms';
+    const atMs = Number(m[1]) * (unit === 'ms' ? 1 : unit === 's' ? 1000 : 60_000);
+    const spec = parsePolicy(entry.slice(eq + 1).trim(), flags.policyFlags);
+    return { atMs, kind: 'policy-switch', policy: spec.config };
+  });
+}
 export const DEFAULT_POLICIES = 'round_robin,total_tokens,prefix_match';
 
 export const SIM_OPTIONS: OptionSpec = {

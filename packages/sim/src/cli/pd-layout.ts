@@ -17,6 +17,7 @@ import {
   renderLayoutMarkdown,
   renderLayoutTable,
 } from '../report/pd-layout.ts';
+import { parseAxisValues } from '../sweep/axes.ts';
 import { withRequestRate } from '../workloads/load.ts';
 import { type OptionSpec, type Parsed, positiveInt, positiveNumber, str } from './args.ts';
 import type { CliIo } from './command.ts';
@@ -114,29 +115,15 @@ export function parseSplits(raw: string | undefined, gpus: number): [number, num
 export function prefillSplits(raw: string, gpus: number): [number, number][] {
   if (gpus < 2) throw new UsageError(`the pd layout needs at least 2 GPUs, got ${gpus}`);
   let values: number[];
-  const range = /^\s*(\d+)\s*\.\.\s*(\d+)\s*(?::\s*(\d+)\s*)?$/.exec(raw);
-  if (range) {
-    const [lo, hi, step] = [Number(range[1]), Number(range[2]), Number(range[3] ?? 1)];
-    if (step < 1 || hi < lo) {
-      throw new UsageError(
-        `--prefill-ranks range LO..HI[:STEP] needs LO <= HI and STEP >= 1, got '${raw}'`,
-      );
-    }
-    values = [];
-    for (let v = lo; v <= hi; v += step) values.push(v);
-  } else {
-    values = raw.split(',').map((x) => {
-      if (!/^\s*\d+\s*$/.test(x)) {
-        throw new UsageError(
-          `--prefill-ranks takes integers or a range LO..HI[:STEP], got '${raw}'`,
-        );
-      }
-      return Number(x);
-    });
+  try {
+    // The sweep's own axis syntax: a list, or LO..HI[:STEP] / LO..HI:xF.
+    values = parseAxisValues('--prefill-ranks', raw, 'int').map(Number);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
   }
   const out: [number, number][] = [];
   for (const v of values) {
-    if (v < 1 || v >= gpus) {
+    if (!Number.isInteger(v) || v < 1 || v >= gpus) {
       throw new UsageError(
         `--prefill-ranks ${v} leaves no ${v < 1 ? 'prefill' : 'decode'} rank of ${gpus} GPUs`,
       );
@@ -197,7 +184,16 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
   const total = flags.ranks ?? plan.ranks;
   let splits: [number, number][];
   if (input.command === 'sweep') {
-    for (const flag of ['jobs', 'shard', 'load', 'policy']) {
+    for (const flag of [
+      'jobs',
+      'shard',
+      'load',
+      'policy',
+      'option',
+      'current',
+      'hit-rate-within',
+      'out-config',
+    ]) {
       if (str(p, flag) !== undefined) {
         throw new UsageError(`--${flag} is not available with --layout pd (the split is the axis)`);
       }

@@ -47,6 +47,10 @@ export interface CompareInput {
   /** Router replicas and index source (--replicas, --index-source, --event-lag-ms). */
   router?: RouterModel;
   engine?: EngineFlags;
+  /** Policy switches at given times (--switch-policy), added to the plan's events. */
+  switches?: ClusterEvent[];
+  /** Replay of a recorded trace: apply (and mark) the router's recorded policy switches. */
+  recordedSwitches?: boolean;
 }
 
 /** Plain data (it crosses worker threads and shard files): what engineOptions returns. */
@@ -76,7 +80,18 @@ export function compare(
   const progress = createProgress(io);
   const n = input.policies.length;
   try {
-    const plan = buildWorkload(input.scenario, input.scenarioOptions, input.seed);
+    const built = buildWorkload(input.scenario, input.scenarioOptions, input.seed);
+    const added: ClusterEvent[] = [...(input.switches ?? [])];
+    if (input.recordedSwitches) {
+      for (const s of built.recorded?.switches ?? []) {
+        added.push({
+          atMs: s.timestamp,
+          kind: 'policy-switch',
+          policy: { ...s.options, method: s.method },
+        });
+      }
+    }
+    const plan = added.length > 0 ? { ...built, events: [...built.events, ...added] } : built;
     const { result, records } = runComparisonDetailed({
       scenario: input.scenario,
       scenarioOptions: input.scenarioOptions,
@@ -122,7 +137,11 @@ export function compare(
     });
     // Only the HTML report draws these; the bound replays the whole plan once more.
     const extras = (): RunExtras => ({
-      markers: plan.events.map((e) => ({ atMs: e.atMs, label: markerLabel(e) })),
+      markers: plan.events.map((e) => ({
+        atMs: e.atMs,
+        label: markerLabel(e),
+        kind: e.kind === 'policy-switch' ? ('policy' as const) : ('cluster' as const),
+      })),
       boundHitRate: oneBigCacheBound(plan, input.profile.kvCapacityTokens * result.ranks).hitRate,
     });
     return { report, samples, extras };
@@ -434,7 +453,17 @@ function assemblePoint(spec: SweepSpec, results: readonly CellResult[]): SweepRe
   };
 }
 
+/** A policy switch's marker: the method and the options it sets, e.g. 'switch to prefix_match window=64'. */
+export function switchLabel(policy: ClusterEvent['policy']): string {
+  if (!policy) return 'policy switch';
+  const { method, options, affinity: _a, ...top } = policy;
+  const opts = { ...top, ...((options as Record<string, unknown> | undefined) ?? {}) };
+  const parts = Object.entries(opts).map(([k, v]) => `${k}=${String(v)}`);
+  return `switch to ${method}${parts.length > 0 ? ` ${parts.join(' ')}` : ''}`;
+}
+
 function markerLabel(e: ClusterEvent): string {
+  if (e.kind === 'policy-switch') return switchLabel(e.policy);
   if (e.kind === 'rank-down') return `rank ${e.rank} down`;
   if (e.kind === 'rank-up') return `rank ${e.rank} back (cold)`;
   return `scale to ${e.ranks} ranks`;

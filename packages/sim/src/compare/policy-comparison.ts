@@ -140,6 +140,7 @@ function describeEvents(plan: WorkloadPlan): string[] {
   return plan.events.map((e) => {
     const at = `${(e.atMs / 1000).toFixed(1)} s`;
     if (e.kind === 'set-ranks') return `at ${at}: ${plan.ranks} -> ${e.ranks} ranks`;
+    if (e.kind === 'policy-switch') return `at ${at}: the router switches to ${e.policy?.method}`;
     return `at ${at}: rank ${e.rank} ${e.kind === 'rank-down' ? 'dies' : 'returns (cold)'}`;
   });
 }

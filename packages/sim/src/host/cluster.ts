@@ -137,6 +137,8 @@ export class Cluster {
   }
 
   apply(e: ClusterEvent): void {
+    // The router's business (simulate.ts switches the dispatchers), not the ranks'.
+    if (e.kind === 'policy-switch') return;
     const slots = this.slots;
     if (e.kind === 'set-ranks') {
       const n = checkRanks(e.ranks, `set-ranks event at ${e.atMs} ms: ranks`);

@@ -153,10 +153,7 @@ export function ttftTimelineSpec(
         ttftMs,
       })),
     );
-    return {
-      title: 'TTFT of each request, in arrival order',
-      width: WIDTH,
-      height: 240,
+    const line = {
       data: { values },
       mark: { type: 'line', point: true, strokeWidth: 1.5 },
       encoding: {
@@ -165,6 +162,16 @@ export function ttftTimelineSpec(
         ...policyLines(labels),
       },
     };
+    // Events sit before the first request that arrived at or after them.
+    const arrivals = samples.find((s) => (s.arrivalMs?.length ?? 0) > 0)?.arrivalMs ?? [];
+    const at = (ms: number): number => arrivals.filter((a) => a < ms).length + 0.5;
+    const layers = arrivals.length > 0 ? markerLayers(markers, 'request', at, longest) : [];
+    return {
+      title: 'TTFT of each request, in arrival order',
+      width: WIDTH,
+      height: 240,
+      ...(layers.length > 0 ? { layer: [line, ...layers] } : line),
+    } as TopLevelSpec;
   }
   if (samples.some((s) => (s.arrivalMs?.length ?? 0) !== (s.ttftByArrivalMs?.length ?? 0))) {
     return null;
@@ -192,7 +199,6 @@ export function ttftTimelineSpec(
       values.push({ policy, stat: 'p50', timeS, ttftMs: nearestRank(b, 0.5) });
     });
   });
-  const events = markers.map((m) => ({ timeS: m.atMs / 1000, label: m.label }));
   return {
     title: `TTFT over time: p50 and p99 of the requests arriving in each ${(width / 1000).toFixed(width < 10_000 ? 1 : 0)} s`,
     width: WIDTH,
@@ -225,25 +231,60 @@ export function ttftTimelineSpec(
           detail: { field: 'stat', type: 'nominal' },
         },
       },
-      ...(events.length > 0
-        ? [
-            {
-              data: { values: events },
-              mark: { type: 'rule', color: '#c00', strokeWidth: 1.5 },
-              encoding: { x: { field: 'timeS', type: 'quantitative' } },
-            },
-            {
-              data: { values: events },
-              mark: { type: 'text', color: '#c00', align: 'left', dx: 3, y: 6, fontSize: 11 },
-              encoding: {
-                x: { field: 'timeS', type: 'quantitative' },
-                text: { field: 'label', type: 'nominal' },
-              },
-            },
-          ]
-        : []),
+      ...markerLayers(markers, 'timeS', (ms) => ms / 1000, end / 1000),
     ],
   } as TopLevelSpec;
+}
+
+/** Marker colours: the cluster's events red, policy switches blue (dashed). */
+const MARKER_STYLE = {
+  cluster: { color: '#c00', strokeDash: [] as number[], y: 6 },
+  policy: { color: '#1f5fbf', strokeDash: [5, 3], y: 20 },
+} as const;
+
+/**
+ * Labelled vertical rules for the run's events, at x = place(atMs) on the `field` axis (whose
+ * right end is xMax): a label in the right 40% of the chart runs leftwards, so it stays inside.
+ */
+function markerLayers(
+  markers: readonly RunMarker[],
+  field: string,
+  place: (atMs: number) => number,
+  xMax: number,
+): object[] {
+  const out: object[] = [];
+  for (const kind of ['cluster', 'policy'] as const) {
+    const values = markers
+      .filter((m) => (m.kind ?? 'cluster') === kind)
+      .map((m) => ({ [field]: place(m.atMs), label: m.label }));
+    if (values.length === 0) continue;
+    const style = MARKER_STYLE[kind];
+    out.push({
+      data: { values },
+      mark: { type: 'rule', color: style.color, strokeWidth: 1.5, strokeDash: style.strokeDash },
+      encoding: { x: { field, type: 'quantitative' } },
+    });
+    for (const right of [false, true]) {
+      const side = values.filter((v) => Number(v[field]) > 0.6 * xMax === right);
+      if (side.length === 0) continue;
+      out.push({
+        data: { values: side },
+        mark: {
+          type: 'text',
+          color: style.color,
+          align: right ? 'right' : 'left',
+          dx: right ? -3 : 3,
+          y: style.y,
+          fontSize: 11,
+        },
+        encoding: {
+          x: { field, type: 'quantitative' },
+          text: { field: 'label', type: 'nominal' },
+        },
+      });
+    }
+  }
+  return out;
 }
 
 /**

@@ -129,8 +129,10 @@ export interface PolicySamples {
 /** Something that happened to the cluster during a run, drawn on time charts. */
 export interface RunMarker {
   atMs: number;
-  /** e.g. 'rank 3 down', 'scale to 12 ranks', 'policy switch'. */
+  /** e.g. 'rank 3 down', 'scale to 12 ranks', 'switch to prefix_match window=64'. */
   label: string;
+  /** 'cluster' (a rank down or back, a scale-out; red) or 'policy' (a policy switch; blue). */
+  kind?: 'cluster' | 'policy';
 }
 
 /** What the HTML run report draws beyond the JSON report and the samples. */

@@ -26,9 +26,12 @@ export interface WorkloadRequest {
 
 export interface ClusterEvent {
   atMs: number;
-  kind: 'rank-down' | 'rank-up' | 'set-ranks';
+  /** policy-switch: from atMs on, the router routes with `policy` (a hot reload). */
+  kind: 'rank-down' | 'rank-up' | 'set-ranks' | 'policy-switch';
   rank?: number;
   ranks?: number;
+  /** For policy-switch: the dispatcher config switched to ({method, ...options}). */
+  policy?: { method: string; [option: string]: unknown };
 }
 
 export interface WorkloadPlan {

@@ -14,9 +14,12 @@ import {
   readPolicies,
   readRouterFlags,
   readSimFlags,
+  readSwitches,
   SIM_FLAGS_HELP,
   SIM_OPTIONS,
   type SimFlags,
+  SWITCH_FLAGS_HELP,
+  SWITCH_OPTIONS,
 } from '../common.ts';
 import { emitRunReport } from '../emit-report.ts';
 import { UsageError } from '../errors.ts';
@@ -44,11 +47,16 @@ and how many requests the prediction placed on the rank the router chose.
                         (shipped with the package; relative to where you run the command)
   --trace FILE          path: the same as FILE (one of the two is required)
   --observed            switch: predicted vs observed on a recorded trace (default off)
+  --ignore-recorded-switches
+                        switch: a recorded trace's policy switches are applied to every
+                        policy at their time (and marked in the charts), as the router made
+                        them; with this flag each policy runs the whole trace (default off)
   --policies LIST       comma-separated method names (default ${DEFAULT_POLICIES})
   --speedup X           number > 0: arrivals X times faster than recorded (default 1)
   --skip-invalid        switch: skip malformed lines and report how many, instead of failing
                         (default off)
 ${ROUTER_FLAGS_HELP}
+${SWITCH_FLAGS_HELP}
 ${SIM_FLAGS_HELP}
 
 example:
@@ -70,8 +78,10 @@ export const command: Subcommand = {
         'skip-invalid': { type: 'boolean' },
         trace: { type: 'string' },
         observed: { type: 'boolean' },
+        'ignore-recorded-switches': { type: 'boolean' },
         ...SIM_OPTIONS,
         ...ROUTER_OPTIONS,
+        ...SWITCH_OPTIONS,
       },
       true,
     );
@@ -112,6 +122,8 @@ export const command: Subcommand = {
       policies,
       router: readRouterFlags(p),
       engine: flags.engine,
+      switches: readSwitches(p, flags),
+      recordedSwitches: !bool(p, 'ignore-recorded-switches'),
     });
     await emitRunReport(io, flags.outputs, report, samples, extras);
     return 0;

@@ -7,9 +7,12 @@ import {
   readPolicies,
   readRouterFlags,
   readSimFlags,
+  readSwitches,
   requireScenario,
   SIM_FLAGS_HELP,
   SIM_OPTIONS,
+  SWITCH_FLAGS_HELP,
+  SWITCH_OPTIONS,
 } from '../common.ts';
 import { emitRunReport } from '../emit-report.ts';
 import { PD_FLAGS_HELP, PD_OPTIONS, readLayout, runPdLayout } from '../pd-layout.ts';
@@ -26,6 +29,7 @@ TTFT, throughput, per-rank imbalance, evicted tokens and queueing delay.
                         per-policy options as name:key=value, e.g. prefix_match:window=128
 ${ROUTER_FLAGS_HELP}
 ${PD_FLAGS_HELP}
+${SWITCH_FLAGS_HELP}
 ${SIM_FLAGS_HELP}
 
 examples:
@@ -46,6 +50,7 @@ export const command: Subcommand = {
       ...SIM_OPTIONS,
       ...ROUTER_OPTIONS,
       ...PD_OPTIONS,
+      ...SWITCH_OPTIONS,
     });
     const scenario = requireScenario(p);
     const flags = readSimFlags(p, scenario, io);
@@ -62,6 +67,7 @@ export const command: Subcommand = {
       policies,
       router: readRouterFlags(p),
       engine: flags.engine,
+      switches: readSwitches(p, flags),
     });
     await emitRunReport(io, flags.outputs, report, samples, extras);
     return 0;

@@ -24,6 +24,7 @@ import {
 } from '../common.ts';
 import { emitSweepReport, writeRouterConfig } from '../emit-report.ts';
 import { UsageError } from '../errors.ts';
+import { PD_OPTIONS, PD_SWEEP_HELP, readLayout, runPdLayout } from '../pd-layout.ts';
 import { affinityConfig } from '../policies.ts';
 import { writeShard } from '../shards.ts';
 import { buildWorkload } from '../sim-api.ts';
@@ -117,6 +118,7 @@ ${axesHelp()}
                         shard's results as JSON to --json FILE (default stdout); combine the N
                         files with 'kvroute-sim merge' into the report one run would give
 ${ROUTER_FLAGS_HELP}
+${PD_SWEEP_HELP}
 ${simFlagsHelp(false)}
 
 examples:
@@ -124,6 +126,7 @@ examples:
     --max-prefix-tokens 4096,16384 --epsilon 0.1,0.25,0.5 --out-config router.yaml
   kvroute-sim sweep --scenario agentic --policy prefix_match,consistent_hash,cache_aware \\
     --window 128,256 --objective ttft-p99 --hit-rate-within 1 --load rate:1,2
+  kvroute-sim sweep --scenario agentic --layout pd --gpus 8 --prefill-ranks 1..7 --html pd-sweep.html
 `;
 
 /** `METHOD[:key=value...]`, checked against the method's schema. */
@@ -213,8 +216,17 @@ export const command: Subcommand = {
       ...SIM_OPTIONS,
       ...ROUTER_OPTIONS,
       load: { type: 'string' },
+      ...PD_OPTIONS,
     });
     const scenario = requireScenario(p);
+    if (readLayout(p) === 'pd') {
+      // The prefill:decode split is the axis: colocated vs PD layouts at one GPU count.
+      return runPdLayout(io, p, {
+        command: 'sweep',
+        scenario,
+        flags: readSimFlags(p, scenario, io),
+      });
+    }
     const policies = nameList('policy', str(p, 'policy') ?? DEFAULT_POLICY).map((m) =>
       checkName('policy', m, methodNames()),
     );
