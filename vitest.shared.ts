@@ -21,6 +21,9 @@ export function packageConfig(dir: string, overrides: { testTimeout?: number } =
       // Generous: some tests start servers or CLI processes, and a shared CI machine can be
       // slow; a hung test still fails, only later.
       testTimeout: overrides.testTimeout ?? 60_000,
+      // Setup hooks load tokenizers and start worker fleets: the same slack as the tests
+      // (vitest's 10 s default failed a tokenizer load on a busy machine).
+      hookTimeout: overrides.testTimeout ?? 60_000,
       reporters: reportDir ? ['default', 'json'] : ['default'],
       outputFile: reportDir ? { json: join(reportDir, `vitest-${name}.json`) } : undefined,
     },

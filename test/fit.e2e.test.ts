@@ -27,8 +27,8 @@ const HIDDEN = {
 };
 const HIDDEN_FILE = join(dir, 'hidden.json');
 writeFileSync(HIDDEN_FILE, JSON.stringify(HIDDEN));
-const TIME_SCALE = Number(process.env.KVROUTE_FIT_TIME_SCALE ?? 1);
-const RANKS = 4;
+const TIME_SCALE = Number(process.env.KVROUTE_FIT_TIME_SCALE ?? 2);
+const RANKS = 8;
 const set = (o: Record<string, string | number>) =>
   Object.entries(o).flatMap(([k, v]) => ['--set', `${k}=${v}`]);
 
@@ -104,9 +104,9 @@ describe.skipIf(process.env.KVROUTE_FIT_E2E !== '1')(
   'kvroute-sim fit against a mock worker',
   () => {
     it('fits a profile to a fit-probe recording and predicts a fresh run', async () => {
-      // Four ranks with routing-key affinity: the probe's pairs (a cold prompt, then a suffix
-      // on it) each keep to one rank, four pairs run side by side, and the probe takes a
-      // quarter of the time one rank would.
+      // Eight ranks with routing-key affinity: the probe's pairs (a cold prompt, then a suffix
+      // on it) each keep to one rank, eight pairs run side by side, and the probe takes an
+      // eighth of the time one rank would.
       const url = await startWorker([
         '--dp-size',
         String(RANKS),
@@ -123,16 +123,16 @@ describe.skipIf(process.env.KVROUTE_FIT_E2E !== '1')(
           '--scenario',
           'fit-probe',
           ...set({
-            singles: 64,
+            singles: 96,
             minTokens: 32,
             maxTokens: 3000,
             suffixMaxTokens: 1500,
-            singleOutputTokens: 4,
+            singleOutputTokens: 10,
             bursts: '2,4,8',
             burstContextTokens: '256,2048',
             burstOutputTokens: 16,
-            // A lone 3000-token prompt takes about 1.6 s of model time on the hidden profile.
-            gapMs: 1800 / RANKS,
+            // A lone 3000-token prompt and its 10 tokens take about 2 s of model time on the hidden profile.
+            gapMs: 2200 / RANKS,
             burstGapMs: 2500,
             ranks: RANKS,
             routingKeys: 'true',
@@ -187,7 +187,7 @@ describe.skipIf(process.env.KVROUTE_FIT_E2E !== '1')(
           '--scenario',
           'seed-sequential',
           ...set({
-            requests: 10,
+            requests: 24,
             prefixTokens: 3000,
             thinkMinMs: 50,
             thinkMaxMs: 150,

@@ -195,6 +195,9 @@ describe('PD mode, SGLang style', () => {
     const embed = await post(c.url, '/v1/embeddings', { model: 'm', input: 'x' });
     expect(embed.status).toBe(400);
     expect(embed.text).toContain('no decode phase');
+    const samples = await post(c.url, '/v1/completions', { model: 'm', prompt: 'x', n: 2 });
+    expect(samples.status).toBe(400);
+    expect(samples.text).toContain('several samples of one prompt');
   });
 });
 

@@ -240,3 +240,34 @@ export function replayObserved(
     perRequest,
   };
 }
+
+/** How far a prediction on the recorded setting was from what was observed: a sweep's confidence. */
+export interface Confidence {
+  /** The recorded setting it was measured on. */
+  setting: string;
+  requests: number;
+  /** predicted - observed, percentage points (NaN when no cached tokens were observed). */
+  hitRatePt: number;
+  /** (predicted - observed) / observed. */
+  ttftP50: number;
+  ttftP99: number;
+  text: string;
+}
+
+export function confidenceOf(r: ObservedReplayResult): Confidence {
+  const row = (k: string) => r.comparison.find((c) => c.key === k)!;
+  const hit = row('hitRate').absError;
+  const p50 = row('ttftP50').relError;
+  const p99 = row('ttftP99').relError;
+  const sign = (v: number, d: number) => (v > 0 ? '+' : '') + v.toFixed(d);
+  const pt = Number.isFinite(hit) ? `${sign(hit, 1)} pt` : 'not observed';
+  const rel = (v: number) => (Number.isFinite(v) ? `${sign(v * 100, 1)}%` : 'not observed');
+  return {
+    setting: r.policyLabel,
+    requests: r.compared.requests,
+    hitRatePt: hit,
+    ttftP50: p50,
+    ttftP99: p99,
+    text: `Confidence: on the setting the trace was recorded with (${r.policyLabel}, ${r.compared.requests} requests) the prediction was off by ${pt} hit rate, ${rel(p50)} TTFT p50, ${rel(p99)} TTFT p99.`,
+  };
+}

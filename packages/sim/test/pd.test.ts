@@ -314,6 +314,10 @@ describe('kvroute-sim run --layout pd', () => {
     );
     await bad(['--layout', 'pd', '--link-setup-ms=-1'], /--link-setup-ms must be a number >= 0/);
     await bad(['--layout', 'pd', '--replicas', '2'], /--replicas is not modelled with --layout pd/);
+    await bad(
+      ['--layout', 'pd', '--switch-policy', '1000=round_robin'],
+      /--switch-policy is not modelled with --layout pd/,
+    );
     await bad(['--layout', 'pd', '--ranks', '1'], /the pd layout needs at least 2 ranks, got 1/);
     await bad(
       ['--layout', 'pd', '--ranks', '4', '--prefill-ranks', '1', '--decode-ranks', '2'],

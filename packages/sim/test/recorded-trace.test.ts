@@ -363,3 +363,37 @@ describe('fit --trace', () => {
     expect(out.stdout).toMatch(/prefill \+ overhead: \d+ lone requests/);
   });
 });
+
+describe('sweep of a recorded trace', () => {
+  it('states its confidence: predicted vs observed on the setting that was recorded', async () => {
+    const file = join(dir, 'sweep-src.jsonl');
+    writeRecorded(file, { method: 'prefix_match' });
+    const out = await cli([
+      'sweep',
+      '--scenario',
+      'replay',
+      '--set',
+      `file=${file}`,
+      '--profile-file',
+      PROFILE_FILE,
+      '--policy',
+      'prefix_match',
+      '--window',
+      '64',
+      '--prefix-length',
+      '256,512',
+      '--jobs',
+      '1',
+      '--json',
+      'sweep.json',
+    ]);
+    expect(out.code, out.stderr).toBe(0);
+    // The observations are the simulator's own under the recorded setting: no error at all.
+    expect(out.stdout).toMatch(
+      /Confidence: on the setting the trace was recorded with \(prefix_match, 40 requests\) the prediction was off by \+?-?0\.0 pt hit rate, \+?-?0\.0% TTFT p50, \+?-?0\.0% TTFT p99\./,
+    );
+    const json = JSON.parse(readFileSync(join(dir, 'sweep.json'), 'utf8'));
+    expect(json.confidence.requests).toBe(40);
+    expect(Math.abs(json.confidence.ttftP99)).toBeLessThan(1e-9);
+  });
+});

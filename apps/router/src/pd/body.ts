@@ -1,9 +1,10 @@
 // The bodies of a pair: the client's bytes with the router's members added at the front.
 // A bootstrap_room is a 63-bit integer, beyond a JS number's exact range, so members are
-// written as text and the client's JSON is only re-serialized when it already carries one of
-// the fields the router sets (then they are replaced, not duplicated).
+// written as text, and the client's JSON is never parsed and re-serialized here: a member the
+// router sets or drops is cut out of the bytes where the client had it (protocol's top-level
+// member spans, commas included), so it is replaced, not duplicated.
 import { randomBytes } from 'node:crypto';
-import { parseJsonBody, type RequestLimits, topLevelSpans } from '@kvroute/protocol';
+import { topLevelSpans, withRoutedRank } from '@kvroute/protocol';
 
 /** A random room in [0, 2^63): SGLang's router draws one per request the same way. */
 export function newBootstrapRoom(): bigint {
@@ -26,17 +27,11 @@ function memberText(members: Members): string {
  * `raw` with `members` set at the top level (replacing any the client sent) and the `drop`
  * members removed.
  */
-export function withMembers(
-  raw: Buffer,
-  members: Members,
-  limits: RequestLimits,
-  drop: readonly string[] = [],
-): Buffer {
-  const keys = [...Object.keys(members), ...drop];
-  if (keys.some((k) => topLevelSpans(raw, k).length > 0)) {
-    const obj = parseJsonBody(raw, limits);
-    for (const k of keys) delete obj[k];
-    raw = Buffer.from(JSON.stringify(obj));
+export function withMembers(raw: Buffer, members: Members, drop: readonly string[] = []): Buffer {
+  for (const key of [...Object.keys(members), ...drop]) {
+    const spans = topLevelSpans(raw, key);
+    // withRoutedRank with no rank only cuts the given member spans out.
+    if (spans.length > 0) raw = withRoutedRank(raw, spans, undefined);
   }
   const open = raw.indexOf(0x7b);
   let k = open + 1;

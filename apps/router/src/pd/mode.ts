@@ -321,6 +321,13 @@ export function createPdMode(d: PdDeps): PdMode {
         { code: 'invalid_value' },
       );
     }
+    const n = body.n ?? (body.sampling_params as Record<string, unknown> | undefined)?.n;
+    if (typeof n === 'number' && n > 1) {
+      throw badRequest(
+        `n ${n}: several samples of one prompt are not routed in --pd-disaggregation mode (each would need its own bootstrap room): send n 1`,
+        { param: 'n', code: 'invalid_value' },
+      );
+    }
     if (config.pdStyle === 'vllm' && kind !== 'chat' && kind !== 'completion') {
       throw badRequest(
         `--pd-style vllm serves /v1/chat/completions and /v1/completions (vLLM's disaggregated proxy), not ${route}`,
@@ -450,7 +457,7 @@ export function createPdMode(d: PdDeps): PdMode {
         // carries the usage with the cached-token count on every API, which the prefill-side
         // hit rate needs (an OpenAI stream reports usage only when the client asked for it).
         if (stream) pMembers.stream = false;
-        pBody = withMembers(raw, pMembers, limits, stream ? ['stream_options'] : []);
+        pBody = withMembers(raw, pMembers, stream ? ['stream_options'] : []);
       } else {
         const o = { ...body };
         o.max_tokens = 1;
@@ -528,7 +535,7 @@ export function createPdMode(d: PdDeps): PdMode {
       ) {
         dMembers.disagg_prefill_dp_rank = pslot.dpRank;
       }
-      const dBody = withMembers(raw, dMembers, limits);
+      const dBody = withMembers(raw, dMembers);
       let prefillFailed: AttemptFailure | undefined;
       const dSent = performance.now();
       const call = new ForwardCall({

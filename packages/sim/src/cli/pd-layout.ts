@@ -168,10 +168,10 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
       `--layout pd takes --prefill-policy and --decode-policy instead of --policies (valid methods: ${methodNames().join(', ')})`,
     );
   }
-  for (const flag of ['replicas', 'index-source', 'event-lag-ms']) {
+  for (const flag of ['replicas', 'index-source', 'event-lag-ms', 'switch-policy']) {
     if (str(p, flag) !== undefined) {
       throw new UsageError(
-        `--${flag} is not modelled with --layout pd (one router, learned index)`,
+        `--${flag} is not modelled with --layout pd (one router, its own learned index, one policy per side for the whole run)`,
       );
     }
   }

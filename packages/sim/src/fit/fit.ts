@@ -209,9 +209,9 @@ export function fitProfile(requests: readonly ObservedRequest[], o: FitOptions):
   if (!Number.isInteger(o.chunkedPrefillSize) || o.chunkedPrefillSize < 1) {
     throw new FitError(`chunkedPrefillSize must be an integer >= 1, got ${o.chunkedPrefillSize}`);
   }
-  const byRank = new Map<number, ObservedRequest[]>();
+  const byRank = new Map<string, ObservedRequest[]>();
   for (const r of requests) {
-    const k = r.rank ?? -1;
+    const k = `${r.source ?? 0}:${r.rank ?? -1}`;
     const list = byRank.get(k) ?? [];
     list.push(r);
     byRank.set(k, list);

@@ -25,6 +25,11 @@ export interface ObservedRequest {
   outputTokens: number;
   /** The rank that served it; requests without one are taken to share one rank. */
   rank?: number;
+  /**
+   * Which recording it came from: requests of different recordings never ran side by side,
+   * whatever their times say (each recording's clock starts at its own origin).
+   */
+  source?: number;
 }
 
 export class ObservationFormatError extends Error {

@@ -93,6 +93,18 @@ export interface SweepReport {
   routerConfig: string;
   /** Router replicas, index source, event lag and load polls, when any was set. */
   router?: RouterModel;
+  /**
+   * Sweeps of a recorded trace: predicted vs observed on the setting it was recorded with
+   * (hit rate in points, TTFT p50/p99 relative), also stated at the end of `reason`.
+   */
+  confidence?: {
+    setting: string;
+    requests: number;
+    hitRatePt: number;
+    ttftP50: number;
+    ttftP99: number;
+    text: string;
+  };
 }
 
 /** `sweep --load`: the whole grid at several offered loads. */

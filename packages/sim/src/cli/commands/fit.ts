@@ -76,7 +76,8 @@ export const command: Subcommand = {
     for (const file of inputs) {
       try {
         const r = readObservations(resolve(io.cwd, file));
-        for (const x of r.requests) requests.push(x);
+        const source = inputs.indexOf(file);
+        for (const x of r.requests) requests.push({ ...x, source });
         skipped += r.skipped;
         const u = r.unobserved;
         if (u !== undefined && u.cachedUnknown + u.notStreamed > 0) {

@@ -8,8 +8,10 @@ import {
 } from '@kvroute/policy';
 import { basePace } from '../../compare/load-curve.ts';
 import { defaultWorkers } from '../../parallel/pool.ts';
+import { confidenceOf, replayObserved } from '../../replay-observed.ts';
 import { OBJECTIVES } from '../../report/sweep-choice.ts';
 import type { SweepObjective } from '../../report/types.ts';
+import type { RankOverrides } from '../../simulate.ts';
 import { MAX_AXIS_VALUES, type SweepSetting } from '../../sweep/axes.ts';
 import { checkName, nameList, parseCommandArgs, positiveInt, str, strs } from '../args.ts';
 import type { Subcommand } from '../command.ts';
@@ -27,8 +29,9 @@ import { UsageError } from '../errors.ts';
 import { PD_OPTIONS, PD_SWEEP_HELP, readLayout, runPdLayout } from '../pd-layout.ts';
 import { affinityConfig } from '../policies.ts';
 import { writeShard } from '../shards.ts';
-import { buildWorkload } from '../sim-api.ts';
+import { buildWorkload, REPLAY_SCENARIO } from '../sim-api.ts';
 import {
+  engineOptions,
   runSweep,
   runSweepCells,
   SHARD_FORMAT,
@@ -327,6 +330,24 @@ export const command: Subcommand = {
       return 0;
     }
     const report = await runSweep(io, input);
+    if (scenario === REPLAY_SCENARIO && 'reason' in report) {
+      // A recorded trace holds what the router observed: replaying it under the setting it was
+      // recorded with says how far this sweep's predictions can be trusted.
+      const plan = buildWorkload(scenario, flags.scenarioOptions, flags.seed);
+      if (plan.recorded !== undefined && plan.recorded.start.method !== undefined) {
+        const engine: { engine?: RankOverrides } = engineOptions(flags.profile, flags.engine);
+        const c = confidenceOf(
+          replayObserved(plan, {
+            profile: flags.profile,
+            seed: flags.seed,
+            ...(flags.ranks !== undefined ? { ranks: flags.ranks } : {}),
+            ...(engine.engine ? { rank: engine.engine } : {}),
+          }),
+        );
+        report.confidence = c;
+        report.reason = `${report.reason} ${c.text}`;
+      }
+    }
     await emitSweepReport(io, flags.outputs, report);
     if (outConfig !== undefined) writeRouterConfig(io, outConfig, report);
     return 0;
