@@ -33,7 +33,7 @@ machine) and kvroute's ratios to the reference proxy and to direct. Then the tar
 request at 1 KB <= 2x nginx's, throughput >= 0.7x direct, CPU per extra KB <= 3 us, CPU at
 136 KB <= 1.3x that at 120 KB.
 
-  --duration S      seconds per measured run, split over the rounds (default 3)
+  --duration S      seconds per measured run (default 3)
   --rounds N        measured runs per target and body, interleaved with the other targets'
                     so a change in the machine's load hits them all alike (default 3)
   --warmup S        seconds of warm-up per target and body (default 1)
@@ -328,7 +328,6 @@ async function measureAll(
     p99: [] as number[],
     failed: 0,
   }));
-  const per = duration / rounds;
   for (let r = 0; r < rounds; r++) {
     const order = targets.map((_, i) => (r % 2 === 0 ? i : targets.length - 1 - i));
     for (const i of order) {
@@ -336,7 +335,9 @@ async function measureAll(
       const a = acc[i]!;
       const p0 = cpuSeconds(t.pid);
       const w0 = cpuSeconds(workerPid);
-      const result = await load(t.url, body, per);
+      // Each run as long as --duration: a run shorter than a large body's latency on a loaded
+      // machine would complete no request at all.
+      const result = await load(t.url, body, duration);
       const p1 = cpuSeconds(t.pid);
       const w1 = cpuSeconds(workerPid);
       a.requests += result.requests.total;
@@ -355,7 +356,7 @@ async function measureAll(
       cpu === undefined || a.requests === 0 ? undefined : (cpu * 1e6) / a.requests;
     a.p99.sort((x, y) => x - y);
     return {
-      reqPerSec: a.requests / duration,
+      reqPerSec: a.requests / (duration * rounds),
       p99: a.p99[Math.floor(a.p99.length / 2)]!,
       failed: a.failed,
       cpuUs: perRequest(a.cpu),
@@ -555,7 +556,7 @@ try {
     }
   }
   console.log(
-    `kvroute proxy benchmark: ${connections} connections, ${duration}s per body in ${rounds} interleaved rounds (+${warmup}s warm-up per body, ${warmupRequests} requests per target and mode first), method ${values.method}, ${bundleDir ? 'esbuild bundles' : 'tsx sources'}; reference: ${refs.map((r) => r.name).join(', ') || 'none'}${variants.length > 0 ? `; kvroute variants: ${variants.join(', ')}` : ''}; bodies: ${values['unique-tail'] ? 'each with its own tail' : 'identical'}`,
+    `kvroute proxy benchmark: ${connections} connections, ${rounds} interleaved rounds of ${duration}s per body (+${warmup}s warm-up per body, ${warmupRequests} requests per target and mode first), method ${values.method}, ${bundleDir ? 'esbuild bundles' : 'tsx sources'}; reference: ${refs.map((r) => r.name).join(', ') || 'none'}${variants.length > 0 ? `; kvroute variants: ${variants.join(', ')}` : ''}; bodies: ${values['unique-tail'] ? 'each with its own tail' : 'identical'}`,
   );
   console.log(
     `machine: ${cpus().length} CPUs, load average ${loadavg()
@@ -664,7 +665,7 @@ try {
 
   for (const [n] of variantRouters) {
     const costs = [...variantCost.entries()].filter(([k]) => k.startsWith(`${n}:`));
-    const thr = costs.map(([, c]) => c.thr);
+    const thr = costs.map(([, c]) => c.thr).filter((c) => Number.isFinite(c));
     const cpu = costs.map(([, c]) => c.cpu).filter((c) => Number.isFinite(c));
     const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
     const worst = Math.min(...thr);

@@ -179,6 +179,22 @@ export function readInt(
   return readOption(owner, field, max === undefined ? spec : { ...spec, max }, raw) as number;
 }
 
+/**
+ * `window` (>= 1) and a prefix cap `capField` (a token count of whole windows' worth) that must
+ * be at least `window`; an absent cap defaults to max(`defaults.cap`, window), so a large
+ * window raises the default cap with it instead of being refused.
+ */
+export function readWindowAndCap(
+  owner: string,
+  options: Record<string, unknown>,
+  capField: string,
+  defaults: { window: number; cap: number },
+): { window: number; cap: number } {
+  const window = readInt(owner, options, 'window', defaults.window, 1);
+  const cap = readInt(owner, options, capField, Math.max(defaults.cap, window), window);
+  return { window, cap };
+}
+
 /** A finite number option >= `min`, or `fallback` when absent. */
 export function readNumber(
   owner: string,

@@ -466,7 +466,7 @@ describe('bad input exits 2 with a message naming the problem', () => {
     [
       'sweep negative constraint',
       ['sweep', ...SMALL, '--hit-rate-within=-1'],
-      /--hit-rate-within must be a number of points >= 0/,
+      /--hit-rate-within must be a number >= 0, got '-1'/,
     ],
     ['replay without file', ['replay', '--ranks', '4'], /replay needs the trace FILE/],
     [

@@ -50,7 +50,7 @@ import { chainedWindowHashes } from '../hashing/chained.ts';
 import { ChainedPrefixIndex } from '../hashing/chained-index.ts';
 import { validateTokenIds } from '../hashing/prefix-digest.ts';
 import { PendingPrefixes } from '../kv-index/pending.ts';
-import { type OptionsSchema, readInt, readNumber } from '../options.ts';
+import { type OptionsSchema, readInt, readNumber, readWindowAndCap } from '../options.ts';
 import { leastLoadedCool } from '../pickers.ts';
 import {
   type Decision,
@@ -179,14 +179,10 @@ const FILL_DECAY = 0.999;
  * (who should get this request), as Dynamo's kv-router separates them.
  */
 function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore {
-  const window = readInt(NAME, options, 'window', CACHE_AWARE_DEFAULTS.window, 1);
-  const maxPrefixTokens = readInt(
-    NAME,
-    options,
-    'maxPrefixTokens',
-    Math.max(CACHE_AWARE_DEFAULTS.maxPrefixTokens, window),
-    window,
-  );
+  const { window, cap: maxPrefixTokens } = readWindowAndCap(NAME, options, 'maxPrefixTokens', {
+    window: CACHE_AWARE_DEFAULTS.window,
+    cap: CACHE_AWARE_DEFAULTS.maxPrefixTokens,
+  });
   const capacityTokens = readInt(
     NAME,
     options,

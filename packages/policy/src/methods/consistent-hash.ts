@@ -34,7 +34,7 @@ import { defineMethod } from '../define-method.ts';
 import { PolicyConfigError } from '../errors.ts';
 import { prefixKey, rendezvousScore, stringKey } from '../hashing/chained.ts';
 import { prefixKeyLength, validateTokenIds } from '../hashing/prefix-digest.ts';
-import { type OptionsSchema, readInt, readNumber } from '../options.ts';
+import { type OptionsSchema, readNumber, readWindowAndCap } from '../options.ts';
 import { leastLoaded } from '../pickers.ts';
 import {
   type Decision,
@@ -122,14 +122,10 @@ export const createConsistentHash = defineMethod(
   NAME,
   CONSISTENT_HASH_OPTIONS,
   (_checked, options): Method => {
-    const window = readInt(NAME, options, 'window', CONSISTENT_HASH_DEFAULTS.window, 1);
-    const prefixLength = readInt(
-      NAME,
-      options,
-      'prefixLength',
-      Math.max(CONSISTENT_HASH_DEFAULTS.prefixLength, window),
-      window,
-    );
+    const { window, cap: prefixLength } = readWindowAndCap(NAME, options, 'prefixLength', {
+      window: CONSISTENT_HASH_DEFAULTS.window,
+      cap: CONSISTENT_HASH_DEFAULTS.prefixLength,
+    });
     const epsilon = readNumber(NAME, options, 'epsilon', CONSISTENT_HASH_DEFAULTS.epsilon, 0);
     const unit = readLoadUnit(NAME, options);
     const slack = readNumber(NAME, options, 'slack', CONSISTENT_HASH_DEFAULTS.slack, 0);

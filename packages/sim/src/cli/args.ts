@@ -70,6 +70,14 @@ export function positiveNumber(flag: string, raw: string): number {
   return n;
 }
 
+export function nonNegativeNumber(flag: string, raw: string): number {
+  const n = parseNumber(raw);
+  if (n === undefined || n < 0) {
+    throw new UsageError(`--${flag} must be a number >= 0, got '${raw}'`);
+  }
+  return n;
+}
+
 /** A comma-separated list of positive integers, e.g. `--window 64,128,256`. */
 export function positiveIntList(flag: string, raw: string): number[] {
   const parts = raw.split(',').map((s) => s.trim());

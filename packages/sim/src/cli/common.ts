@@ -6,6 +6,7 @@ import type { ClusterEvent } from '../workloads/types.ts';
 import {
   checkName,
   nameList,
+  nonNegativeNumber,
   type OptionSpec,
   type Parsed,
   parseAssignments,
@@ -125,19 +126,13 @@ export function readRouterFlags(p: Parsed): RouterModelFlags {
   }
   const lag = str(p, 'event-lag-ms');
   if (lag !== undefined) {
-    const n = Number(lag);
-    if (lag.trim() === '' || !Number.isFinite(n) || n < 0) {
-      throw new UsageError(`--event-lag-ms must be a number >= 0, got "${lag}"`);
-    }
+    const n = nonNegativeNumber('event-lag-ms', lag);
     if (source !== 'events') throw new UsageError('--event-lag-ms needs --index-source events');
     out.eventLagMs = n;
   }
   const poll = str(p, 'load-poll-ms');
   if (poll !== undefined) {
-    const n = Number(poll);
-    if (poll.trim() === '' || !Number.isFinite(n) || n < 0) {
-      throw new UsageError(`--load-poll-ms must be a number >= 0, got "${poll}"`);
-    }
+    const n = nonNegativeNumber('load-poll-ms', poll);
     if ((out.replicas ?? 1) < 2) throw new UsageError('--load-poll-ms needs --replicas 2 or more');
     out.loadPollMs = n;
   }

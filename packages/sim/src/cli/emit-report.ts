@@ -1,7 +1,5 @@
 // The renderers behind each report kind, so run, replay and sweep emit through one call and
 // the table, JSON, CSV and HTML of a report always come from the same object.
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
 import { runToCsv, sweepToCsv } from '../report/csv.ts';
 import { renderRunHtml, renderSweepHtml } from '../report/html.ts';
 import { toJson } from '../report/json.ts';
@@ -15,7 +13,7 @@ import type {
 } from '../report/types.ts';
 import type { CliIo } from './command.ts';
 import { UsageError } from './errors.ts';
-import { emit, type OutputTargets } from './outputs.ts';
+import { emit, type OutputTargets, writeOutput } from './outputs.ts';
 
 export function emitRunReport(
   io: CliIo,
@@ -65,12 +63,7 @@ export function writeRouterConfig(
   target: string,
   report: SweepReport | SweepLoadReport,
 ): void {
-  const path = resolve(io.cwd, target);
-  try {
-    mkdirSync(dirname(path), { recursive: true });
-    writeFileSync(path, report.routerConfig);
-  } catch (err) {
-    throw new UsageError(`cannot write --out-config file ${path}: ${(err as Error).message}`);
-  }
-  io.stderr.write(`wrote the router config to ${path}\n`);
+  writeOutput(io, 'out-config', target, report.routerConfig, (path) => {
+    return `wrote the router config to ${path}`;
+  });
 }

@@ -36,8 +36,17 @@ export interface Renderers {
   html(): Promise<string>;
 }
 
-/** Writes one output: '-' to stdout, else the file (its directory made), named on stderr. */
-export function writeOutput(io: CliIo, kind: string, target: string, text: string): void {
+/**
+ * Writes one output of flag `--kind`: '-' to stdout, else the file (its directory made), then
+ * a note on stderr (default `wrote KIND to PATH`).
+ */
+export function writeOutput(
+  io: CliIo,
+  kind: string,
+  target: string,
+  text: string,
+  note: (path: string) => string = (path) => `wrote ${kind.toUpperCase()} to ${path}`,
+): void {
   if (target === '-') {
     io.stdout.write(text);
     return;
@@ -49,7 +58,7 @@ export function writeOutput(io: CliIo, kind: string, target: string, text: strin
   } catch (err) {
     throw new UsageError(`cannot write --${kind} file ${path}: ${(err as Error).message}`);
   }
-  io.stderr.write(`wrote ${kind.toUpperCase()} to ${path}\n`);
+  io.stderr.write(`${note(path)}\n`);
 }
 
 export async function emit(io: CliIo, t: OutputTargets, r: Renderers): Promise<void> {
@@ -58,17 +67,6 @@ export async function emit(io: CliIo, t: OutputTargets, r: Renderers): Promise<v
     const target = t[kind];
     if (target === undefined) continue;
     const text = kind === 'html' ? await r.html() : kind === 'json' ? r.json() : r.csv();
-    if (target === '-') {
-      io.stdout.write(text);
-      continue;
-    }
-    const path = resolve(io.cwd, target);
-    try {
-      mkdirSync(dirname(path), { recursive: true });
-      writeFileSync(path, text);
-    } catch (err) {
-      throw new UsageError(`cannot write --${kind} file ${path}: ${(err as Error).message}`);
-    }
-    io.stderr.write(`wrote ${kind.toUpperCase()} to ${path}\n`);
+    writeOutput(io, kind, target, text);
   }
 }

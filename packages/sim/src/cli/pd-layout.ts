@@ -1,8 +1,6 @@
 // `run --layout pd` and `sweep --layout pd`: colocated against prefill/decode-disaggregated on
 // the same workload and GPU count. Flag names follow the router's PD mode (SGLang's router:
 // --prefill-policy, --decode-policy).
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
 import { methodNames } from '@kvroute/policy';
 import { type EngineSettings, resolveEngine } from '../entities/presets.ts';
 import type { RankOverrides } from '../host/cluster.ts';
@@ -19,11 +17,18 @@ import {
 } from '../report/pd-layout.ts';
 import { parseAxisValues } from '../sweep/axes.ts';
 import { withRequestRate } from '../workloads/load.ts';
-import { type OptionSpec, type Parsed, positiveInt, positiveNumber, str } from './args.ts';
+import {
+  nonNegativeNumber,
+  type OptionSpec,
+  type Parsed,
+  positiveInt,
+  positiveNumber,
+  str,
+} from './args.ts';
 import type { CliIo } from './command.ts';
 import type { SimFlags } from './common.ts';
 import { UsageError } from './errors.ts';
-import { emit, stdoutIsData } from './outputs.ts';
+import { emit, stdoutIsData, writeOutput } from './outputs.ts';
 import { parsePolicy } from './policies.ts';
 import { createProgress } from './progress.ts';
 import { buildWorkload } from './sim-api.ts';
@@ -242,10 +247,7 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
   const setup = str(p, 'link-setup-ms');
   let setupMs: number | undefined;
   if (setup !== undefined) {
-    setupMs = Number(setup);
-    if (setup.trim() === '' || !Number.isFinite(setupMs) || setupMs < 0) {
-      throw new UsageError(`--link-setup-ms must be a number >= 0, got '${setup}'`);
-    }
+    setupMs = nonNegativeNumber('link-setup-ms', setup);
   }
   const link = {
     gbps: gbps !== undefined ? positiveNumber('link-gbps', gbps) : 400,
@@ -313,16 +315,6 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
     csv: () => layoutToCsv(report),
     html: () => renderLayoutHtml(report, comparison.rows),
   });
-  if (md === '-') io.stdout.write(renderLayoutMarkdown(report));
-  else if (md !== undefined) {
-    const path = resolve(io.cwd, md);
-    try {
-      mkdirSync(dirname(path), { recursive: true });
-      writeFileSync(path, renderLayoutMarkdown(report));
-    } catch (err) {
-      throw new UsageError(`cannot write --md file ${path}: ${(err as Error).message}`);
-    }
-    io.stderr.write(`wrote MD to ${path}\n`);
-  }
+  if (md !== undefined) writeOutput(io, 'md', md, renderLayoutMarkdown(report));
   return 0;
 }

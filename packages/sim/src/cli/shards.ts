@@ -1,28 +1,21 @@
 // Shard files of a sweep split over machines (`sweep --shard K/N`), and `merge`, which turns
 // all N of them into the report one run of the whole grid gives, byte for byte.
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { readFileSync } from 'node:fs';
 import type { CellResult } from '../parallel/cell.ts';
 import type { SweepLoadReport, SweepReport } from '../report/types.ts';
 import type { CliIo } from './command.ts';
 import { UsageError } from './errors.ts';
+import { writeOutput } from './outputs.ts';
 import { assembleSweep, SHARD_FORMAT, type SweepShard, shardIndices } from './simulate.ts';
 
 export function writeShard(io: CliIo, target: string, shard: SweepShard): void {
-  const text = `${JSON.stringify(shard)}\n`;
-  if (target === '-') {
-    io.stdout.write(text);
-    return;
-  }
-  const path = resolve(io.cwd, target);
-  try {
-    mkdirSync(dirname(path), { recursive: true });
-    writeFileSync(path, text);
-  } catch (err) {
-    throw new UsageError(`cannot write --json file ${path}: ${(err as Error).message}`);
-  }
-  io.stderr.write(
-    `wrote shard ${shard.shard.index}/${shard.shard.count} (${shard.cells.length} of ${shard.total} cells) to ${path}\n`,
+  writeOutput(
+    io,
+    'json',
+    target,
+    `${JSON.stringify(shard)}\n`,
+    (path) =>
+      `wrote shard ${shard.shard.index}/${shard.shard.count} (${shard.cells.length} of ${shard.total} cells) to ${path}`,
   );
 }
 

@@ -4,6 +4,7 @@ import {
   methodOptionCatalog,
   methodOptionSchema,
   parseAssignments,
+  parseNumber,
   readOption,
 } from '@kvroute/policy';
 import { basePace } from '../../compare/load-curve.ts';
@@ -13,7 +14,15 @@ import { OBJECTIVES } from '../../report/sweep-choice.ts';
 import type { SweepObjective } from '../../report/types.ts';
 import type { RankOverrides } from '../../simulate.ts';
 import { MAX_AXIS_VALUES, type SweepSetting } from '../../sweep/axes.ts';
-import { checkName, nameList, parseCommandArgs, positiveInt, str, strs } from '../args.ts';
+import {
+  checkName,
+  nameList,
+  nonNegativeNumber,
+  parseCommandArgs,
+  positiveInt,
+  str,
+  strs,
+} from '../args.ts';
 import type { Subcommand } from '../command.ts';
 import {
   ROUTER_FLAGS_HELP,
@@ -185,8 +194,8 @@ function readLoad(
   }
   const axis = m[1] as 'rate' | 'concurrency';
   const multipliers = m[2]!.split(',').map((x) => {
-    const v = Number(x.trim());
-    if (!(v > 0) || !Number.isFinite(v) || x.trim() === '') {
+    const v = parseNumber(x) ?? Number.NaN;
+    if (!(v > 0)) {
       throw new UsageError(`--load multipliers must be positive numbers, got '${x}'`);
     }
     return v;
@@ -243,12 +252,7 @@ export const command: Subcommand = {
     const withinRaw = str(p, 'hit-rate-within');
     let hitRateWithin: number | undefined;
     if (withinRaw !== undefined) {
-      hitRateWithin = Number(withinRaw);
-      if (withinRaw.trim() === '' || !Number.isFinite(hitRateWithin) || hitRateWithin < 0) {
-        throw new UsageError(
-          `--hit-rate-within must be a number of points >= 0, got '${withinRaw}'`,
-        );
-      }
+      hitRateWithin = nonNegativeNumber('hit-rate-within', withinRaw);
     }
     const currentRaw = str(p, 'current');
     const current = currentRaw !== undefined ? parseSetting('current', currentRaw) : undefined;
