@@ -4,6 +4,7 @@
 
 import type { ComparisonResult, RouterModel } from '../compare.ts';
 import type { PolicyRunSummary } from '../metrics/types.ts';
+import type { Confidence } from '../replay-observed.ts';
 
 export type { LatencyStats, RankSummary, SubsetLatency } from '../metrics/types.ts';
 
@@ -97,14 +98,7 @@ export interface SweepReport {
    * Sweeps of a recorded trace: predicted vs observed on the setting it was recorded with
    * (hit rate in points, TTFT p50/p99 relative), also stated at the end of `reason`.
    */
-  confidence?: {
-    setting: string;
-    requests: number;
-    hitRatePt: number;
-    ttftP50: number;
-    ttftP99: number;
-    text: string;
-  };
+  confidence?: Confidence;
 }
 
 /** `sweep --load`: the whole grid at several offered loads. */
