@@ -189,27 +189,33 @@ export interface SweepInput {
   load?: SweepLoad;
 }
 
-/** What a sweep's report is assembled from besides its cells: written into shard files. */
-export interface SweepSpec {
-  scenario: string;
-  scenarioOptions: Record<string, unknown>;
-  displayOptions?: Record<string, unknown>;
-  seed: string | number;
-  ranks?: number;
+/**
+ * What a sweep's report is assembled from besides its cells: written into shard files, so plain
+ * data (the profile by name, the axes and settings resolved, the engine options resolved).
+ */
+export interface SweepSpec
+  extends Pick<
+    SweepInput,
+    | 'scenario'
+    | 'scenarioOptions'
+    | 'displayOptions'
+    | 'seed'
+    | 'ranks'
+    | 'profileRef'
+    | 'affinity'
+    | 'objective'
+    | 'hitRateWithin'
+    | 'current'
+    | 'router'
+  > {
   profile: string;
-  profileRef: ProfileRef;
   policies: string[];
   axes: SweepAxis[];
   /** Every setting to run, in report order, and those the methods refused. */
   settings: SweepSetting[];
   rejected: RejectedSetting[];
-  affinity?: Record<string, unknown>;
-  objective: SweepObjective;
-  hitRateWithin?: number;
-  current?: SweepSetting;
   /** Rank model and client load, resolved (engine flags). */
   engine?: EngineOptions;
-  router?: RouterModel;
   /** With --load: each point's multiplier, value and resolved engine options. */
   load?: {
     axis: 'rate' | 'concurrency';
