@@ -167,6 +167,9 @@ describe('a method added by one registry line', () => {
       'round_robin,ceiling_test',
       '--ceiling-rank',
       '1',
+      // --jobs 1: the registry line above is made at run time, so worker threads lack it.
+      '--jobs',
+      '1',
       '--out-dir',
       out,
     ]);

@@ -94,8 +94,17 @@ describe('JSON output matches the README', () => {
     writeFileSync(join(dir, 'ok.jsonl'), [line(0, [1, 2]), line(500, [1, 3])].join('\n'));
     const clean = await cliJson(['replay', 'ok.jsonl', '--ranks', '2'], dir);
     expect(clean.skippedLines).toBe(0);
-    expect(Object.keys(run).sort()).toEqual(documentedTop.filter((k) => k !== 'skippedLines'));
-    expect(Object.keys(replay).sort()).toEqual(documentedTop);
+    // router is written only when a router-model flag was given.
+    const withoutRouter = documentedTop.filter((k) => k !== 'router');
+    expect(Object.keys(run).sort()).toEqual(withoutRouter.filter((k) => k !== 'skippedLines'));
+    expect(Object.keys(replay).sort()).toEqual(withoutRouter);
+    const replicated = await cliJson(
+      ['run', ...SMALL, '--policies', 'round_robin', '--replicas', '2', '--load-poll-ms', '50'],
+      dir,
+    );
+    expect(Object.keys(replicated).sort()).toEqual(
+      documentedTop.filter((k) => k !== 'skippedLines'),
+    );
     for (const report of [run, replay]) {
       for (const p of report.policies as Record<string, unknown>[]) {
         expect(Object.keys(p).sort()).toEqual(documentedPolicy);

@@ -6,14 +6,9 @@ import type { TopLevelSpec } from 'vega-lite';
 import { formatError, formatValue } from './render.ts';
 import type { ValidateReport } from './report.ts';
 
+// Added to the simulator's page style: notes read like the meta line.
 const STYLE = `
-body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; padding: 0 1rem; }
-h1 { font-size: 1.4rem; } h2 { font-size: 1.1rem; margin-top: 2rem; }
-table { border-collapse: collapse; font-size: 0.9rem; }
-th, td { border-bottom: 1px solid #ddd; padding: 0.3rem 0.7rem; text-align: right; white-space: nowrap; }
-th:first-child, td:first-child { text-align: left; }
-.meta, .note { color: #555; font-size: 0.9rem; }
-.chart { margin: 1rem 0; overflow-x: auto; }
+.note { color: #555; font-size: 0.9rem; }
 `;
 
 function ecdf(

@@ -122,6 +122,9 @@ export function compare(
       })),
     };
     if (result.skippedLines !== undefined) report.skippedLines = result.skippedLines;
+    if (input.router !== undefined && Object.keys(input.router).length > 0) {
+      report.router = input.router;
+    }
     const samples = result.policies.map((s, i) => {
       const recs = records[i] ?? [];
       const byArrival = [...recs].sort((a, b) => a.arrivalMs - b.arrivalMs || a.id - b.id);
@@ -446,6 +449,7 @@ function assemblePoint(spec: SweepSpec, results: readonly CellResult[]): SweepRe
     reference,
     ...(current !== undefined ? { current } : {}),
     routerConfig: routerConfigYaml(best, spec.affinity, header),
+    ...(spec.router !== undefined ? { router: spec.router } : {}),
   };
 }
 

@@ -42,7 +42,13 @@ th:first-child, td:first-child { text-align: left; }
 `;
 
 /** The page shell every HTML report shares; `style` is the report's own CSS. */
-export function htmlPage(title: string, body: string, style = STYLE): string {
+/**
+ * The page shell every HTML report shares: the base style, then `extraStyle` (rules a page
+ * adds or overrides, later rules winning), so the reports look alike and the base is written
+ * once.
+ */
+export function htmlPage(title: string, body: string, extraStyle = ''): string {
+  const style = STYLE + extraStyle;
   return `<!doctype html>
 <html lang="en">
 <head>

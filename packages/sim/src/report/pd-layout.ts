@@ -389,16 +389,11 @@ export async function renderLayoutHtml(
       ),
     ),
   ].join('\n');
+  // The base page style, wider and with headers that wrap, so every column fits.
   const style = `
-body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1400px; color: #222; padding: 0 1rem; }
-h1 { font-size: 1.4rem; } h2 { font-size: 1.1rem; margin-top: 2rem; }
-table { border-collapse: collapse; font-size: 0.85rem; }
-th, td { border-bottom: 1px solid #ddd; padding: 0.3rem 0.6rem; text-align: right; white-space: nowrap; }
-th:first-child, td:first-child { text-align: left; }
+body { max-width: 1400px; }
 th { white-space: normal; vertical-align: bottom; }
 tr.pd { background: #f3f7fd; }
-.meta { color: #555; font-size: 0.9rem; }
-.chart { margin: 1rem 0; overflow-x: auto; }
 .wide { overflow-x: auto; }
 `;
   return htmlPage(title, body, style);

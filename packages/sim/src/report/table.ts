@@ -2,6 +2,7 @@
 // them (runColumns, sweepColumns).
 
 import { optionFlag } from '@kvroute/policy';
+import type { RouterModel } from '../compare.ts';
 import { fmtInt, fmtMs, fmtNum, fmtPct, renderTable } from './format.ts';
 import { isBestCell, settingLabel } from './sweep-choice.ts';
 import type { PolicyReport, RunReport, SweepCell, SweepLoadReport, SweepReport } from './types.ts';
@@ -120,6 +121,24 @@ export function sweepColumns(report: SweepReport, target: 'text' | 'html'): Colu
   return { header, rows };
 }
 
+/** The router model in a title: '; 3 router replicas, index events (5 ms lag), load poll 100 ms'. */
+export function routerTitle(r: RouterModel | undefined): string {
+  if (r === undefined) return '';
+  const n = r.replicas ?? 1;
+  const parts = [`${n} router replica${n === 1 ? '' : 's'}`];
+  const source = r.indexSource ?? 'learned';
+  if (source === 'events') {
+    const lag = r.eventLagMs ?? 5;
+    parts.push(
+      `index events (${typeof lag === 'number' ? `${lag} ms` : `${lag.length} sampled`} lag)`,
+    );
+  } else parts.push(`index ${source}`);
+  if (r.loadPollMs !== undefined) {
+    parts.push(r.loadPollMs === 0 ? 'live load view' : `load poll ${r.loadPollMs} ms`);
+  }
+  return `; ${parts.join(', ')}`;
+}
+
 export function renderRunTable(report: RunReport): string {
   const { header, rows } = runColumns(report, 'text');
   const title =
@@ -127,7 +146,8 @@ export function renderRunTable(report: RunReport): string {
       ? `replay of ${String(report.scenarioOptions.file ?? report.scenario)}, `
       : `scenario ${report.scenario}, `) +
     `${report.ranks} ranks, profile ${report.profile}, seed ${String(report.seed)}` +
-    (report.skippedLines ? `, ${report.skippedLines} invalid trace lines skipped` : '');
+    (report.skippedLines ? `, ${report.skippedLines} invalid trace lines skipped` : '') +
+    routerTitle(report.router);
   return `${title}\n(TTFT and queueing in ms; cold = requests that found nothing cached, count in parentheses)\n\n${renderTable(header, rows)}\n`;
 }
 
@@ -138,7 +158,8 @@ export function renderSweepTable(report: SweepReport): string {
     `seed ${String(report.seed)}, objective ${report.objective}` +
     (report.hitRateWithin !== undefined
       ? ` with hit rate within ${report.hitRateWithin} points of the best`
-      : '');
+      : '') +
+    routerTitle(report.router);
   const rejected =
     report.rejected.length > 0
       ? `

@@ -2,8 +2,9 @@
 // are a public contract (documented in the package README, "JSON output"): add keys,
 // never rename or remove them.
 
-import type { ComparisonResult } from '../compare.ts';
+import type { ComparisonResult, RouterModel } from '../compare.ts';
 import type { PolicyRunSummary } from '../metrics/types.ts';
+import type { Confidence } from '../replay-observed.ts';
 
 export type { LatencyStats, RankSummary, SubsetLatency } from '../metrics/types.ts';
 
@@ -27,6 +28,8 @@ export interface RunReport {
   policies: PolicyReport[];
   /** Replay only: trace lines skipped with --skip-invalid (0 without it). */
   skippedLines?: number;
+  /** Router replicas, index source, event lag and load polls, when any was set. */
+  router?: RouterModel;
 }
 
 /** What a sweep minimises (maximises for hit rate and throughput). */
@@ -89,18 +92,13 @@ export interface SweepReport {
   current?: SweepCell;
   /** The winner as a kvroute-router YAML config snippet. */
   routerConfig: string;
+  /** Router replicas, index source, event lag and load polls, when any was set. */
+  router?: RouterModel;
   /**
    * Sweeps of a recorded trace: predicted vs observed on the setting it was recorded with
    * (hit rate in points, TTFT p50/p99 relative), also stated at the end of `reason`.
    */
-  confidence?: {
-    setting: string;
-    requests: number;
-    hitRatePt: number;
-    ttftP50: number;
-    ttftP99: number;
-    text: string;
-  };
+  confidence?: Confidence;
 }
 
 /** `sweep --load`: the whole grid at several offered loads. */
