@@ -38,6 +38,7 @@ import {
   type RequestKind,
   type RequestLimits,
   type RoutingTokenizer,
+  UsageScanner,
   usageFromObject,
 } from '@kvroute/protocol';
 import type { FastifyBaseLogger } from 'fastify';
@@ -262,19 +263,10 @@ export function createPdMode(d: PdDeps): PdMode {
         return undefined;
       }
     }
-    let found: ReturnType<typeof usageFromObject>;
-    for (const line of text.split('\n')) {
-      if (!line.startsWith('data:')) continue;
-      const data = line.slice(5).trim();
-      if (data === '[DONE]' || data === '') continue;
-      try {
-        const u = usageFromObject(JSON.parse(data));
-        if (u) found = u;
-      } catch {
-        // Not JSON: not a usage event.
-      }
-    }
-    return found;
+    // An event stream: protocol's scanner keeps the last event that reports usage.
+    const scanner = new UsageScanner(true);
+    scanner.push(Buffer.from(text));
+    return scanner.result();
   }
 
   function notePrefill(rank: number, r: PrefillResult, sentAt: number): void {

@@ -22,6 +22,8 @@ import {
   type ReportedUsage,
   type RequestKind,
   ROUTING_KEY_HEADERS,
+  SSE_DONE,
+  sseEvent,
   usageFromObject,
 } from '@kvroute/protocol';
 import type { Agent } from 'undici';
@@ -197,7 +199,7 @@ export type PipeEnd =
 /** An SSE error event in OpenAI's shape, then the terminator clients wait for. */
 export function sseErrorEvent(message: string, code: string): string {
   const body = openAIErrorBody(502, clientSafe(message), { code });
-  return `data: ${JSON.stringify(body)}\n\ndata: [DONE]\n\n`;
+  return sseEvent(body) + SSE_DONE;
 }
 
 /**
