@@ -5,7 +5,7 @@
 // is more conversations of the same service, not the same ones again. Prints wall and CPU
 // seconds, peak RSS and the ratios to the 1x run against the targets (<= 1.1 x N time,
 // <= 2x memory), plus the load average, since the machine may be shared. No assertions.
-//   pnpm --filter @kvroute/sim exec tsx bench/scale.bench.ts [--factor 10] [--ranks 1024] [--policy round_robin]
+//   pnpm --filter @kvroute/sim bench:scale [-- --factor 10] [--ranks 1024] [--policy round_robin]
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';

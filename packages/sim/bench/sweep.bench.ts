@@ -3,7 +3,7 @@
 // sweep (40 windows x 25 prefix lengths on seed-sequential) on every core. Prints wall times,
 // the speed-up (target >= 1.7x on 2 cores) and the load average before and after each run,
 // since the machine may be shared. No assertions.
-//   pnpm --filter @kvroute/sim exec tsx bench/sweep.bench.ts [--skip-1000]
+//   pnpm --filter @kvroute/sim bench:sweep [-- --skip-1000]
 import { availableParallelism, loadavg } from 'node:os';
 import { runCli } from '../src/cli/main.ts';
 
