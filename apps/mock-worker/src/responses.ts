@@ -34,6 +34,24 @@ export interface Outcome {
   instructions?: string | null;
 }
 
+/** A request's outcome before it ran: nothing served, generated or cached yet. */
+export function newOutcome(
+  init: Pick<Outcome, 'id' | 'kind' | 'model' | 'created' | 'includeUsage'>,
+): Outcome {
+  return {
+    ...init,
+    dpRank: 0,
+    promptTokens: 0,
+    completionTokens: 0,
+    cachedTokens: 0,
+    text: '',
+    outputIds: [],
+    finished: false,
+    e2eLatency: 0,
+    seq: 0,
+  };
+}
+
 function usage(o: Outcome) {
   return {
     prompt_tokens: o.promptTokens,

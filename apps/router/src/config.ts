@@ -15,12 +15,7 @@ import { parse as parseYaml } from 'yaml';
 import { RouterConfigError } from './errors.ts';
 import { type ModelGroupConfig, parseModelGroups, validateModelGroups } from './model-groups.ts';
 import type { OutlierConfig } from './outlier.ts';
-import {
-  type PdRankDiscovery,
-  type PdStyle,
-  type PrefillSpec,
-  validatePdConfig,
-} from './pd/config.ts';
+import { type PdSettings, validatePdConfig } from './pd/config.ts';
 
 export interface HealthConfig {
   /** Active check period; 0 turns active checks off (passive marking still applies). */
@@ -36,7 +31,7 @@ export interface HealthConfig {
   generationTimeoutMs?: number;
 }
 
-export interface RouterConfig {
+export interface RouterConfig extends PdSettings {
   host: string;
   port: number;
   workerUrls: string[];
@@ -169,16 +164,6 @@ export interface RouterConfig {
   /** A rank silent this long after a request, or this long after a lost batch, is not live. */
   kvEventsStaleMs: number;
   kvEventsMaxBlocks: number;
-  /** Prefill/decode disaggregation (pd/config.ts): the prefill servers are workerUrls then. */
-  pdDisaggregation: boolean;
-  prefill: string[];
-  decode: string[];
-  prefillPolicy?: string;
-  decodePolicy?: string;
-  pdStyle: PdStyle;
-  pdRankDiscovery: PdRankDiscovery;
-  /** Filled by validation from --prefill. */
-  prefillWorkers?: PrefillSpec[];
   /**
    * Worker groups keyed by model (YAML `models:`, or --model-group): each its own workers,
    * method and options. Empty: one group of --worker-urls that takes every model.

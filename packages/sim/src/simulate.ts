@@ -6,7 +6,7 @@ import { createDispatcher, createLoadTracker, type DispatcherConfig } from '@kvr
 import type { CostModel } from './cost/cost-model.ts';
 import { EventQueue } from './engine/event-queue.ts';
 import type { RankModel, StepRecord } from './entities/rank.ts';
-import { scheduleArrivals } from './host/arrivals.ts';
+import { progressReporter, scheduleArrivals } from './host/arrivals.ts';
 import { Cluster, checkRanks, type RankOverrides } from './host/cluster.ts';
 import { INDEX_SOURCES, type IndexSource, SimKvEvents } from './host/kv-events.ts';
 import { createRequestHost } from './host/requests.ts';
@@ -168,19 +168,7 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
   );
   cluster.schedule(plan.events);
 
-  let lastProgress = -1;
-  const progress = () => {
-    if (!opts.onProgress) return;
-    let f = arrivals.total === 0 ? 1 : records.length / arrivals.total;
-    if (plan.mode === 'closed' && plan.durationMs !== undefined) {
-      f = Math.max(f, Math.min(1, q.now() / plan.durationMs));
-    }
-    const pct = Math.floor(f * 100);
-    if (pct > lastProgress) {
-      lastProgress = pct;
-      opts.onProgress(f);
-    }
-  };
+  const progress = progressReporter(plan, q, arrivals, () => records.length, opts.onProgress);
 
   q.run();
   // Closed-loop requests never sent (past durationMs) are not failures; sent (or held back

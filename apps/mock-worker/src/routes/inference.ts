@@ -32,6 +32,7 @@ import type { createPdRoles, PdPlan } from '../pd/roles.ts';
 import {
   finalBody,
   type GenerativeKind,
+  newOutcome,
   type Outcome,
   streamDelta,
   streamEnd,
@@ -192,23 +193,14 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
     return docs.map((d, i) => tokenizer.encodeText(`${body.query}\n${rerankDocumentText(d, i)}`));
   }
 
-  function newOutcome(kind: GenerativeKind, parsed: ParsedRequest, id: string): Outcome {
-    const o: Outcome = {
+  function outcomeFor(kind: GenerativeKind, parsed: ParsedRequest, id: string): Outcome {
+    const o = newOutcome({
       id,
       kind,
       model: parsed.model ?? opts.modelName,
       created: Math.floor(Date.now() / 1000),
-      dpRank: 0,
-      promptTokens: 0,
-      completionTokens: 0,
-      cachedTokens: 0,
-      text: '',
-      outputIds: [],
-      finished: false,
-      e2eLatency: 0,
       includeUsage: parsed.includeUsage,
-      seq: 0,
-    };
+    });
     if (kind === 'responses') {
       const b = parsed.body;
       o.instructions = typeof b.instructions === 'string' ? b.instructions : null;
@@ -287,7 +279,7 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
   ): Promise<unknown> | FastifyReply {
     const batch = parsed.items !== undefined;
     const outcomes = planned.map((_, i) => {
-      const o = newOutcome(kind, parsed, requestId(kind, parsed, i));
+      const o = outcomeFor(kind, parsed, requestId(kind, parsed, i));
       if (batch) o.index = i;
       return o;
     });
@@ -354,7 +346,7 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
     arrivalWall: number,
     reply: FastifyReply,
   ): Promise<unknown> {
-    const outcomes = planned.map(() => newOutcome('generate', parsed, hex()));
+    const outcomes = planned.map(() => outcomeFor('generate', parsed, hex()));
     const gens = startAll(
       reply,
       planned.map((p) => ({ ...p, maxTokens: 0 })),

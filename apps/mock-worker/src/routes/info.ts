@@ -16,7 +16,7 @@ import type { Faults } from '../faults.ts';
 import { startGeneration } from '../generation.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { ResolvedOptions } from '../options.ts';
-import type { Outcome } from '../responses.ts';
+import { newOutcome } from '../responses.ts';
 
 export interface InfoDeps {
   opts: ResolvedOptions;
@@ -62,22 +62,13 @@ export function registerInfoRoutes(app: FastifyInstance, deps: InfoDeps): void {
   // SGLang's deep health check: a one-token generation must complete.
   app.get('/health_generate', async (_req, reply) => {
     if (faults.failing()) return reply.code(503).send(faults.healthError());
-    const outcome: Outcome = {
+    const outcome = newOutcome({
       id: 'health_generate',
       kind: 'generate',
       model: opts.modelName,
       created: 0,
-      dpRank: 0,
-      promptTokens: 0,
-      completionTokens: 0,
-      cachedTokens: 0,
-      text: '',
-      outputIds: [],
-      finished: false,
-      e2eLatency: 0,
       includeUsage: false,
-      seq: 0,
-    };
+    });
     const gen = startGeneration(
       { engine, metrics },
       { inputIds: Uint32Array.of(0), maxTokens: 1 },

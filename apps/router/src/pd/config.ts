@@ -19,7 +19,9 @@ export type PdRankDiscovery = 'told' | 'bootstrap';
 /** Decode is picked by load: its KV arrives with the request, so no cache can favour a rank. */
 export const DECODE_LOAD_METHODS = ['round_robin', 'total_requests', 'total_tokens'] as const;
 
-export interface PdConfigFields {
+/** The router config's prefill/decode settings (its flags, env and YAML keys). */
+export interface PdSettings {
+  /** Prefill/decode disaggregation: the prefill servers are the config's workerUrls then. */
   pdDisaggregation: boolean;
   /** As given: URLs, each optionally followed by its bootstrap port (SGLang's nargs). */
   prefill: string[];
@@ -30,6 +32,10 @@ export interface PdConfigFields {
   pdRankDiscovery: PdRankDiscovery;
   /** Filled by validation: the prefill servers with their bootstrap ports. */
   prefillWorkers?: PrefillSpec[];
+}
+
+/** What validation reads: the PD settings and the router settings they must agree with. */
+export interface PdConfigFields extends PdSettings {
   dpAware: boolean;
   loadBalanceMethod: string;
   workerUrls: string[];

@@ -132,3 +132,31 @@ export function scheduleArrivals(
     },
   };
 }
+
+/**
+ * The run's progress for an `onProgress` callback, reported at most once per percent:
+ * finished requests over the plan's, or for a closed plan with a duration, simulated time
+ * over that duration when it is further along.
+ */
+export function progressReporter(
+  plan: WorkloadPlan,
+  q: Scheduler,
+  arrivals: Arrivals,
+  finished: () => number,
+  onProgress: ((fraction: number) => void) | undefined,
+): () => void {
+  if (!onProgress) return () => {};
+  let last = -1;
+  return () => {
+    const total = arrivals.total;
+    let f = total === 0 ? 1 : finished() / total;
+    if (plan.mode === 'closed' && plan.durationMs !== undefined) {
+      f = Math.max(f, Math.min(1, q.now() / plan.durationMs));
+    }
+    const pct = Math.floor(f * 100);
+    if (pct > last) {
+      last = pct;
+      onProgress(f);
+    }
+  };
+}

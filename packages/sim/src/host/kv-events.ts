@@ -79,12 +79,27 @@ export class SimKvEvents {
     }
   }
 
-  private stored(rank: number, path: Uint32Array, start: number): void {
+  /**
+   * The chained keys of the whole blocks of `path` from the one holding token `start` on
+   * (`first` is that block's index, `count` the path's whole blocks); undefined when none.
+   * `this.keys` is left holding every block's key, parents included.
+   */
+  private blocksFrom(
+    path: Uint32Array,
+    start: number,
+  ): { keys: number[]; first: number; count: number } | undefined {
     const B = this.blockSize;
     const first = Math.floor(start / B);
     const count = Math.floor(path.length / B);
-    if (count <= first) return;
-    const keys = chainedBlockKeys(path, B, count * B, this.keys).slice(first);
+    if (count <= first) return undefined;
+    return { keys: chainedBlockKeys(path, B, count * B, this.keys).slice(first), first, count };
+  }
+
+  private stored(rank: number, path: Uint32Array, start: number): void {
+    const blocks = this.blocksFrom(path, start);
+    if (!blocks) return;
+    const { keys, first, count } = blocks;
+    const B = this.blockSize;
     const refs = this.refs[rank] as Map<number, number>;
     const fresh: number[] = [];
     for (const k of keys) {
@@ -101,11 +116,8 @@ export class SimKvEvents {
   }
 
   private evicted(rank: number, path: Uint32Array, start: number): void {
-    const B = this.blockSize;
-    const first = Math.floor(start / B);
-    const count = Math.floor(path.length / B);
-    if (count <= first) return;
-    const keys = chainedBlockKeys(path, B, count * B, this.keys).slice(first);
+    const keys = this.blocksFrom(path, start)?.keys;
+    if (!keys) return;
     const refs = this.refs[rank] as Map<number, number>;
     const gone: number[] = [];
     for (const k of keys) {

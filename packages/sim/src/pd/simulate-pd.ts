@@ -29,7 +29,7 @@ import {
 } from '../cost/kv-transfer.ts';
 import { EventQueue } from '../engine/event-queue.ts';
 import type { StepRecord } from '../entities/rank.ts';
-import { scheduleArrivals } from '../host/arrivals.ts';
+import { progressReporter, scheduleArrivals } from '../host/arrivals.ts';
 import { Cluster, checkRanks, type RankOverrides } from '../host/cluster.ts';
 import { latencyStats, round3, summarize } from '../metrics/summary.ts';
 import type { LatencyStats, PolicyRunSummary, RequestRecord } from '../metrics/types.ts';
@@ -278,19 +278,7 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
     },
     { maxConcurrency: opts.maxConcurrency },
   );
-  let lastProgress = -1;
-  const progress = () => {
-    if (!opts.onProgress) return;
-    let f = arrivals.total === 0 ? 1 : records.length / arrivals.total;
-    if (plan.mode === 'closed' && plan.durationMs !== undefined) {
-      f = Math.max(f, Math.min(1, q.now() / plan.durationMs));
-    }
-    const pct = Math.floor(f * 100);
-    if (pct > lastProgress) {
-      lastProgress = pct;
-      opts.onProgress(f);
-    }
-  };
+  const progress = progressReporter(plan, q, arrivals, () => records.length, opts.onProgress);
   q.run();
   const failed = arrivals.issued + arrivals.held - records.length;
   progress();
