@@ -54,6 +54,9 @@ request at 1 KB <= 2x nginx's, throughput >= 0.7x direct, CPU per extra KB <= 3 
   --unique-tail     every request's last message ends with its own number (one new block per
                     request for the recorder's hashing, as an agent's next turn) instead of
                     every request sending the same body
+  --baseline FILE   also a kvroute bundle built elsewhere (e.g. from another commit: esbuild
+                    apps/router/src/server.ts as the bundle script does), measured as kv+base beside
+                    kvroute in the same run: a before/after comparison on one machine load
   --cpu-prof DIR    run the router under node --cpu-prof, profiles written to DIR
   --tsx             run the TypeScript sources through tsx instead of esbuild bundles
   -h, --help        this help
@@ -76,6 +79,7 @@ const { values } = parseArgs({
     variants: { type: 'string', default: '' },
     'unique-tail': { type: 'boolean', default: false },
     'cpu-prof': { type: 'string' },
+    baseline: { type: 'string' },
     tsx: { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   },
@@ -520,6 +524,23 @@ try {
     );
     children.push(r.child);
     variantRouters.push([`kv+${v}`, r]);
+  }
+  if (values.baseline) {
+    const r = await startProcess(
+      'router (baseline)',
+      [
+        values.baseline,
+        '--worker-urls',
+        worker.url,
+        '--port',
+        '0',
+        '--load-balance-method',
+        values.method,
+      ],
+      dirname(values.baseline),
+    );
+    children.push(r.child);
+    variantRouters.push(['kv+base', r]);
   }
   const refs: RefProxy[] = [];
   for (const name of wantProxies) {
