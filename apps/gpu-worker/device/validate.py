@@ -45,7 +45,7 @@ WORKERS = int(os.environ.get("WORKERS", "4"))
 SHAPE = os.environ.get("SHAPE", "tiny" if CPU else "llama-3.2-1b")
 POLICIES = os.environ.get("POLICIES", "round_robin,prefix_match").split(",")
 SCENARIOS = os.environ.get("SCENARIOS", "seed-sequential,agentic").split(",")
-DEADLINE_S = float(os.environ.get("DEADLINE_S", "170" if CPU else "450"))
+DEADLINE_S = float(os.environ.get("DEADLINE_S", "240" if CPU else "450"))
 
 if CPU:
     CAPACITY, CHUNK, CONTEXT = 32768, 512, 4096
@@ -61,8 +61,8 @@ if CPU:
     CALIBRATE_TIMEOUT, RUN_TIMEOUT = 120, 120
     # The fit probe's longest prompt must fit the tiny context with room for its output, and
     # the probe the dry run's time budget.
-    PROBE = ("--set singles=14 --set maxTokens=2048 --set singleOutputTokens=4 --set bursts=2,4 "
-             "--set burstContextTokens=256,1024 --set gapMs=800 --set burstGapMs=1200")
+    PROBE = ("--set singles=10 --set maxTokens=2048 --set singleOutputTokens=4 --set bursts=2 "
+             "--set burstContextTokens=256 --set gapMs=600 --set burstGapMs=800")
 else:
     CAPACITY, CHUNK, CONTEXT = 200000, 8192, 32768
     DEFAULT_WORKER_ARGS = f"--max-total-tokens {CAPACITY} --chunked-prefill-size {CHUNK} --context-length {CONTEXT}"
