@@ -107,6 +107,7 @@ the window) are left out and listed.
                         the same as --scenario replay --set file=FILE; a recorded trace's
                         sessions replay closed loop, and the verdict states how far the
                         prediction was from what the router observed on the recorded setting
+                        (default: none; --scenario names the workload)
   --open-loop           switch: send every request of the trace at its recorded time, also a
                         session's next turn, which otherwise waits for the predicted end of
                         the previous one plus its recorded think gap (default off)
