@@ -233,6 +233,19 @@ describe('closed-loop session replay', () => {
     expect(sessionTailIds(t.lines, sessionLinks(t.lines), BLOCK)).toEqual([30, 30, undefined]);
   });
 
+  it('a turn whose previous turn was cut from the plan is sent at its own time', () => {
+    const file = write('cut.jsonl', twoTurns('s1'));
+    const plan = buildWorkload('replay', { file }, 1);
+    const cut = { ...plan, requests: plan.requests.slice(1) };
+    const { records, summary } = simulatePlan(cut, {
+      policy: { method: 'round_robin' },
+      profile: costModelFromSpec(SLOW),
+      seed: 1,
+    });
+    expect(summary.failed).toBe(0);
+    expect(records.map((r) => [r.id, r.arrivalMs])).toEqual([[1, 300]]);
+  });
+
   it('a request-rate transform sends every request open loop', () => {
     const file = write('two-rate.jsonl', twoTurns('s1'));
     const plan = buildWorkload('replay', { file }, 1);
