@@ -7,6 +7,8 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startMockWorker } from '@kvroute/mock-worker';
+import { readObservations } from '@kvroute/sim';
+import { parseTrace } from '@kvroute/sim/model';
 import type { FastifyInstance } from 'fastify';
 import { Registry } from 'prom-client';
 import { request } from 'undici';
@@ -307,6 +309,27 @@ describe('recorded trace on mock workers', () => {
     expect(reqs[2]!.cached_tokens as number).toBeGreaterThanOrEqual(3 * 512);
     // Only the request with a routing key has a key, a keyed hash of it.
     expect(reqs.map((l) => 'key' in l)).toEqual([false, false, true, false]);
+    // The simulator reads the file as it reads any recorded trace: every request, with its
+    // ids and what the router observed, and the start line's setting.
+    const sim = parseTrace(text, path);
+    expect(sim.skipped).toBe(0);
+    expect(sim.start).toMatchObject({ blockTokens: 512, method: 'cache_aware', ranks: 2 });
+    expect(sim.lines.map((l) => l.hashIds)).toEqual(ids);
+    expect(sim.lines.map((l) => l.inputLength)).toEqual(reqs.map((l) => l.input_length));
+    expect(sim.lines.map((l) => l.observed?.rank)).toEqual(reqs.map((l) => l.rank));
+    expect(sim.lines.map((l) => l.observed?.cachedTokens)).toEqual(
+      reqs.map((l) => l.cached_tokens),
+    );
+    expect(sim.lines[2]!.observed?.key).toBe(reqs[2]!.key);
+    // The fit's reader: three plain requests (it fits on streams) and a stream without a
+    // cached count, each set aside for its own reason, none unreadable.
+    const observations = readObservations(path);
+    expect(observations).toMatchObject({
+      requests: [],
+      skipped: 0,
+      unobserved: { notStreamed: 3, cachedUnknown: 1 },
+      sampleRate: 1,
+    });
     // Same secret file, same ids: a second recording of the same prompt matches the first.
     const again = tracePath();
     const r2 = await router([
