@@ -57,7 +57,8 @@ request at 1 KB <= 2x nginx's, throughput >= 0.7x direct, CPU per extra KB <= 3 
   --baseline FILE   also a kvroute bundle built elsewhere (e.g. from another commit: esbuild
                     apps/router/src/server.ts as the bundle script does), measured as kv+base beside
                     kvroute in the same run: a before/after comparison on one machine load
-  --cpu-prof DIR    run the router under node --cpu-prof, profiles written to DIR
+  --cpu-prof DIR    run the routers (plain, each variant, the baseline) under node --cpu-prof, profiles
+                    written to DIR (one per process, named with its pid)
   --tsx             run the TypeScript sources through tsx instead of esbuild bundles
   -h, --help        this help
 `;
@@ -511,6 +512,7 @@ try {
     const r = await startProcess(
       `router (${v})`,
       [
+        ...(profDir ? ['--cpu-prof', '--cpu-prof-dir', profDir] : []),
         bundleDir ? join(bundleDir, 'kvroute-router.mjs') : join(routerRoot, 'src/server.ts'),
         '--worker-urls',
         worker.url,
@@ -529,6 +531,7 @@ try {
     const r = await startProcess(
       'router (baseline)',
       [
+        ...(profDir ? ['--cpu-prof', '--cpu-prof-dir', profDir] : []),
         values.baseline,
         '--worker-urls',
         worker.url,
