@@ -102,6 +102,23 @@ export interface RunResult {
   /** From the replicas' /metrics: rank scores from events vs the learned fallback. */
   eventScores: number;
   fallbackScores: number;
+  /** Per request, in send order (runReplicas with `trace`). */
+  trace?: RequestTrace[];
+}
+
+/** One request of a run as the client saw it (the router's x-kvroute-rank / -reason headers). */
+export interface RequestTrace {
+  session: number;
+  turn: number;
+  /** The replica the client sent it to. */
+  replica: number;
+  rank: number;
+  reason: string;
+  promptTokens: number;
+  cachedTokens: number;
+  /** Date.now() when sent and when the response came back. */
+  sentAt: number;
+  doneAt: number;
 }
 
 export interface Workers {
@@ -197,6 +214,7 @@ export async function runReplicas(
   replicas: number,
   source: IndexSource,
   workload: Workload = DEFAULT_WORKLOAD,
+  opts: { trace?: boolean } = {},
 ): Promise<RunResult> {
   for (const worker of w.workers) {
     const r = await fetch(`${worker.url}/flush_cache`, { method: 'POST' });
@@ -239,9 +257,13 @@ export async function runReplicas(
     let promptTokens = 0;
     let cachedTokens = 0;
     const ttfts: number[] = [];
+    const trace: RequestTrace[] = [];
     const runSession = async (s: Session) => {
+      let turn = 0;
       for (const text of turnPrompts(s, workload)) {
-        const target = routers[counter++ % replicas] as RouterProcess;
+        const replica = counter++ % replicas;
+        const target = routers[replica] as RouterProcess;
+        const sentAt = Date.now();
         const t0 = performance.now();
         const res = await fetch(`${target.url}/generate`, {
           method: 'POST',
@@ -261,6 +283,20 @@ export async function runReplicas(
         }
         promptTokens += body.meta_info.prompt_tokens;
         cachedTokens += body.meta_info.cached_tokens;
+        if (opts.trace) {
+          trace.push({
+            session: s.id,
+            turn: turn,
+            replica,
+            rank: Number(res.headers.get('x-kvroute-rank')),
+            reason: res.headers.get('x-kvroute-reason') ?? '',
+            promptTokens: body.meta_info.prompt_tokens,
+            cachedTokens: body.meta_info.cached_tokens,
+            sentAt,
+            doneAt: Date.now(),
+          });
+        }
+        turn++;
       }
     };
     const queue = sessions.slice();
@@ -295,6 +331,7 @@ export async function runReplicas(
       eventLagMs: lagCount > 0 ? (1000 * lagSum) / lagCount : 0,
       eventScores,
       fallbackScores,
+      ...(opts.trace ? { trace } : {}),
     };
   } finally {
     await Promise.all(routers.map(stopRouter));

@@ -7,7 +7,8 @@
 // L(r) = in-flight tokens of rank r, w = prompt tokens, N = healthy ranks:
 //   overloaded(r)  <=>  L(r) > (1 + epsilon) * (sum L + w) / N + slackTokens
 //   1. nothing matched anywhere (cold): the least-loaded rank ('cache-miss-least-load'),
-//      so cold misses spread instead of piling on one rank (sglang #32983);
+//      so cold misses spread instead of piling on one rank (sglang #32983); with an events
+//      index, a rendezvous hash of the first window instead (see Replicas below);
 //   2. else the rank with the longest match (ties: least loaded) if not overloaded
 //      ('cache-hit', matchedTokens set);
 //   Load ties (common at light load) go to the rank whose cache churned least lately (a
@@ -30,6 +31,15 @@
 // A live rank also counts as holding what this dispatcher sent it in the last pendingMs
 // (kv-index/pending.ts): engines report blocks only once computed, and without this a burst
 // sharing a new prefix would scatter while its first prefill runs.
+// Replicas: other router replicas' decisions reach this one only as events, after the
+// prefill and the event lag; a prompt arriving in that gap (a second session of a tenant
+// started at the same time, a session's next turn sent to another replica right after the
+// previous answer) finds nothing anywhere. So with an events index a cold miss does not go
+// to the least-loaded rank of this replica's own counts (each replica's differ) but to the
+// rendezvous-hash choice of the prompt's first window among the ranks within the overload
+// bound ('cache-miss-hash'): every replica sends a new prefix where the others did, and the
+// events confirm it later. At light load that is a hash placement (uneven for few
+// prefixes); the bound spreads a prefix that grows hot, as for any holder.
 //
 // Index: one LRU set of 53-bit keys per rank, capacity = rank's kvCapacityTokens (or the
 // capacityTokens option) / window keys. A rank seen unhealthy is assumed to have lost its
@@ -46,7 +56,7 @@
 
 import { defineMethod } from '../define-method.ts';
 import { chainedBlockKeys } from '../hashing/block-keys.ts';
-import { chainedWindowHashes } from '../hashing/chained.ts';
+import { chainedWindowHashes, fmix32 } from '../hashing/chained.ts';
 import { ChainedPrefixIndex } from '../hashing/chained-index.ts';
 import { validateTokenIds } from '../hashing/prefix-digest.ts';
 import { PendingPrefixes } from '../kv-index/pending.ts';
@@ -169,6 +179,16 @@ interface CacheAwareCore {
   readonly sourceCounts: { eventsRankScores: number; fallbackRankScores: number };
   /** Counts where the scores of the decision just made came from (see sourceCounts). */
   countSources(ctx: MethodContext): void;
+}
+
+/**
+ * Rendezvous (highest random weight) score of `rank` for a 53-bit prefix key: the same on
+ * every replica, so a cold prefix goes to the same rank wherever it is routed.
+ */
+function rendezvous(key: number, rank: number): number {
+  const lo = key >>> 0;
+  const hi = Math.floor(key / 4294967296);
+  return fmix32(lo ^ fmix32(hi ^ Math.imul(rank + 1, 0x9e3779b1)));
 }
 
 /** Per decision, recent fill decays by this factor (a memory of ~1,000 decisions). */
@@ -369,7 +389,7 @@ export const createCacheAware = defineMethod(
       0,
     );
     const loadWeight = readNumber(NAME, options, 'loadWeight', CACHE_AWARE_DEFAULTS.loadWeight, 0);
-    const counts = { hits: 0, overloaded: 0, misses: 0, matchedTokens: 0 };
+    const counts = { hits: 0, overloaded: 0, misses: 0, hashedMisses: 0, matchedTokens: 0 };
     const holders: RankState[] = [];
 
     return {
@@ -387,13 +407,27 @@ export const createCacheAware = defineMethod(
           const m = matched[r.rank] as number;
           if (m > best) best = m;
         }
+        const bound = ((1 + epsilon) * total) / healthy.length + slackTokens;
         if (best === 0) {
+          const first = keys[0];
+          if (ctx.kvIndex && first !== undefined) {
+            let pick: RankState | undefined;
+            let top = -1;
+            for (const r of healthy) {
+              if (r.inFlightTokens > bound) continue;
+              const score = rendezvous(first, r.rank);
+              if (score > top) {
+                top = score;
+                pick = r;
+              }
+            }
+            if (pick) return { rank: pick.rank, reason: 'cache-miss-hash' };
+          }
           return {
             rank: leastLoadedCool(ctx, healthy, core.fill).rank,
             reason: 'cache-miss-least-load',
           };
         }
-        const bound = ((1 + epsilon) * total) / healthy.length + slackTokens;
         holders.length = 0;
         for (const r of healthy) if (matched[r.rank] === best) holders.push(r);
         const holder = leastLoadedCool(ctx, holders, core.fill);
@@ -423,6 +457,10 @@ export const createCacheAware = defineMethod(
         if (decision.reason === 'cache-hit') counts.hits++;
         else if (decision.reason === 'cache-hit-overloaded') counts.overloaded++;
         else if (decision.reason === 'cache-miss-least-load') counts.misses++;
+        else if (decision.reason === 'cache-miss-hash') {
+          counts.misses++;
+          counts.hashedMisses++;
+        }
         counts.matchedTokens += decision.matchedTokens ?? 0;
         if (own) core.countSources(ctx);
         core.learn(ctx, decision);

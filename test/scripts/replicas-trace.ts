@@ -1,0 +1,110 @@
+// Where router replicas lose hit rate against one router, request by request: runs the
+// replicas e2e (helpers/replicas.ts) with a per-request trace (which replica, which rank, the
+// router's reason, cached tokens) and a record of when each worker published each block, then
+// attributes every token one router would have reused and this setup did not.
+// Run: pnpm --filter @kvroute/e2e replicas:trace [-- --setups 1:learned,3:events --out FILE]
+import { writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { chainedBlockKeys } from '@kvroute/policy';
+import { approximateTokenIds } from '@kvroute/protocol';
+import {
+  DEFAULT_WORKLOAD,
+  type IndexSource,
+  runReplicas,
+  sessionsOf,
+  startEventWorkers,
+  turnPrompts,
+} from '../helpers/replicas.ts';
+import { analyseTrace, formatAnalysis, type Published } from '../helpers/replicas-trace.ts';
+
+const { values } = parseArgs({
+  args: process.argv.slice(2).filter((a, i) => !(i === 0 && a === '--')),
+  options: {
+    setups: { type: 'string', default: '1:learned,3:learned,3:events' },
+    out: { type: 'string' },
+  },
+});
+const setups = (values.setups as string).split(',').map((s) => {
+  const [n, source] = s.split(':');
+  const replicas = Number(n);
+  if (
+    !Number.isInteger(replicas) ||
+    replicas < 1 ||
+    (source !== 'learned' && source !== 'events')
+  ) {
+    throw new Error(`--setups: expected REPLICAS:learned|events, got ${JSON.stringify(s)}`);
+  }
+  return { replicas, source: source as IndexSource };
+});
+
+const w = await startEventWorkers();
+const BS = 16;
+// Per rank: block key -> Date.now() of its first BlockStored since the last flush.
+let published: Published = w.workers.map(() => new Map());
+w.workers.forEach((worker, rank) => {
+  const pub = worker.app.kvEventPublishers[0];
+  if (!pub) throw new Error('mock worker without a KV event publisher');
+  const stored = pub.stored.bind(pub);
+  const keys: number[] = [];
+  pub.stored = (path: Uint32Array, start: number) => {
+    const t = Date.now();
+    const m = published[rank] as Map<number, number>;
+    for (const k of chainedBlockKeys(path, BS, path.length, keys)) if (!m.has(k)) m.set(k, t);
+    stored(path, start);
+  };
+  const cleared = pub.cleared.bind(pub);
+  pub.cleared = () => {
+    (published[rank] as Map<number, number>).clear();
+    cleared();
+  };
+});
+
+const prompts = new Map<string, Uint32Array>();
+for (const s of sessionsOf(DEFAULT_WORKLOAD)) {
+  turnPrompts(s, DEFAULT_WORKLOAD).forEach((text, turn) => {
+    prompts.set(`${s.id}:${turn}`, approximateTokenIds(text));
+  });
+}
+
+const out: unknown[] = [];
+try {
+  for (const { replicas, source } of setups) {
+    published = w.workers.map(() => new Map());
+    const r = await runReplicas(w, replicas, source, DEFAULT_WORKLOAD, { trace: true });
+    const a = analyseTrace(r.trace ?? [], prompts, published, BS, DEFAULT_WORKLOAD);
+    console.log(
+      `\n## ${r.label}: hit rate ${(100 * r.hitRate).toFixed(1)}%, mean event lag ${r.eventLagMs.toFixed(1)} ms`,
+    );
+    // When each request's last block was stored: send -> store (router, forward, engine) and
+    // store -> answer (back through the router to the client).
+    const split = { toStore: 0, toDone: 0, n: 0 };
+    for (const t of r.trace ?? []) {
+      const ids = prompts.get(`${t.session}:${t.turn}`) as Uint32Array;
+      const keys = chainedBlockKeys(ids, BS, ids.length);
+      const at = published[t.rank]?.get(keys[keys.length - 1] as number);
+      if (at === undefined || at < t.sentAt || at > t.doneAt) continue;
+      split.toStore += at - t.sentAt;
+      split.toDone += t.doneAt - at;
+      split.n++;
+    }
+    console.log(
+      `timing: ${split.n} requests stored their own last block: send -> store ${(split.toStore / split.n).toFixed(1)} ms, store -> answer ${(split.toDone / split.n).toFixed(1)} ms (mean TTFT ${r.ttftMeanMs.toFixed(1)} ms)`,
+    );
+    console.log(formatAnalysis(a));
+    out.push({
+      label: r.label,
+      hitRate: r.hitRate,
+      eventLagMs: r.eventLagMs,
+      analysis: a,
+      trace: r.trace,
+    });
+  }
+} finally {
+  await w.close();
+}
+if (values.out !== undefined) {
+  const file = resolve(process.env.INIT_CWD ?? process.cwd(), values.out);
+  writeFileSync(file, `${JSON.stringify(out)}\n`);
+  console.log(`trace written to ${file}`);
+}
