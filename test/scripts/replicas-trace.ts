@@ -10,13 +10,14 @@ import { chainedBlockKeys } from '@kvroute/policy';
 import { approximateTokenIds } from '@kvroute/protocol';
 import {
   DEFAULT_WORKLOAD,
+  EVENT_BLOCK_SIZE,
   type IndexSource,
   runReplicas,
   sessionsOf,
   startEventWorkers,
   turnPrompts,
 } from '../helpers/replicas.ts';
-import { analyseTrace, formatAnalysis, type Published } from '../helpers/replicas-trace.ts';
+import { analyseTrace, formatAnalysis } from '../helpers/replicas-trace.ts';
 
 const { values } = parseArgs({
   args: process.argv.slice(2).filter((a, i) => !(i === 0 && a === '--')),
@@ -39,26 +40,7 @@ const setups = (values.setups as string).split(',').map((s) => {
 });
 
 const w = await startEventWorkers();
-const BS = 16;
-// Per rank: block key -> Date.now() of its first BlockStored since the last flush.
-let published: Published = w.workers.map(() => new Map());
-w.workers.forEach((worker, rank) => {
-  const pub = worker.app.kvEventPublishers[0];
-  if (!pub) throw new Error('mock worker without a KV event publisher');
-  const stored = pub.stored.bind(pub);
-  const keys: number[] = [];
-  pub.stored = (path: Uint32Array, start: number) => {
-    const t = Date.now();
-    const m = published[rank] as Map<number, number>;
-    for (const k of chainedBlockKeys(path, BS, path.length, keys)) if (!m.has(k)) m.set(k, t);
-    stored(path, start);
-  };
-  const cleared = pub.cleared.bind(pub);
-  pub.cleared = () => {
-    (published[rank] as Map<number, number>).clear();
-    cleared();
-  };
-});
+const BS = EVENT_BLOCK_SIZE;
 
 const prompts = new Map<string, Uint32Array>();
 for (const s of sessionsOf(DEFAULT_WORKLOAD)) {
@@ -70,26 +52,13 @@ for (const s of sessionsOf(DEFAULT_WORKLOAD)) {
 const out: unknown[] = [];
 try {
   for (const { replicas, source } of setups) {
-    published = w.workers.map(() => new Map());
     const r = await runReplicas(w, replicas, source, DEFAULT_WORKLOAD, { trace: true });
-    const a = analyseTrace(r.trace ?? [], prompts, published, BS, DEFAULT_WORKLOAD);
+    const a = analyseTrace(r.trace ?? [], prompts, w.published, BS, DEFAULT_WORKLOAD);
     console.log(
       `\n## ${r.label}: hit rate ${(100 * r.hitRate).toFixed(1)}%, mean event lag ${r.eventLagMs.toFixed(1)} ms`,
     );
-    // When each request's last block was stored: send -> store (router, forward, engine) and
-    // store -> answer (back through the router to the client).
-    const split = { toStore: 0, toDone: 0, n: 0 };
-    for (const t of r.trace ?? []) {
-      const ids = prompts.get(`${t.session}:${t.turn}`) as Uint32Array;
-      const keys = chainedBlockKeys(ids, BS, ids.length);
-      const at = published[t.rank]?.get(keys[keys.length - 1] as number);
-      if (at === undefined || at < t.sentAt || at > t.doneAt) continue;
-      split.toStore += at - t.sentAt;
-      split.toDone += t.doneAt - at;
-      split.n++;
-    }
     console.log(
-      `timing: ${split.n} requests stored their own last block: send -> store ${(split.toStore / split.n).toFixed(1)} ms, store -> answer ${(split.toDone / split.n).toFixed(1)} ms (mean TTFT ${r.ttftMeanMs.toFixed(1)} ms)`,
+      `timing: send -> store ${r.sendToStoreMs.toFixed(1)} ms, store -> answer ${r.storeToAnswerMs.toFixed(1)} ms (mean TTFT ${r.ttftMeanMs.toFixed(1)} ms)`,
     );
     console.log(formatAnalysis(a));
     out.push({

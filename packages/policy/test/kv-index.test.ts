@@ -290,6 +290,23 @@ describe('cache_aware with an events index', () => {
       );
     }
     expect(spread.size).toBeGreaterThan(4);
+    // coldPick chooses the rule whatever the index source.
+    const prompt = [...system, 9];
+    const least = createDispatcher({ method: 'cache_aware', window: 16, coldPick: 'least-load' });
+    expect(least.dispatch({ inputIds: prompt }, makeRanks(8), { kvIndex: index }).reason).toBe(
+      'cache-miss-least-load',
+    );
+    // Without an events index too (the keys are then the learned index's window hashes, so
+    // the rank may differ from the events path's, but replicas agree among themselves).
+    const learned = [1, 2].map(() => {
+      const d = createDispatcher({ method: 'cache_aware', window: 16, coldPick: 'hash' });
+      return d.dispatch({ inputIds: prompt }, makeRanks(8));
+    });
+    expect(learned[0]?.reason).toBe('cache-miss-hash');
+    expect(learned[1]).toEqual(learned[0]);
+    expect(() => createDispatcher({ method: 'cache_aware', coldPick: 'random' })).toThrow(
+      /coldPick/,
+    );
   });
 
   it('never picks an unhealthy or overloaded holder and stays deterministic', () => {

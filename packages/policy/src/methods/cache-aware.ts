@@ -39,7 +39,9 @@
 // rendezvous-hash choice of the prompt's first window among the ranks within the overload
 // bound ('cache-miss-hash'): every replica sends a new prefix where the others did, and the
 // events confirm it later. At light load that is a hash placement (uneven for few
-// prefixes); the bound spreads a prefix that grows hot, as for any holder.
+// prefixes); the bound spreads a prefix that grows hot, as for any holder. The coldPick
+// option chooses this rule ('hash') or the least-loaded one always, or, by default ('auto'),
+// hash exactly when an events index is passed (a lone router may prefer 'least-load').
 //
 // Index: one LRU set of 53-bit keys per rank, capacity = rank's kvCapacityTokens (or the
 // capacityTokens option) / window keys. A rank seen unhealthy is assumed to have lost its
@@ -115,6 +117,12 @@ export const CACHE_AWARE_OPTIONS = {
     min: 0,
     doc: 'with an events index: host ms a prefix just sent counts as held before events confirm it',
   },
+  coldPick: {
+    type: 'enum',
+    choices: ['auto', 'least-load', 'hash'],
+    default: 'auto',
+    doc: 'where a prompt no rank holds goes: least-load (by this dispatcher’s own load view), hash (the same rank from every router replica), auto (hash with an events index)',
+  },
 } as const satisfies OptionsSchema;
 
 export interface CacheAwareOptions {
@@ -141,6 +149,14 @@ export interface CacheAwareOptions {
    * as held there before the engine's events confirm it. Default 10,000.
    */
   pendingMs: number;
+  /**
+   * Where a prompt no rank holds goes: 'least-load' (least loaded by this dispatcher's own
+   * counts, ties to the least churned cache), 'hash' (rendezvous hash of the prompt's first
+   * window among the ranks within the overload bound: every router replica picks the same
+   * rank for a new prefix), 'auto' (hash when the host passes an events index, else
+   * least-load). Default 'auto'.
+   */
+  coldPick: 'auto' | 'least-load' | 'hash';
 }
 
 export const CACHE_AWARE_DEFAULTS: CacheAwareOptions = {
@@ -151,6 +167,7 @@ export const CACHE_AWARE_DEFAULTS: CacheAwareOptions = {
   loadWeight: 1,
   capacityTokens: 1_000_000,
   pendingMs: 10_000,
+  coldPick: 'auto',
 };
 
 const NAME = 'cache_aware';
@@ -378,8 +395,9 @@ export const createCacheAware = defineMethod(
   CACHE_AWARE_OPTIONS,
   // Values are checked against the schema first; the core reads the defaults that depend on
   // the window from the raw options.
-  (_checked, options): Method => {
+  (checked, options): Method => {
     const core = createCacheAwareCore(options);
+    const coldPick = checked.coldPick;
     const epsilon = readNumber(NAME, options, 'epsilon', CACHE_AWARE_DEFAULTS.epsilon, 0);
     const slackTokens = readNumber(
       NAME,
@@ -410,7 +428,8 @@ export const createCacheAware = defineMethod(
         const bound = ((1 + epsilon) * total) / healthy.length + slackTokens;
         if (best === 0) {
           const first = keys[0];
-          if (ctx.kvIndex && first !== undefined) {
+          const hash = coldPick === 'hash' || (coldPick === 'auto' && ctx.kvIndex !== undefined);
+          if (hash && first !== undefined) {
             let pick: RankState | undefined;
             let top = -1;
             for (const r of healthy) {
