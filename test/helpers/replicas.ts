@@ -253,7 +253,7 @@ export async function runReplicas(
   replicas: number,
   source: IndexSource,
   workload: Workload = DEFAULT_WORKLOAD,
-  opts: { trace?: boolean } = {},
+  opts: { trace?: boolean; routerArgs?: readonly string[] } = {},
 ): Promise<RunResult> {
   for (const worker of w.workers) {
     const r = await fetch(`${worker.url}/flush_cache`, { method: 'POST' });
@@ -271,6 +271,7 @@ export async function runReplicas(
     '500ms',
     '--log-level',
     'info',
+    ...(opts.routerArgs ?? []),
   ];
   if (source === 'events') {
     args.push(

@@ -2,11 +2,11 @@
 // replicas e2e (helpers/replicas.ts) with a per-request trace (which replica, which rank, the
 // router's reason, cached tokens) and a record of when each worker published each block, then
 // attributes every token one router would have reused and this setup did not.
-// Run: pnpm --filter @kvroute/e2e replicas:trace [-- --setups 1:learned,3:events --out FILE]
+// Run: pnpm --filter @kvroute/e2e replicas:trace [-- --setups 1:learned,3:events --out FILE
+//        --router-args='--cold-pick least-load']   (extra flags for every router process)
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { chainedBlockKeys } from '@kvroute/policy';
 import { approximateTokenIds } from '@kvroute/protocol';
 import {
   DEFAULT_WORKLOAD,
@@ -24,6 +24,7 @@ const { values } = parseArgs({
   options: {
     setups: { type: 'string', default: '1:learned,3:learned,3:events' },
     out: { type: 'string' },
+    'router-args': { type: 'string', default: '' },
   },
 });
 const setups = (values.setups as string).split(',').map((s) => {
@@ -52,7 +53,10 @@ for (const s of sessionsOf(DEFAULT_WORKLOAD)) {
 const out: unknown[] = [];
 try {
   for (const { replicas, source } of setups) {
-    const r = await runReplicas(w, replicas, source, DEFAULT_WORKLOAD, { trace: true });
+    const r = await runReplicas(w, replicas, source, DEFAULT_WORKLOAD, {
+      trace: true,
+      routerArgs: (values['router-args'] as string).split(' ').filter((a) => a !== ''),
+    });
     const a = analyseTrace(r.trace ?? [], prompts, w.published, BS, DEFAULT_WORKLOAD);
     console.log(
       `\n## ${r.label}: hit rate ${(100 * r.hitRate).toFixed(1)}%, mean event lag ${r.eventLagMs.toFixed(1)} ms`,
