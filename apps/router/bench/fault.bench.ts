@@ -5,8 +5,9 @@
 // where the failure preceded any client byte, the time from the bad worker's first failure to
 // its ejection, and the slowest answer (the hung-rank mode runs with a 20 s client). Then:
 // max_tokens poisoning (status, in-flight gauges, spread of a hot prefix), 2,000 slow-body
-// connections (time until closed), 16 concurrent 30 MiB bodies (router RSS, their statuses,
-// good requests' latency meanwhile).
+// connections (each one's time from its own headers to its close, p50/p99/max, and how many
+// were still open when the body timeout had passed for them), 16 concurrent 30 MiB bodies
+// (router RSS, their statuses, good requests' latency meanwhile).
 import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';

@@ -52,8 +52,9 @@ export function requestStart(req: IncomingMessage, now: number, maxChargeMs: num
  * anyway, so a refused connection never outlives its answer by more than that.
  */
 export function closeAfterAnswer(req: IncomingMessage, boundMs: number): void {
-  const socket = req.socket;
-  if (!socket || socket.destroyed) return;
+  const socket = req.socket as Socket | undefined;
+  // app.inject's stand-in socket has nothing to close.
+  if (!socket || socket.destroyed || typeof socket.destroy !== 'function') return;
   const cut = setTimeout(() => socket.destroy(), boundMs);
   cut.unref();
   socket.once('close', () => clearTimeout(cut));
