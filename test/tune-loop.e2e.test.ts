@@ -235,7 +235,11 @@ describe.skipIf(process.env.KVROUTE_LOOP_E2E !== '1')(
           ([k, v]) => [`decode.${k}`, fitted.decode[k], v] as [string, number, number],
         ),
       ];
-      const off = pairs.map(([k, got, want]) => ({ k, got, want, err: (got - want) / want }));
+      // The recording's times are wall time: model time times the workers' time scale.
+      const off = pairs.map(([k, wall, want]) => {
+        const got = wall / TIME_SCALE;
+        return { k, got, want, err: (got - want) / want };
+      });
       for (const o of off) {
         console.log(`loop fit ${o.k}: ${o.got} (hidden ${o.want}, ${(o.err * 100).toFixed(1)}%)`);
       }
@@ -249,23 +253,25 @@ describe.skipIf(process.env.KVROUTE_LOOP_E2E !== '1')(
       console.log(observed.out.stdout);
       expect(obsCode, observed.out.stderr).toBe(0);
 
-      // 3. Sweep prefix_match on the recorded traffic with the fitted profile.
+      // 3. Sweep cache_aware on the recorded traffic with the fitted profile. Its sessions
+      // replay closed loop, as the agents sent them. cache_aware places a prompt by what the
+      // ranks hold and how loaded they are, which the replay reproduces; prefix_match and
+      // consistent_hash place it by a hash of its tokens, and the replay's tokens are
+      // synthetic, so which prefixes collide on one rank is not the live draw.
       const sweep = io();
       const sweepCode = await runCli(
         [
           'sweep',
-          '--scenario',
-          'replay',
-          '--set',
-          'file=poor.jsonl',
+          '--trace',
+          'poor.jsonl',
           '--profile-file',
           'fitted.json',
           '--policy',
-          'prefix_match',
+          'cache_aware',
           '--window',
           '64,256',
-          '--prefix-length',
-          '1024,4096',
+          '--epsilon',
+          '0.1,0.5',
           '--objective',
           'ttft-p99',
           '--jobs',
