@@ -10,7 +10,7 @@
 # CPU dry run with the tiny shape (uses the local node when .device/ has no node.xz):
 #     DEVICE=cpu OUT=/tmp/kv-out bash apps/gpu-worker/device/validate.sh
 # Knobs (env): DEVICE=cuda|cpu, OUT, DEVICE_DIR (default <repo>/.device), WORKERS, SHAPE,
-# POLICIES, SCENARIOS, DEADLINE_S, SEQ_ARGS, AGENTIC_ARGS, WORKER_ARGS (see validate.py).
+# POLICIES, SCENARIOS, DEADLINE_S, SEQ_ARGS, AGENTIC_ARGS, WORKER_ARGS, PROBE_ARGS (see validate.py).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 py=""

@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto: bfloat16 on GPU, float32 on CPU")
     p.add_argument("--attention", default="auto", choices=["auto", "sdpa", "explicit"],
                    help="auto: SDPA where torch has it (>= 2.0), explicit softmax otherwise")
+    p.add_argument("--cudnn-sdpa", action="store_true",
+                   help="let SDPA use cuDNN's backend on CUDA (off by default: it builds a plan per new shape)")
     p.add_argument("--seed", type=int, default=0, help="weight seed")
     p.add_argument("--page-size", type=int, default=1)
     p.add_argument("--max-total-tokens", type=int, help="KV capacity in tokens (radix tree + running requests)")
@@ -43,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", help="model id in /v1/models and responses")
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up forward before listening")
+    p.add_argument("--warmup-tokens", type=int,
+                   help="warm-up prompt length before listening (default: 24576 on CUDA, capped by the context "
+                        "length; none on CPU)")
     p.add_argument("--kv-events-config",
                    help='publish KV cache events as vLLM/SGLang, e.g. \'{"publisher": "zmq", "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558"}\'')
     p.add_argument("--kv-events-block-size", type=int, default=16, help="tokens per published block (default 16)")
@@ -83,7 +88,8 @@ def build_engine(args: argparse.Namespace) -> "Engine":
     if cap <= 0 or chunk <= 0 or ctx <= 0:
         _fail("--max-total-tokens, --chunked-prefill-size and --context-length must be > 0")
     try:
-        model = LlamaModel(shape, device=device, dtype=dtype, seed=args.seed, attention=args.attention)
+        model = LlamaModel(shape, device=device, dtype=dtype, seed=args.seed, attention=args.attention,
+                           cudnn_sdpa=args.cudnn_sdpa)
     except ValueError as exc:
         _fail(str(exc))
     cfg = EngineConfig(capacity_tokens=cap, page_size=args.page_size, chunked_prefill_size=chunk,
@@ -148,6 +154,19 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         engine.submit(Request(ids=list(range(1, 65)), max_new_tokens=3))
         engine.run_until_idle()
+        long = args.warmup_tokens
+        if long is None:
+            long = min(24576, engine.context_length - 8) if model.device.type == "cuda" else 0
+        if long > 64:
+            # A serving engine allocates its KV pool and captures its kernels before it listens;
+            # this worker grows buffers on demand, so without this the first long prompt on each
+            # worker pays the allocator growth and first-time prefill shapes (70-100 ms on an
+            # H200 for 22.7k tokens). One long prompt, then a hit on it, pays them here.
+            ids = [(i * 7919) % (model.shape.vocab_size - 1) + 1 for i in range(long)]
+            engine.submit(Request(ids=ids, max_new_tokens=3))
+            engine.run_until_idle()
+            engine.submit(Request(ids=ids + [1, 2, 3, 4], max_new_tokens=3))
+            engine.run_until_idle()
         engine.cache.reset()
         engine.metrics.clear()
     name = args.served_model_name or f"kvroute-gpu-worker/{model.shape.name}"

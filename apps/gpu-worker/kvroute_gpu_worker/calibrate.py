@@ -2,6 +2,7 @@
 fit the cost-profile form the simulator uses (kvroute-cost-profile/v1):
 
     prefillMs(new, cached) = floorMs + perTokenMs*new + attnMsPerMTokenPairs*new*(cached+new)/1e6
+                             + perKCachedTokenMs*cached/1000
     decodeStepMs(batch, ctx) = floorMs + perSeqMs*batch + perKContextTokenMs*ctx/1000
 
 Every point goes through the Engine (prefix match, KV gather, chunk forward, tree
@@ -157,8 +158,8 @@ def _measure(engine: Engine, plan: str, budget_s: float, seed: int, log) -> Dict
 
 
 def nnls_fit(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> List[float]:
-    """Least squares with every coefficient >= 0, by trying each subset of columns (3 columns:
-    8 subsets). Negative constants would make the simulator predict negative times."""
+    """Least squares with every coefficient >= 0, by trying each non-empty subset of columns
+    (4 columns: 15 subsets). Negative constants would make the simulator predict negative times."""
     k = len(rows[0])
     best: Optional[Tuple[float, List[float]]] = None
     for mask in range(1, 1 << k):
@@ -190,19 +191,23 @@ def fit_profile(points: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Dict[str, 
     dec = points["decode"]
     if len(pre) < 3 or len(dec) < 3:
         raise ValueError(f"calibration: too few points to fit ({len(pre)} prefill, {len(dec)} decode; need 3 each)")
-    prow = [[1.0, p["new"], p["new"] * (p["cached"] + p["new"]) / 1e6] for p in pre]
+    # The cached-token column is what serving a hit costs beyond the attention over it: the
+    # engine gathers the cached KV into the request's buffer (32 KiB per token for the 1B
+    # shape), which a form without it charges to the floor and under-predicts on long hits.
+    prow = [[1.0, p["new"], p["new"] * (p["cached"] + p["new"]) / 1e6, p["cached"] / 1000.0] for p in pre]
     pc = nnls_fit(prow, [p["median_ms"] for p in pre])
     drow = [[1.0, d["batch"], d["context_tokens"] / 1000.0] for d in dec]
     dc = nnls_fit(drow, [d["median_ms"] for d in dec])
     return {
-        "prefill": {"floorMs": pc[0], "perTokenMs": pc[1], "attnMsPerMTokenPairs": pc[2]},
+        "prefill": {"floorMs": pc[0], "perTokenMs": pc[1], "attnMsPerMTokenPairs": pc[2], "perKCachedTokenMs": pc[3]},
         "decode": {"floorMs": dc[0], "perSeqMs": dc[1], "perKContextTokenMs": dc[2]},
     }
 
 
 def prefill_ms(prof: Dict[str, Dict[str, float]], new: int, cached: int) -> float:
     p = prof["prefill"]
-    return p["floorMs"] + p["perTokenMs"] * new + p["attnMsPerMTokenPairs"] * new * (cached + new) / 1e6
+    return (p["floorMs"] + p["perTokenMs"] * new + p["attnMsPerMTokenPairs"] * new * (cached + new) / 1e6
+            + p.get("perKCachedTokenMs", 0.0) * cached / 1000.0)
 
 
 def decode_ms(prof: Dict[str, Dict[str, float]], batch: int, ctx: int) -> float:

@@ -47,9 +47,16 @@ class LlamaModel:
     """Plain tensors, no nn.Module: the engine owns the KV memory, the model only computes."""
 
     def __init__(self, shape: ModelShape, device: str = "cpu", dtype: Optional[torch.dtype] = None,
-                 seed: int = 0, attention: str = "auto") -> None:
+                 seed: int = 0, attention: str = "auto", cudnn_sdpa: bool = False) -> None:
         self.shape = shape
         self.device = torch.device(device)
+        if self.device.type == "cuda" and not cudnn_sdpa and hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+            # cuDNN's SDPA builds an execution plan per new attention shape (tens of ms each),
+            # and decode meets a new shape whenever the batch or its padded length changes.
+            # Serving engines run shape-stable kernels; the flash / memory-efficient backends
+            # behave like them. Process-wide, like the engine: one model per worker process.
+            torch.backends.cuda.enable_cudnn_sdp(False)
+        self.cudnn_sdpa = cudnn_sdpa and self.device.type == "cuda"
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         if attention == "auto":
             attention = "sdpa" if HAS_SDPA else "explicit"

@@ -19,7 +19,7 @@ def check_profile(p):
     assert p["format"] == "kvroute-cost-profile/v1"
     assert isinstance(p["name"], str) and p["name"].startswith("gpu-worker-tiny-")
     assert isinstance(p["description"], str) and isinstance(p["source"], str)
-    assert set(p["prefill"]) == {"floorMs", "perTokenMs", "attnMsPerMTokenPairs"}
+    assert set(p["prefill"]) == {"floorMs", "perTokenMs", "attnMsPerMTokenPairs", "perKCachedTokenMs"}
     assert set(p["decode"]) == {"floorMs", "perSeqMs", "perKContextTokenMs"}
     for v in list(p["prefill"].values()) + list(p["decode"].values()):
         assert isinstance(v, float) and v >= 0
