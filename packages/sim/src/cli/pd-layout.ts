@@ -72,11 +72,12 @@ export const PD_FLAGS_HELP = `  --layout colocated|pd every rank prefills and de
                         full engines with a prefix cache, as vLLM's; needs --decode-policy
                         cache_aware); default off
   --kv-store-gbps X     pd: a KV store the prefill ranks share (SGLang HiCache with a storage
-                        backend), loaded from at X Gb/s per rank; prompts are written through
+                        backend), loaded from at X Gb/s per rank; prompts are written
+                        through (default: no store)
   --kv-store-tokens N   pd: the store's size in tokens (default unbounded)
   --decode-offload      pd: decode ranks write what they generated to the store (SGLang
                         --disaggregation-decode-enable-offload-kvcache): the next turn's
-                        prefill finds the previous reply; needs --kv-store-gbps
+                        prefill finds the previous reply; needs --kv-store-gbps (default off)
   --md FILE|-           pd: the layout table as markdown; '-' = stdout only (default: not written)`;
 
 export const PD_SWEEP_HELP = `  --layout colocated|pd pd: sweep the prefill:decode split instead of a policy's options
@@ -88,10 +89,10 @@ export const PD_SWEEP_HELP = `  --layout colocated|pd pd: sweep the prefill:deco
                         2..6:2 (default: as --pd-ratio)
   --objective OBJ       pd: ${LAYOUT_OBJECTIVES.join(' | ')} names the best split
                         (default ttft-p99)
-  --prefill-policy M, --decode-policy M, --link-gbps X, --link-setup-ms MS,
-  --local-prefill-tokens N, --kv-store-gbps X, --kv-store-tokens N, --decode-offload,
-  --md FILE|-
-                        pd: as for run --layout pd (defaults ${DEFAULT_PREFILL_POLICY}, ${DEFAULT_DECODE_POLICY}, 400, 1; --md not written)`;
+  --prefill-policy M, --decode-policy M, --link-gbps X, --link-setup-ms MS, --md FILE|-
+                        pd: as for run --layout pd (defaults ${DEFAULT_PREFILL_POLICY}, ${DEFAULT_DECODE_POLICY}, 400, 1; --md not written)
+  --local-prefill-tokens N, --kv-store-gbps X, --kv-store-tokens N, --decode-offload
+                        pd: as for run --layout pd (default: off, no store)`;
 
 export function readLayout(p: Parsed): 'colocated' | 'pd' {
   const raw = str(p, 'layout') ?? 'colocated';
