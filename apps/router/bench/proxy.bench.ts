@@ -54,7 +54,8 @@ request at 1 KB <= 2x nginx's, throughput >= 0.7x direct, CPU per extra KB <= 3 
   --unique-tail     every request's last message ends with its own number (one new block per
                     request for the recorder's hashing, as an agent's next turn) instead of
                     every request sending the same body
-  --cpu-prof DIR    run the router under node --cpu-prof, profiles written to DIR
+  --cpu-prof DIR    run the routers (plain and each variant) under node --cpu-prof, profiles
+                    written to DIR (one per process, named with its pid)
   --tsx             run the TypeScript sources through tsx instead of esbuild bundles
   -h, --help        this help
 `;
@@ -507,6 +508,7 @@ try {
     const r = await startProcess(
       `router (${v})`,
       [
+        ...(profDir ? ['--cpu-prof', '--cpu-prof-dir', profDir] : []),
         bundleDir ? join(bundleDir, 'kvroute-router.mjs') : join(routerRoot, 'src/server.ts'),
         '--worker-urls',
         worker.url,

@@ -7,13 +7,20 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startMockWorker } from '@kvroute/mock-worker';
+import { readObservations } from '@kvroute/sim';
+import { parseTrace } from '@kvroute/sim/model';
 import type { FastifyInstance } from 'fastify';
 import { Registry } from 'prom-client';
 import { request } from 'undici';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { type RouterConfig, resolveConfig } from '../src/config.ts';
 import { BlockHasher } from '../src/recording/block-hasher.ts';
-import { TraceRecorder } from '../src/recording/recorder.ts';
+import {
+  type RecordedRequest,
+  requestLine,
+  requestLineBound,
+  TraceRecorder,
+} from '../src/recording/recorder.ts';
 import { rotatedFiles, TraceWriter } from '../src/recording/trace-writer.ts';
 import { buildRouter } from '../src/router.ts';
 import { startFakeWorker } from './helpers/fake-worker.ts';
@@ -178,6 +185,33 @@ describe('block ids', () => {
     expect(other.hashIds(prompts[0]!)[0]).not.toBe(fresh().hashIds(prompts[0]!)[0]);
   });
 
+  it('are stable across hashers with the same secret, and differ, every one, with another', () => {
+    const prompt = ids(5 * 16 + 7, 11);
+    const a = new BlockHasher({ secret, blockTokens: 16 }).hashIds(prompt);
+    const b = new BlockHasher({ secret: Buffer.from(secret), blockTokens: 16 }).hashIds(prompt);
+    expect(a).toHaveLength(6);
+    expect(b).toEqual(a);
+    const other = new BlockHasher({
+      secret: Buffer.from('0123456789abcdef0123456789abcdeg'),
+      blockTokens: 16,
+    }).hashIds(prompt);
+    for (let i = 0; i < a.length; i++) expect(other[i]).not.toBe(a[i]);
+  });
+
+  it('key a routing key as the first 16 hex digits of its HMAC, also when remembered', () => {
+    const h = new BlockHasher({ secret, blockTokens: 16 });
+    const want = (v: string) =>
+      createHmac('sha256', secret).update(v, 'utf8').digest('hex').slice(0, 16);
+    for (const v of ['session-42', '', 'ünïcode ключ', 'x'.repeat(300)]) {
+      expect(h.keyHash(v)).toBe(want(v));
+      expect(h.keyHash(v)).toBe(want(v));
+    }
+    // Past the remembered keys' bound (the map is emptied) the hashes stay the same.
+    for (let i = 0; i < 5000; i++) h.keyHash(`k${i}`);
+    expect(h.keyHash('session-42')).toBe(want('session-42'));
+    expect(h.keyHash('k4999')).toBe(want('k4999'));
+  });
+
   it('refuses a short secret and a bad block size', () => {
     expect(() => new BlockHasher({ secret: Buffer.from('short'), blockTokens: 512 })).toThrow(
       /at least 16 bytes/,
@@ -275,6 +309,27 @@ describe('recorded trace on mock workers', () => {
     expect(reqs[2]!.cached_tokens as number).toBeGreaterThanOrEqual(3 * 512);
     // Only the request with a routing key has a key, a keyed hash of it.
     expect(reqs.map((l) => 'key' in l)).toEqual([false, false, true, false]);
+    // The simulator reads the file as it reads any recorded trace: every request, with its
+    // ids and what the router observed, and the start line's setting.
+    const sim = parseTrace(text, path);
+    expect(sim.skipped).toBe(0);
+    expect(sim.start).toMatchObject({ blockTokens: 512, method: 'cache_aware', ranks: 2 });
+    expect(sim.lines.map((l) => l.hashIds)).toEqual(ids);
+    expect(sim.lines.map((l) => l.inputLength)).toEqual(reqs.map((l) => l.input_length));
+    expect(sim.lines.map((l) => l.observed?.rank)).toEqual(reqs.map((l) => l.rank));
+    expect(sim.lines.map((l) => l.observed?.cachedTokens)).toEqual(
+      reqs.map((l) => l.cached_tokens),
+    );
+    expect(sim.lines[2]!.observed?.key).toBe(reqs[2]!.key);
+    // The fit's reader: three plain requests (it fits on streams) and a stream without a
+    // cached count, each set aside for its own reason, none unreadable.
+    const observations = readObservations(path);
+    expect(observations).toMatchObject({
+      requests: [],
+      skipped: 0,
+      unobserved: { notStreamed: 3, cachedUnknown: 1 },
+      sampleRate: 1,
+    });
     // Same secret file, same ids: a second recording of the same prompt matches the first.
     const again = tracePath();
     const r2 = await router([
@@ -464,6 +519,114 @@ describe('recorded trace on mock workers', () => {
   });
 });
 
+describe('request lines', () => {
+  const secret = Buffer.from('0123456789abcdef0123456789abcdef');
+  // The line as JSON.stringify writes it from an object (what the recorder wrote before its
+  // hand-written builder): the builder must give the same text.
+  const viaStringify = (r: RecordedRequest, origin: number, h: BlockHasher): string => {
+    const usage = r.usage;
+    const line: Record<string, unknown> = {
+      timestamp: Math.max(0, Math.round(r.receivedAt - origin)),
+      input_length: Math.max(1, usage?.promptTokens ?? r.ids.length),
+      output_length: usage?.outputTokens ?? r.streamedTokens ?? 0,
+      hash_ids: h.hashIds(r.ids),
+      rank: r.rank,
+      reason: r.reason,
+    };
+    if (usage?.cachedTokens !== undefined) line.cached_tokens = usage.cachedTokens;
+    if (r.firstByteAt !== undefined) {
+      line.ttft_ms = Math.round(Math.max(0, r.firstByteAt - r.receivedAt) * 1000) / 1000;
+    }
+    line.e2e_ms = Math.round(Math.max(0, r.endAt - r.receivedAt) * 1000) / 1000;
+    line.status = r.status;
+    if (r.routingKey !== undefined) line.key = h.keyHash(r.routingKey);
+    if (r.model !== undefined) line.model = r.model;
+    line.stream = r.stream;
+    return JSON.stringify(line);
+  };
+  const cases: RecordedRequest[] = [
+    {
+      receivedAt: 1234.5678,
+      ids: Uint32Array.from({ length: 2000 }, (_, i) => i * 7),
+      rank: 3,
+      reason: 'prefix-hash',
+      usage: { promptTokens: 2000, cachedTokens: 1536, outputTokens: 17 },
+      firstByteAt: 1300.0004,
+      endAt: 1400.12345,
+      status: 200,
+      routingKey: 'session-42',
+      model: 'meta-llama/Llama-3.1-8B-Instruct',
+      stream: true,
+    },
+    {
+      receivedAt: 10,
+      ids: new Uint32Array(1),
+      rank: 0,
+      reason: 'a "quoted"\\ reason\n\u0001',
+      streamedTokens: 5,
+      endAt: 9,
+      status: 502,
+      model: 'модель "x"\u2028',
+      stream: false,
+    },
+    {
+      // Numbers at their longest: the bound still holds.
+      receivedAt: 0,
+      ids: new Uint32Array(513),
+      rank: 2147483647,
+      reason: '',
+      usage: {
+        promptTokens: 1.2345678901234567e300,
+        cachedTokens: -1.2345678901234568e-300,
+        outputTokens: 1.7976931348623157e308,
+      },
+      firstByteAt: -5,
+      endAt: 1e21,
+      status: 599,
+      stream: false,
+    },
+  ];
+
+  it('are the text JSON.stringify gives for the documented fields, within the held room', () => {
+    for (const r of cases) {
+      const line = requestLine(r, 100, new BlockHasher({ secret, blockTokens: 512 }));
+      expect(line).toBe(viaStringify(r, 100, new BlockHasher({ secret, blockTokens: 512 })));
+      expect(line.length + 1).toBeLessThanOrEqual(requestLineBound(r, 512));
+      expect(JSON.parse(line)).toBeTypeOf('object');
+    }
+  });
+
+  it('follow the requests that finished before a policy switch', async () => {
+    const rec = new TraceRecorder({
+      policy: () => ({ method: 'round_robin', options: {} }),
+      ranks: () => 1,
+      tokenizer: 'approximate',
+      registry: new Registry(),
+      log: { warn: () => {}, info: () => {} },
+    });
+    const path = tracePath();
+    await rec.start({
+      path,
+      blockTokens: 512,
+      sampleRate: 1,
+      rotateBytes: 0,
+      rotateMs: 0,
+      queueBytes: 1 << 20,
+    });
+    rec.record(cases[0]!);
+    // Same turn: the request's line is not built yet when the switch comes.
+    rec.markPolicySwitch({ method: 'random', options: {} });
+    rec.record(cases[1]!);
+    await rec.stop();
+    expect(readLines(path).map((l) => l.event ?? l.status)).toEqual([
+      'start',
+      200,
+      'policy_switch',
+      502,
+    ]);
+  });
+});
+
 describe('bounded queue', () => {
   it('drops lines when the queue is full, counts them, and never blocks', async () => {
     const registry = new Registry();
@@ -504,6 +667,42 @@ describe('bounded queue', () => {
     const metrics = await registry.metrics();
     expect(metrics).toContain(`kvroute_trace_dropped_total ${status.dropped}`);
     expect(metrics).toContain(`kvroute_trace_recorded_total ${status.recorded}`);
+  });
+
+  it('the writer writes in batches: a full batch at once, the rest when it has waited', async () => {
+    const path = tracePath();
+    const w = new TraceWriter({
+      path,
+      rotateBytes: 0,
+      rotateMs: 0,
+      queueBytes: 1 << 20,
+      flushBytes: 1000,
+      flushMs: 60_000,
+      header: () => '{"event":"start"}',
+      onDrop: () => {
+        throw new Error('dropped');
+      },
+      onError: (err) => {
+        throw err;
+      },
+    });
+    const turn = () => new Promise((r) => setImmediate(r));
+    // Lines in separate turns, less than a batch: nothing is written yet (the flush timer
+    // is a minute away).
+    for (let i = 0; i < 5; i++) {
+      w.push(`{"n":${i}}`);
+      await turn();
+    }
+    for (let i = 0; i < 5; i++) await turn();
+    expect(w.written).toBe(0);
+    // A full batch goes out right after the turn that filled it.
+    for (let i = 5; i < 120; i++) w.push(`{"n":${i}}`);
+    for (let i = 0; i < 200 && w.written === 0; i++) await turn();
+    expect(w.written).toBeGreaterThan(100);
+    await w.close();
+    const lines = readLines(path);
+    expect(lines[0]).toEqual({ event: 'start' });
+    expect(lines.slice(1).map((l) => l.n)).toEqual(Array.from({ length: 120 }, (_, i) => i));
   });
 
   it('the writer refuses a line past its byte bound', async () => {

@@ -3,6 +3,11 @@
 // full (the disk is slower than the traffic, or stalled) a line is dropped and counted, never
 // queued without bound and never blocking the request that produced it.
 //
+// Lines go to the disk in batches: when `flushBytes` of them wait, or `flushMs` after the
+// oldest one queued, whichever comes first. An fs.write costs a thread-pool round trip and a
+// wake-up of the event loop (tens of microseconds of CPU in all), more than building a line,
+// so writing every few lines as they come would cost the router more than the recording.
+//
 // Files: the live file is PATH; rotation (by size, by age) renames it to PATH.NNNNNN with the
 // next free number, so `cat PATH.* PATH` is the recording in order, and every file opens with
 // the header line (the recording's `start` event, same origin each time). A recording that
@@ -36,6 +41,10 @@ export interface TraceWriterOptions {
   rotateMs: number;
   /** Lines waiting for the disk at most this many bytes; beyond it lines are dropped. */
   queueBytes: number;
+  /** Write as soon as this many bytes wait (default 64 KiB, at most queueBytes / 2). */
+  flushBytes?: number;
+  /** Write what waits at the latest this long after it was queued (default 200 ms). */
+  flushMs?: number;
   /** The first line of every file (without newline). */
   header(): string;
   /** A line was dropped because the queue was full. */
@@ -73,6 +82,12 @@ export class TraceWriter {
   private fd: number;
   private queue: string[] = [];
   private queuedBytes = 0;
+  /** Bytes promised to lines still being built (reserve / pushReserved). */
+  private reservedBytes = 0;
+  private readonly flushBytes: number;
+  private readonly flushMs: number;
+  private flushTimer: NodeJS.Timeout | undefined;
+  private flushNow: NodeJS.Immediate | undefined;
   private writing = false;
   private closed = false;
   private fileBytes = 0;
@@ -86,6 +101,11 @@ export class TraceWriter {
 
   /** Opens the file synchronously, so a bad path is an error at start, naming the path. */
   constructor(private readonly o: TraceWriterOptions) {
+    this.flushBytes = Math.max(
+      1,
+      Math.min(o.flushBytes ?? 64 * 1024, Math.floor(o.queueBytes / 2)),
+    );
+    this.flushMs = Math.max(0, o.flushMs ?? 200);
     if (existsSync(o.path) && statSync(o.path).size > 0)
       renameSync(o.path, nextRotatedPath(o.path));
     this.fd = openSync(o.path, 'a');
@@ -103,13 +123,28 @@ export class TraceWriter {
 
   /** Queues one request or event line; false (and counted as dropped) when the queue is full. */
   push(line: string): boolean {
-    if (this.closed) return false;
-    if (this.queuedBytes + line.length + 1 > this.o.queueBytes) {
+    if (!this.reserve(line.length + 1)) return false;
+    this.pushReserved(line, line.length + 1);
+    return true;
+  }
+
+  /**
+   * Holds room in the queue for a line built later (at most `bytes` long, newline included);
+   * false (and counted as dropped) when the queue is full. The line follows by pushReserved.
+   */
+  reserve(bytes: number): boolean {
+    if (this.closed || this.queuedBytes + this.reservedBytes + bytes > this.o.queueBytes) {
       this.o.onDrop();
       return false;
     }
-    this.queueLine(line, false);
+    this.reservedBytes += bytes;
     return true;
+  }
+
+  /** Queues a line for which `reserved` bytes were held (reserve); the room is given back. */
+  pushReserved(line: string, reserved: number): void {
+    this.reservedBytes = Math.max(0, this.reservedBytes - reserved);
+    this.queueLine(line, false);
   }
 
   private queueLine(line: string, header: boolean): void {
@@ -119,11 +154,28 @@ export class TraceWriter {
     this.kick();
   }
 
+  /**
+   * Schedules a write: right after the current turn when a batch is full, a rotation is due
+   * or the writer closes (the disk write never runs inside a request's turn), else when the
+   * oldest waiting line has waited flushMs.
+   */
   private kick(): void {
-    if (this.writing) return;
-    this.writing = true;
-    // After the current request's work: the disk write never runs inside a request's turn.
-    setImmediate(() => void this.pump());
+    if (this.writing || this.flushNow !== undefined) return;
+    if (this.closed || this.queuedBytes >= this.flushBytes || this.due()) {
+      if (this.flushTimer !== undefined) clearTimeout(this.flushTimer);
+      this.flushTimer = undefined;
+      this.flushNow = setImmediate(() => {
+        this.flushNow = undefined;
+        void this.pump();
+      });
+    } else if (this.flushTimer === undefined && this.queue.length > 0) {
+      this.flushTimer = setTimeout(() => {
+        this.flushTimer = undefined;
+        void this.pump();
+      }, this.flushMs);
+      // A recording never keeps the process alive: close() writes what is left.
+      this.flushTimer.unref();
+    }
   }
 
   private due(): boolean {
@@ -133,6 +185,8 @@ export class TraceWriter {
   }
 
   private async pump(): Promise<void> {
+    if (this.writing) return;
+    this.writing = true;
     try {
       for (;;) {
         if (this.due() && !this.closed) await this.rotate();
@@ -149,6 +203,8 @@ export class TraceWriter {
           for (let i = 0; i < lines.length; i++) this.o.onDrop();
           this.o.onError(err as Error);
         }
+        // What came in during the write waits for its own batch (unless closing).
+        if (!this.closed && this.queuedBytes < this.flushBytes) break;
       }
     } finally {
       this.writing = false;
@@ -183,6 +239,8 @@ export class TraceWriter {
     if (this.closed) return;
     this.closed = true;
     if (this.ageTimer) clearInterval(this.ageTimer);
+    if (this.flushTimer !== undefined) clearTimeout(this.flushTimer);
+    this.flushTimer = undefined;
     if (this.writing || this.queue.length > 0) {
       await new Promise<void>((resolve) => {
         this.idle = resolve;

@@ -523,7 +523,7 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
   );
   const progress = progressReporter(plan, q, arrivals, () => records.length, opts.onProgress);
   q.run();
-  const failed = arrivals.issued + arrivals.held - records.length;
+  const failed = arrivals.issued + arrivals.held + arrivals.stranded - records.length;
   progress();
 
   const { perRank, evictedNodes } = prefill.summaries();
