@@ -151,12 +151,13 @@ function observedSummary(file: string) {
 
 const pct = (v: number) => `${(v * 100).toFixed(1)}%`;
 
-// Opt-in (KVROUTE_LOOP_E2E=1): about 3.5 minutes of real-time traffic, and on this loaded
-// 2-core machine the targets are not all met (two runs: fitted constants 1-53% and 0.4-9.4% off;
-// TTFT p99 after the switch predicted 26-40 s against 5.4-5.9 s observed, as the replay sends the
-// recorded arrival times open loop while the sessions waited for their replies). What it
-// asserts is what holds: the loop runs through, every request is recorded again after the
-// switch, and the switch raises the hit rate the router observes.
+// Opt-in (KVROUTE_LOOP_E2E=1): about 3-4 minutes of real-time traffic at time scale 1 (about 95 s
+// at KVROUTE_LOOP_TIME_SCALE=0.4, where the prefill constants no longer fit within 10% on this
+// machine). Asserted: the loop runs through, every request is recorded again after the switch,
+// the switch raises the hit rate the router observes, and that hit rate is within 2 points of
+// the sweep's prediction. Printed, not asserted (timings of real-time traffic on a shared
+// machine: its load moves them): the fitted constants against the hidden ones, and the TTFT
+// p50 / p99 after the switch against the prediction (targets 10% / 15%).
 describe.skipIf(process.env.KVROUTE_LOOP_E2E !== '1')(
   'tune on your own traffic, end to end',
   () => {
@@ -274,6 +275,8 @@ describe.skipIf(process.env.KVROUTE_LOOP_E2E !== '1')(
           '0.1,0.5',
           '--objective',
           'ttft-p99',
+          '--current',
+          'round_robin',
           '--jobs',
           '1',
           '--json',
@@ -326,6 +329,8 @@ describe.skipIf(process.env.KVROUTE_LOOP_E2E !== '1')(
       expect(after.requests).toBe(before.requests);
       // The switch paid off, as predicted.
       expect(after.hitRate).toBeGreaterThan(before.hitRate);
+      // And the router saw the hit rate the sweep predicted.
+      expect(Math.abs(predicted.hitRate - after.hitRate) * 100).toBeLessThanOrEqual(2);
     }, 600_000);
   },
 );

@@ -36,6 +36,7 @@ import { adminPlugin } from './plugins/admin.ts';
 import { engineApiPlugin, forwardToOneWorker } from './plugins/engine-api.ts';
 import { metricsPlugin } from './plugins/metrics.ts';
 import { workersApiPlugin } from './plugins/workers-api.ts';
+import { markAccepted, requestStart } from './proxy/body.ts';
 import { proxyPlugin } from './proxy/plugin.ts';
 import { createProxyHandler, type ProxyHandler } from './proxy/route.ts';
 import { UpstreamPool } from './proxy/upstream.ts';
@@ -150,7 +151,12 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
         (req, res) => {
           const kind = req.method === 'POST' ? kindForPath(req.url ?? '') : undefined;
           if (kind) void serveProxy(req, res, kind, REQUEST_PATHS[kind]);
-          else handler(req, res);
+          else {
+            // Consumed here so that a later proxied request on this connection does not
+            // count from its accept time.
+            requestStart(req, 0, 0);
+            handler(req, res);
+          }
         },
       );
       // What fastify sets on servers it creates itself (it leaves a factory's alone).
@@ -166,6 +172,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
       // answer has started is a client leaving mid-response.
       (server as typeof server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
       server.on('connection', (socket: Socket) => {
+        markAccepted(socket);
         socket.on('end', () => {
           const res = (socket as Socket & { _httpMessage?: ServerResponse })._httpMessage;
           if (!res || res.writableEnded) return;
@@ -303,6 +310,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     topic: config.kvEventsTopic,
     staleMs: config.kvEventsStaleMs,
     maxBlocksPerRank: config.kvEventsMaxBlocks,
+    blockSize: config.kvEventsBlockSize,
   };
   const kvEvents = kvEventsEnabled(kvSettings)
     ? new KvEventsFeed(kvSettings, table, config.workerUrls, metrics.registry, log, () =>

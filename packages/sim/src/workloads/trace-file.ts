@@ -353,7 +353,7 @@ export function sessionLinks(lines: readonly TraceLine[]): (SessionLink | undefi
  * shares its whole prompt with the next turn, not only its whole blocks. A partial block's id
  * hashes fewer tokens than the next turn's block at the same place, so the ids differ although
  * the tokens they share are the same: read as they are, a replay loses up to a block per turn
- * of the reuse a worker sees (about half a block on average; 4.8 points of hit rate on 512-token
+ * of the reuse a worker sees (about half a block on average; 3.9 points of hit rate on 512-token
  * blocks of the agentic traffic of the tune-loop test). When the request that followed this one
  * in its session (`links`) agrees with it on every whole block and is longer, this one's
  * partial block is taken to be the head of that request's block at the same place (and, if
