@@ -1,6 +1,8 @@
-// The one HTTP client stack kvroute talks to workers with: undici, as the router proxies
-// with it, so the router's health checks and load polls, validate's timed requests and the
-// tests share one set of connection, timeout and error semantics.
+// The HTTP client stack kvroute talks to workers with outside the router's proxied path:
+// undici, so the router's health checks and load polls, validate's timed requests and the
+// tests share one set of connection, timeout and error semantics. The router forwards
+// inference requests with its own keep-alive client (apps/router/src/proxy/upstream.ts),
+// whose connect and socket failures carry the same Node error codes.
 import { Agent, type Dispatcher, request } from 'undici';
 
 export type { Dispatcher } from 'undici';
