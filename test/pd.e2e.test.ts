@@ -238,7 +238,7 @@ describe('PD mode, measured', () => {
     const m = await measureAddedLatency(c, 30);
     // A figure, not a gate (timing assertions are not tests): `pnpm --filter @kvroute/e2e
     // pd-latency` prints it for both styles over more requests.
-    console.log(formatAddedLatency('sglang', m));
+    console.log(formatAddedLatency(m));
     expect(m.requests).toBe(30);
     expect(Number.isFinite(m.addedMs.p50)).toBe(true);
     const text = await (await fetch(`${c.url}/metrics`)).text();

@@ -151,12 +151,13 @@ function observedSummary(file: string) {
 
 const pct = (v: number) => `${(v * 100).toFixed(1)}%`;
 
-// Opt-in (KVROUTE_LOOP_E2E=1): about 3.5 minutes of real-time traffic, and on this loaded
-// 2-core machine the targets are not all met (two runs: fitted constants 1-53% and 0.4-9.4% off;
-// TTFT p99 after the switch predicted 26-40 s against 5.4-5.9 s observed, as the replay sends the
-// recorded arrival times open loop while the sessions waited for their replies). What it
-// asserts is what holds: the loop runs through, every request is recorded again after the
-// switch, and the switch raises the hit rate the router observes.
+// Opt-in (KVROUTE_LOOP_E2E=1): about 3-4 minutes of real-time traffic at time scale 1 (about 95 s
+// at KVROUTE_LOOP_TIME_SCALE=0.4, where the prefill constants no longer fit within 10% on this
+// machine). Asserted: the loop runs through, every request is recorded again after the switch,
+// the switch raises the hit rate the router observes, and that hit rate is within 2 points of
+// the sweep's prediction. Printed, not asserted (timings of real-time traffic on a shared
+// machine: its load moves them): the fitted constants against the hidden ones, and the TTFT
+// p50 / p99 after the switch against the prediction (targets 10% / 15%).
 describe.skipIf(process.env.KVROUTE_LOOP_E2E !== '1')(
   'tune on your own traffic, end to end',
   () => {
@@ -235,7 +236,11 @@ describe.skipIf(process.env.KVROUTE_LOOP_E2E !== '1')(
           ([k, v]) => [`decode.${k}`, fitted.decode[k], v] as [string, number, number],
         ),
       ];
-      const off = pairs.map(([k, got, want]) => ({ k, got, want, err: (got - want) / want }));
+      // The recording's times are wall time: model time times the workers' time scale.
+      const off = pairs.map(([k, wall, want]) => {
+        const got = wall / TIME_SCALE;
+        return { k, got, want, err: (got - want) / want };
+      });
       for (const o of off) {
         console.log(`loop fit ${o.k}: ${o.got} (hidden ${o.want}, ${(o.err * 100).toFixed(1)}%)`);
       }
@@ -249,25 +254,29 @@ describe.skipIf(process.env.KVROUTE_LOOP_E2E !== '1')(
       console.log(observed.out.stdout);
       expect(obsCode, observed.out.stderr).toBe(0);
 
-      // 3. Sweep prefix_match on the recorded traffic with the fitted profile.
+      // 3. Sweep cache_aware on the recorded traffic with the fitted profile. Its sessions
+      // replay closed loop, as the agents sent them. cache_aware places a prompt by what the
+      // ranks hold and how loaded they are, which the replay reproduces; prefix_match and
+      // consistent_hash place it by a hash of its tokens, and the replay's tokens are
+      // synthetic, so which prefixes collide on one rank is not the live draw.
       const sweep = io();
       const sweepCode = await runCli(
         [
           'sweep',
-          '--scenario',
-          'replay',
-          '--set',
-          'file=poor.jsonl',
+          '--trace',
+          'poor.jsonl',
           '--profile-file',
           'fitted.json',
           '--policy',
-          'prefix_match',
+          'cache_aware',
           '--window',
           '64,256',
-          '--prefix-length',
-          '1024,4096',
+          '--epsilon',
+          '0.1,0.5',
           '--objective',
           'ttft-p99',
+          '--current',
+          'round_robin',
           '--jobs',
           '1',
           '--json',
@@ -320,6 +329,8 @@ describe.skipIf(process.env.KVROUTE_LOOP_E2E !== '1')(
       expect(after.requests).toBe(before.requests);
       // The switch paid off, as predicted.
       expect(after.hitRate).toBeGreaterThan(before.hitRate);
+      // And the router saw the hit rate the sweep predicted.
+      expect(Math.abs(predicted.hitRate - after.hitRate) * 100).toBeLessThanOrEqual(2);
     }, 600_000);
   },
 );

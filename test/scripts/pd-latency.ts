@@ -13,8 +13,8 @@ for (const style of ['sglang', 'vllm'] as const) {
   });
   try {
     // Warm the connections and JIT first; then measure.
-    await measureAddedLatency(c, 20);
-    console.log(formatAddedLatency(style, await measureAddedLatency(c, n)));
+    await measureAddedLatency(c, 20, style);
+    console.log(formatAddedLatency(await measureAddedLatency(c, n, style)));
   } finally {
     await c.close();
   }

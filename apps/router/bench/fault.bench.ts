@@ -5,8 +5,9 @@
 // where the failure preceded any client byte, the time from the bad worker's first failure to
 // its ejection, and the slowest answer (the hung-rank mode runs with a 20 s client). Then:
 // max_tokens poisoning (status, in-flight gauges, spread of a hot prefix), 2,000 slow-body
-// connections (time until closed), 16 concurrent 30 MiB bodies (router RSS, their statuses,
-// good requests' latency meanwhile).
+// connections (each one's time from its own headers to its close, p50/p99/max, and how many
+// were still open when the body timeout had passed for them), 16 concurrent 30 MiB bodies
+// (router RSS, their statuses, good requests' latency meanwhile).
 import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
@@ -274,23 +275,44 @@ if (!skip.has('slow')) {
   ]);
   const port = Number(new URL(router.url).port);
   const n = Number(values['slow-bodies']);
+  // The bench's own event-loop lag: a close it notices late reads as a late close.
+  let benchLag = 0;
+  let lagLast = performance.now();
+  const lagProbe = setInterval(() => {
+    const now = performance.now();
+    benchLag = Math.max(benchLag, now - lagLast - 20);
+    lagLast = now;
+  }, 20);
   const t0 = Date.now();
   const closedAt: number[] = [];
+  // Per connection: when its headers went out (its own start), when it closed, what it got.
+  const conns: { sentAt: number; closedAt: number; got: string }[] = [];
   const sockets: Socket[] = [];
+  let allSentAt = 0;
   await new Promise<void>((resolve) => {
     let opened = 0;
     for (let i = 0; i < n; i++) {
-      let sentAt = 0;
+      const c = { sentAt: 0, closedAt: 0, got: '' };
+      conns.push(c);
       const s = connect(port, '127.0.0.1', () => {
-        sentAt = Date.now();
+        c.sentAt = Date.now();
         s.write(
           'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{',
         );
-        if (++opened === n) resolve();
+        if (++opened === n) {
+          allSentAt = Date.now();
+          resolve();
+        }
+      });
+      s.on('data', (d: Buffer) => {
+        if (c.got.length < 1024) c.got += d.toString('latin1');
       });
       s.on('error', () => {});
-      // From this connection's headers to its close: what --body-timeout-ms bounds.
-      s.on('close', () => closedAt.push(Date.now() - (sentAt || t0)));
+      s.on('close', () => {
+        c.closedAt = Date.now();
+        // From this connection's headers to its close: what --body-timeout-ms bounds.
+        closedAt.push(c.closedAt - (c.sentAt || t0));
+      });
       sockets.push(s);
     }
     setTimeout(resolve, 10_000);
@@ -308,9 +330,20 @@ if (!skip.has('slow')) {
   }
   for (let i = 0; i < 200 && closedAt.length < n; i++) await new Promise((r) => setTimeout(r, 100));
   clearInterval(trickle);
+  clearInterval(lagProbe);
+  const sent = conns.filter((c) => c.sentAt > 0);
+  const own = sent.filter((c) => c.closedAt > 0).map((c) => c.closedAt - c.sentAt);
+  const openAt = (ms: number): number =>
+    sent.filter((c) => c.closedAt === 0 || c.closedAt - c.sentAt > ms).length;
+  const answered = conns.filter(
+    (c) => /^HTTP\/1\.1 408 /.test(c.got) && c.got.includes('"code":"request_timeout"'),
+  ).length;
   console.log(`\n# ${n} connections trickling a body (1 byte/s), --body-timeout-ms ${bodyTimeout}`);
   console.log(
     `closed by the router: ${closedAt.length}/${n}; each closed ${f1(pct(closedAt, 50) / 1000)} s (median) / ${f1(Math.max(...closedAt) / 1000)} s (max) after its headers; router RSS ${f1(rssMb(router.child.pid!))} MB; good requests meanwhile: ${good.length}, p50 ${f1(pct(good, 50))} ms, p99 ${f1(pct(good, 99))} ms`,
+  );
+  console.log(
+    `per connection, from its own headers to its close: p50 ${pct(own, 50)} ms, p99 ${pct(own, 99)} ms, max ${Math.max(...own)} ms; still open at +${bodyTimeout} ms: ${openAt(bodyTimeout)}, at +${bodyTimeout + 1000} ms: ${openAt(bodyTimeout + 1000)}; answered 408 request_timeout: ${answered}/${n}; the bench opened all ${sent.length} and sent their headers in ${allSentAt ? allSentAt - t0 : Number.NaN} ms, its own event loop lagged up to ${f1(benchLag)} ms (a close noticed late reads as late)`,
   );
   for (const s of sockets) s.destroy();
   await stop(router.child);

@@ -36,6 +36,7 @@ import { adminPlugin } from './plugins/admin.ts';
 import { engineApiPlugin, forwardToOneWorker } from './plugins/engine-api.ts';
 import { metricsPlugin } from './plugins/metrics.ts';
 import { workersApiPlugin } from './plugins/workers-api.ts';
+import { markAccepted, requestStart } from './proxy/body.ts';
 import { proxyPlugin } from './proxy/plugin.ts';
 import { createProxyHandler, type ProxyHandler } from './proxy/route.ts';
 import { RankTable, type Worker } from './rank-table.ts';
@@ -149,7 +150,12 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
         (req, res) => {
           const kind = req.method === 'POST' ? kindForPath(req.url ?? '') : undefined;
           if (kind) void serveProxy(req, res, kind, REQUEST_PATHS[kind]);
-          else handler(req, res);
+          else {
+            // Consumed here so that a later proxied request on this connection does not
+            // count from its accept time.
+            requestStart(req, 0, 0);
+            handler(req, res);
+          }
         },
       );
       // What fastify sets on servers it creates itself (it leaves a factory's alone).
@@ -165,6 +171,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
       // answer has started is a client leaving mid-response.
       (server as typeof server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
       server.on('connection', (socket: Socket) => {
+        markAccepted(socket);
         socket.on('end', () => {
           const res = (socket as Socket & { _httpMessage?: ServerResponse })._httpMessage;
           if (!res || res.writableEnded) return;
@@ -301,6 +308,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     topic: config.kvEventsTopic,
     staleMs: config.kvEventsStaleMs,
     maxBlocksPerRank: config.kvEventsMaxBlocks,
+    blockSize: config.kvEventsBlockSize,
   };
   const kvEvents = kvEventsEnabled(kvSettings)
     ? new KvEventsFeed(kvSettings, table, config.workerUrls, metrics.registry, log, () =>

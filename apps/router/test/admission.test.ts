@@ -251,6 +251,75 @@ describe('admission', () => {
     }
   }, 60_000);
 
+  it('a kept-alive connection whose second request trickles gets the 408 and is closed by the router', async () => {
+    const { port } = await setup(['--body-timeout-ms', '300', '--headers-timeout-ms', '60000']);
+    const body = chat();
+    const out = await new Promise<{ got: string; endedByRouter: boolean }>((resolve) => {
+      let got = '';
+      let endedByRouter = false;
+      let trickle: NodeJS.Timeout | undefined;
+      const s = connect(port, '127.0.0.1', () => {
+        s.write(
+          `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+        );
+      });
+      s.on('data', (d) => {
+        got += d.toString('latin1');
+        // Once the first answer is complete, the second request starts and never finishes.
+        if (trickle) return;
+        const m = /content-length: (\d+)\r\n[\s\S]*?\r\n\r\n/i.exec(got);
+        if (!m || got.length < m.index + m[0].length + Number(m[1])) return;
+        s.write(
+          'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{',
+        );
+        trickle = setInterval(() => {
+          if (!s.destroyed) s.write(' ');
+        }, 100);
+      });
+      s.on('end', () => {
+        endedByRouter = true;
+      });
+      s.on('error', () => {});
+      s.on('close', () => {
+        clearInterval(trickle);
+        resolve({ got, endedByRouter });
+      });
+      setTimeout(() => s.destroy(), 20_000);
+    });
+    const answers = out.got.match(/HTTP\/1\.1 \d+/g);
+    expect(answers).toEqual(['HTTP/1.1 200', 'HTTP/1.1 408']);
+    expect(out.got).toContain('"code":"request_timeout"');
+    expect(out.endedByRouter).toBe(true);
+  }, 30_000);
+
+  it("a connection's first request counts its body timeout from the connection's acceptance, charged at most half of it", async () => {
+    // Connected 5.5 s before sending: half the 10 s timeout (5 s) is charged, so the 408 comes
+    // 5 s after the headers. Counting from the handler would take 10 s; charging the whole wait
+    // 4.5 s. The upper bound is loose on purpose; the lower bound cannot be hit early.
+    const { port } = await setup(['--body-timeout-ms', '10000', '--headers-timeout-ms', '60000']);
+    const out = await new Promise<{ got: string; ms: number }>((resolve) => {
+      let got = '';
+      let sentAt = 0;
+      const s = connect(port, '127.0.0.1', () => {
+        setTimeout(() => {
+          sentAt = performance.now();
+          s.write(
+            'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{',
+          );
+        }, 5_500);
+      });
+      s.on('data', (d) => {
+        got += d.toString('latin1');
+      });
+      s.on('error', () => {});
+      s.on('close', () => resolve({ got, ms: performance.now() - sentAt }));
+      setTimeout(() => s.destroy(), 25_000);
+    });
+    expect(out.got).toMatch(/^HTTP\/1\.1 408/);
+    expect(out.ms).toBeGreaterThanOrEqual(4_900);
+    expect(out.ms).toBeLessThan(8_500);
+  }, 40_000);
+
   it('a client that half-closes after its request still gets the answer', async () => {
     const { port } = await setup();
     const body = chat();

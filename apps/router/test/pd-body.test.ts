@@ -37,6 +37,14 @@ describe('withMembers', () => {
     expect(withMembers(b('{"stream_options":{}}'), {}, ['stream_options']).toString()).toBe('{}');
   });
 
+  it('finds a member whose key is spelled with an escape, and members set and dropped at once', () => {
+    const raw = b(
+      '{"bootstrap\\u005froom":1,"a":"\\u00e9","stream_options":{"x":1},"stream":true}',
+    );
+    const out = withMembers(raw, { bootstrap_room: 7n, stream: false }, ['stream_options']);
+    expect(parseJsonBody(out)).toEqual({ bootstrap_room: 7, stream: false, a: 'é' });
+  });
+
   it('draws 63-bit rooms', () => {
     for (let i = 0; i < 100; i++) {
       const r = newBootstrapRoom();

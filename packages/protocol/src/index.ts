@@ -79,6 +79,7 @@ export {
   type ScanOptions,
   scanRequest,
   topLevelSpans,
+  topLevelSpansOf,
   withRoutedRank,
 } from './scan.ts';
 export {

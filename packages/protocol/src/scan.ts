@@ -481,6 +481,18 @@ function fromParsed(parsed: ParsedRequest, raw: Buffer, opts: ScanOptions): Scan
  * structural walk of a body already known to be valid JSON; [] when there is none.
  */
 export function topLevelSpans(raw: Buffer, name: string): [number, number][] {
+  return spansWhere(raw, (key) => key === name);
+}
+
+/**
+ * topLevelSpans for several names in one walk (a host that sets several members walks the
+ * body once, not once per member).
+ */
+export function topLevelSpansOf(raw: Buffer, names: ReadonlySet<string>): [number, number][] {
+  return spansWhere(raw, (key) => names.has(key));
+}
+
+function spansWhere(raw: Buffer, wanted: (key: string) => boolean): [number, number][] {
   const w = new Walker(raw, Number.POSITIVE_INFINITY);
   const members: Member[] = [];
   try {
@@ -489,7 +501,7 @@ export function topLevelSpans(raw: Buffer, name: string): [number, number][] {
       (key, m) => {
         w.skip(1);
         m.end = w.pos;
-        return key === name;
+        return wanted(key);
       },
       members,
     );

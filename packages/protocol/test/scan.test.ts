@@ -10,6 +10,7 @@ import {
   type RequestKind,
   routeRequestFromScan,
   scanRequest,
+  topLevelSpansOf,
   withRoutedRank,
 } from '../src/index.ts';
 
@@ -255,6 +256,26 @@ describe('whole prompts past the large-string threshold', () => {
         approximateTokenizer,
       ).inputIds;
       expect(Array.from(scanRequest('chat', body).inputIds)).toEqual(Array.from(want));
+    }
+  });
+});
+
+describe('topLevelSpansOf', () => {
+  it('cuts every top-level member of the given names in one walk, nested ones kept', () => {
+    for (const text of [
+      '{"a":1,"b":{"a":2},"c":3}',
+      '{"c":3,"a":1}',
+      '{"a":1,"c":[1,{"c":2}],"b":2}',
+      '{"c":1}',
+    ]) {
+      const raw = Buffer.from(text);
+      const spans = topLevelSpansOf(raw, new Set(['a', 'c']));
+      const rest = Object.fromEntries(
+        Object.entries(JSON.parse(text) as Record<string, unknown>).filter(
+          ([k]) => k !== 'a' && k !== 'c',
+        ),
+      );
+      expect(JSON.parse(withRoutedRank(raw, spans, undefined).toString()), text).toEqual(rest);
     }
   });
 });

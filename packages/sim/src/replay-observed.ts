@@ -106,6 +106,11 @@ export function replayObserved(
     );
   }
   for (const s of switches) notes.push(`policy switch at ${s.atMs} ms: ${policyText(s.policy)}`);
+  if (trace.closedLoop > 0) {
+    notes.push(
+      `${trace.closedLoop} of ${trace.lines.length} requests replayed closed loop: each sent its recorded think gap after the predicted end of its session's previous turn (openLoop: at recorded times)`,
+    );
+  }
   if (trace.speedup !== 1) {
     notes.push(
       `arrivals sped up ${trace.speedup}x: the prediction is for more load than was observed, so TTFT and throughput errors are not the model's alone`,

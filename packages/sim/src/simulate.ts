@@ -172,8 +172,9 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
 
   q.run();
   // Closed-loop requests never sent (past durationMs) are not failures; sent (or held back
-  // by the concurrency cap) and unfinished are.
-  const failed = arrivals.issued + arrivals.held - records.length;
+  // by the concurrency cap) and unfinished are, and so are open-loop requests stranded behind
+  // one that never completed.
+  const failed = arrivals.issued + arrivals.held + arrivals.stranded - records.length;
   progress();
 
   const { perRank, evictedNodes } = cluster.summaries();

@@ -324,6 +324,12 @@ describe('kvroute-sim run --layout pd', () => {
       /--prefill-ranks 1 \+ --decode-ranks 2 must equal --ranks 4/,
     );
     await bad(['--layout', 'pd', '--ranks', '4', '--decode-ranks', '4'], /leaves no prefill rank/);
+    await bad(['--layout', 'pd', '--decode-offload'], /--decode-offload needs --kv-store-gbps/);
+    await bad(['--decode-offload'], /--decode-offload needs --layout pd/);
+    await bad(
+      ['--layout', 'pd', '--local-prefill-tokens', '512'],
+      /needs the cache_aware decode method/,
+    );
   });
 });
 
@@ -353,6 +359,56 @@ describe('hit-rate target: cache-aware prefill against colocated cache_aware on 
     const [t] = compareLayouts(plan, opts).targets;
     expect(t!.replyShare).toBeGreaterThan(0.005);
     expect(t!.pdHitRate).toBeGreaterThanOrEqual(t!.colocatedHitRate - t!.replyShare - 0.002);
+  });
+
+  it('with the decode side offloading replies to a store the prefill ranks share, reaches the colocated hit rate', () => {
+    // The same sessions three ways: no store, a store the prefill ranks write prompts to (no
+    // reply reaches it), and decode offload on top (replies reach it). Only the last recovers
+    // the replies; the store alone changes nothing here, as this workload is not short of KV.
+    const plan = buildWorkload('agentic', { sessions: 30, sessionsPerS: 2 }, 5);
+    const base = compareLayouts(plan, opts).targets[0]!;
+    const run = (decodeOffload: boolean) =>
+      simulatePd(plan, {
+        ...opts,
+        prefillRanks: 2,
+        decodeRanks: 2,
+        kvStore: { gbps: 200, decodeOffload },
+      });
+    const promptsOnly = run(false);
+    const offload = run(true);
+    expect(promptsOnly.summary.hitRate).toBeCloseTo(base.pdHitRate, 3);
+    expect(promptsOnly.pd.kvStore?.loadedTokens).toBe(0);
+    expect(offload.summary.hitRate).toBeGreaterThanOrEqual(base.colocatedHitRate);
+    expect(offload.summary.hitRate - base.pdHitRate).toBeGreaterThan(base.replyShare * 0.5);
+    expect(offload.pd.kvStore?.loadedTokens).toBeGreaterThan(0);
+    expect(offload.pd.kvStore?.decodeOffload).toBe(true);
+  });
+
+  it('prefilling on the decode rank (conditional disaggregation) when all of a prompt may go local is colocated on the decode ranks', () => {
+    const plan = buildWorkload('agentic', { sessions: 12, sessionsPerS: 2, turnsMax: 4 }, 5);
+    const local = simulatePd(plan, {
+      ...opts,
+      decodePolicy: { method: 'cache_aware' },
+      prefillRanks: 2,
+      decodeRanks: 2,
+      localPrefillTokens: 1_000_000,
+    });
+    expect(local.pd.localRequests).toBe(local.records.length);
+    expect(local.records.every((r) => r.local && r.rank === -1 && r.transferMs === 0)).toBe(true);
+    const colocated = compareLayouts(plan, { ...opts, colocatedRanks: [2] }).rows[0]!;
+    expect(local.summary.hitRate).toBeCloseTo(colocated.hitRate, 6);
+    // A threshold of one token keeps (nearly) everything disaggregated.
+    const remote = simulatePd(plan, {
+      ...opts,
+      decodePolicy: { method: 'cache_aware' },
+      prefillRanks: 2,
+      decodeRanks: 2,
+      localPrefillTokens: 1,
+    });
+    expect(remote.pd.localRequests).toBeLessThan(remote.records.length / 10);
+    expect(() =>
+      simulatePd(plan, { ...opts, prefillRanks: 2, decodeRanks: 2, localPrefillTokens: 100 }),
+    ).toThrow(/needs the cache_aware decode method/);
   });
 
   it('counts reply tokens that a next turn repeats right after the previous prompt', () => {

@@ -4,11 +4,24 @@
 // router sets or drops is cut out of the bytes where the client had it (protocol's top-level
 // member spans, commas included), so it is replaced, not duplicated.
 import { randomBytes } from 'node:crypto';
-import { topLevelSpans, withRoutedRank } from '@kvroute/protocol';
+import { topLevelSpansOf, withRoutedRank } from '@kvroute/protocol';
 
 /** A random room in [0, 2^63): SGLang's router draws one per request the same way. */
 export function newBootstrapRoom(): bigint {
   return randomBytes(8).readBigUInt64BE() & 0x7fff_ffff_ffff_ffffn;
+}
+
+const BACKSLASH_U = Buffer.from('\\u');
+
+/**
+ * False when no member called one of `names` can be in `raw`: none of the names appears as a
+ * quoted key and no escape (`\u`) could spell one otherwise. A memchr-speed test that spares
+ * the walk for the usual body, which carries none of the router's members.
+ */
+function mayHoldAny(raw: Buffer, names: ReadonlySet<string>): boolean {
+  if (raw.includes(BACKSLASH_U)) return true;
+  for (const n of names) if (raw.includes(`"${n}"`)) return true;
+  return false;
 }
 
 /** Members as `"key":<json>` text; a bigint is written as its digits. */
@@ -28,9 +41,11 @@ function memberText(members: Members): string {
  * members removed.
  */
 export function withMembers(raw: Buffer, members: Members, drop: readonly string[] = []): Buffer {
-  for (const key of [...Object.keys(members), ...drop]) {
-    const spans = topLevelSpans(raw, key);
-    // withRoutedRank with no rank only cuts the given member spans out.
+  // One structural walk for every member set or dropped (withRoutedRank with no rank only cuts
+  // the given spans out).
+  const names = new Set([...Object.keys(members), ...drop]);
+  if (names.size > 0 && mayHoldAny(raw, names)) {
+    const spans = topLevelSpansOf(raw, names);
     if (spans.length > 0) raw = withRoutedRank(raw, spans, undefined);
   }
   const open = raw.indexOf(0x7b);

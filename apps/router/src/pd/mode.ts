@@ -43,7 +43,7 @@ import {
 } from '@kvroute/protocol';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Registry } from 'prom-client';
-import { type Agent, request } from 'undici';
+import type { Agent } from 'undici';
 import type { RouterConfig } from '../config.ts';
 import { RouterError } from '../errors.ts';
 import { HealthMonitor } from '../health.ts';
@@ -53,6 +53,7 @@ import {
   classifyNetworkError,
   clientSafe,
   ForwardCall,
+  type ForwardResult,
   type OutboundHeaderPolicy,
   upstreamRequestHeaders,
 } from '../proxy/forward.ts';
@@ -129,6 +130,16 @@ export function createPdMode(d: PdDeps): PdMode {
   }
   const metrics = createPdMetrics(d.registry);
   const bootstrapPorts = new Map<string, number | null>();
+  /** bootstrap_host per prefill worker: its URL's host, parsed once, not per request. */
+  const bootstrapHosts = new WeakMap<Worker, string>();
+  const bootstrapHost = (w: Worker): string => {
+    let h = bootstrapHosts.get(w);
+    if (h === undefined) {
+      h = new URL(w.url).hostname.replace(/^\[|\]$/g, '');
+      bootstrapHosts.set(w, h);
+    }
+    return h;
+  };
   const outbound: OutboundHeaderPolicy = {
     forwardClientAuth: config.forwardClientAuth,
     ...(config.workerApiKey !== undefined ? { workerApiKey: config.workerApiKey } : {}),
@@ -198,7 +209,11 @@ export function createPdMode(d: PdDeps): PdMode {
     return dispatcher.begin(req, table.tracker, { nowMs: Date.now(), view: table.view(excluded) });
   }
 
-  /** One prefill request, read to its end; never throws. */
+  /**
+   * One prefill request, read to its end; never throws. A bare dispatch handler (as the
+   * proxy's ForwardCall): no body stream and no promise per chunk, since the prefill leaves in
+   * the same tick as its decode and its setup delays the decode's departure.
+   */
   function sendPrefill(
     worker: Worker,
     path: string,
@@ -206,47 +221,75 @@ export function createPdMode(d: PdDeps): PdMode {
     headers: Record<string, string>,
     timeoutMs: number,
   ): { done: Promise<PrefillResult>; fail(f: AttemptFailure): void; settled(): boolean } {
-    const ac = new AbortController();
     let own: AttemptFailure | undefined;
     let settled = false;
-    const done = (async (): Promise<PrefillResult> => {
-      try {
-        const r = await request(`${worker.origin}${worker.basePath}${path}`, {
-          dispatcher: agent,
-          method: 'POST',
-          headers,
-          body,
-          signal: ac.signal,
-          ...(timeoutMs > 0 ? { headersTimeout: timeoutMs, bodyTimeout: timeoutMs } : {}),
-        });
-        const text = await r.body.text();
-        if (r.statusCode >= 500) {
-          return {
-            ok: false,
-            status: r.statusCode,
-            text,
-            failure: {
-              kind: 'status',
-              status: r.statusCode,
-              detail: `prefill answered ${r.statusCode}: ${text.slice(0, 300)}`,
-            },
-            endMs: performance.now(),
-          };
-        }
-        return { ok: r.statusCode < 400, status: r.statusCode, text, endMs: performance.now() };
-      } catch (err) {
-        if (own) return { ok: false, failure: own, endMs: performance.now() };
-        if (ac.signal.aborted) return { ok: false, aborted: true, endMs: performance.now() };
-        return { ok: false, failure: classifyNetworkError(err), endMs: performance.now() };
-      } finally {
-        settled = true;
-      }
-    })();
+    let abortUpstream: ((err?: Error) => void) | undefined;
+    let pendingAbort: Error | undefined;
+    let status = 0;
+    const chunks: Buffer[] = [];
+    let resolve!: (r: PrefillResult) => void;
+    const done = new Promise<PrefillResult>((r) => {
+      resolve = r;
+    });
+    const settle = (r: PrefillResult): void => {
+      if (settled) return;
+      settled = true;
+      resolve(r);
+    };
+    agent.dispatch(
+      {
+        origin: worker.origin,
+        path: worker.basePath + path,
+        method: 'POST',
+        headers,
+        body,
+        ...(timeoutMs > 0 ? { headersTimeout: timeoutMs, bodyTimeout: timeoutMs } : {}),
+      },
+      {
+        onConnect(abort: (err?: Error) => void): void {
+          if (pendingAbort) abort(pendingAbort);
+          else abortUpstream = abort;
+        },
+        onHeaders(statusCode: number): boolean {
+          status = statusCode;
+          return true;
+        },
+        onData(chunk: Buffer): boolean {
+          chunks.push(chunk);
+          return true;
+        },
+        onComplete(): void {
+          const endMs = performance.now();
+          const text = Buffer.concat(chunks).toString('utf8');
+          if (own) settle({ ok: false, failure: own, endMs });
+          else if (status >= 500) {
+            settle({
+              ok: false,
+              status,
+              text,
+              failure: {
+                kind: 'status',
+                status,
+                detail: `prefill answered ${status}: ${text.slice(0, 300)}`,
+              },
+              endMs,
+            });
+          } else settle({ ok: status < 400, status, text, endMs });
+        },
+        onError(err: Error): void {
+          const endMs = performance.now();
+          settle({ ok: false, failure: own ?? classifyNetworkError(err), endMs });
+        },
+      },
+    );
     return {
       done,
       fail(f) {
+        if (settled) return;
         own ??= f;
-        ac.abort(new Error(f.detail));
+        const reason = new Error(f.detail);
+        if (abortUpstream) abortUpstream(reason);
+        else pendingAbort ??= reason;
       },
       settled: () => settled,
     };
@@ -436,13 +479,16 @@ export function createPdMode(d: PdDeps): PdMode {
       const dw = dslot.worker;
       const hdr = (dp: number | undefined, len: number) =>
         upstreamRequestHeaders(req.headers, len, dp, outbound, req.socket?.remoteAddress);
+      // Everything both requests need is built first; then they leave back to back, so the
+      // decode request is not held behind the prefill's setup.
       let pBody: Buffer;
-      let vllmParams: Members | undefined;
-      const common: Members = {};
+      let dBody: Buffer | undefined;
       if (config.pdStyle === 'sglang') {
-        common.bootstrap_host = new URL(pw.url).hostname.replace(/^\[|\]$/g, '');
-        common.bootstrap_port = bootstrapPorts.get(pw.url) ?? null;
-        common.bootstrap_room = newBootstrapRoom();
+        const common: Members = {
+          bootstrap_host: bootstrapHost(pw),
+          bootstrap_port: bootstrapPorts.get(pw.url) ?? null,
+          bootstrap_room: newBootstrapRoom(),
+        };
         const pMembers: Members = { ...common };
         if (pslot.dpRank !== undefined) pMembers.routed_dp_rank = pslot.dpRank;
         // The prefill answer is never shown to the client: asked for whole (not streamed), it
@@ -450,24 +496,69 @@ export function createPdMode(d: PdDeps): PdMode {
         // hit rate needs (an OpenAI stream reports usage only when the client asked for it).
         if (stream) pMembers.stream = false;
         pBody = withMembers(raw, pMembers, stream ? ['stream_options'] : []);
+        const dMembers: Members = common;
+        if (dslot.dpRank !== undefined) dMembers.routed_dp_rank = dslot.dpRank;
+        if (config.pdRankDiscovery === 'told' && pslot.dpRank !== undefined) {
+          dMembers.disagg_prefill_dp_rank = pslot.dpRank;
+        }
+        dBody = withMembers(raw, dMembers);
       } else {
-        const o = { ...body };
-        o.max_tokens = 1;
-        if (o.max_completion_tokens !== undefined) o.max_completion_tokens = 1;
-        o.stream = false;
-        delete o.stream_options;
-        o.kv_transfer_params = {
-          do_remote_decode: true,
-          do_remote_prefill: false,
-          remote_engine_id: null,
-          remote_block_ids: null,
-          remote_host: null,
-          remote_port: null,
+        // Edited in the client's bytes like the SGLang pair (no parse and re-serialisation).
+        const pMembers: Members = {
+          kv_transfer_params: {
+            do_remote_decode: true,
+            do_remote_prefill: false,
+            remote_engine_id: null,
+            remote_block_ids: null,
+            remote_host: null,
+            remote_port: null,
+          },
+          max_tokens: 1,
+          stream: false,
         };
-        pBody = Buffer.from(JSON.stringify(o));
+        if (body.max_completion_tokens !== undefined) pMembers.max_completion_tokens = 1;
+        pBody = withMembers(raw, pMembers, ['stream_options']);
       }
+      const pHeaders = hdr(pslot.dpRank, pBody.length);
+      let prefillFailed: AttemptFailure | undefined;
+      let dSent = 0;
+      const decodeCall = (dBody: Buffer) =>
+        new ForwardCall({
+          agent,
+          origin: dw.origin,
+          path: dw.basePath + route,
+          headers: hdr(dslot.dpRank, dBody.length),
+          body: dBody,
+          kind,
+          res,
+          extraHeaders: {
+            'x-kvroute-rank': String(pt.rank),
+            'x-kvroute-reason': pt.reason,
+            'x-kvroute-decode-rank': String(dt.rank),
+          },
+          firstByteTimeoutMs: firstByteMs,
+          idleTimeoutMs: config.idleTimeoutMs,
+          maxHeldBytes: config.maxHeldResponseBytes,
+          decide: (status) => (status >= 500 && attemptLeft() ? 'discard' : 'pipe'),
+          onFirstByte: () => {
+            const now = performance.now();
+            metrics.ttft.observe({ role: 'decode' }, (now - dSent) / 1e3);
+            if (stream && prefill.settled()) {
+              void prefillDone.then((r) => {
+                if (r.ok) metrics.transferWait.observe(Math.max(0, now - r.endMs) / 1e3);
+              });
+            }
+          },
+        });
+      // SGLang style: the decode call exists before the prefill leaves, and starts right after.
+      let call = dBody !== undefined ? decodeCall(dBody) : undefined;
       const pSent = performance.now();
-      const prefill = sendPrefill(pw, route, pBody, hdr(pslot.dpRank, pBody.length), prefillMs);
+      const prefill = sendPrefill(pw, route, pBody, pHeaders, prefillMs);
+      let started: Promise<ForwardResult> | undefined;
+      if (call) {
+        dSent = performance.now();
+        started = call.start();
+      }
       const untrackP = track(pw, { sent: () => false, fail: (f) => prefill.fail(f) });
       const prefillDone = prefill.done.then((r) => {
         untrackP();
@@ -483,9 +574,10 @@ export function createPdMode(d: PdDeps): PdMode {
         }
         return r;
       });
-      setCurrent({ abort: () => prefill.fail({ kind: 'socket', detail: 'request aborted' }) });
 
-      if (config.pdStyle === 'vllm') {
+      if (!call) {
+        // vLLM style: the decode request needs what the prefill answered.
+        setCurrent({ abort: () => prefill.fail({ kind: 'socket', detail: 'request aborted' }) });
         const r = await prefillDone;
         if (clientGone || timedOut) {
           dt.done('aborted');
@@ -514,71 +606,33 @@ export function createPdMode(d: PdDeps): PdMode {
             },
           };
         }
-        vllmParams = { kv_transfer_params: kvp };
+        call = decodeCall(withMembers(raw, { kv_transfer_params: kvp }));
+        dSent = performance.now();
+        started = call.start();
       }
-
-      const dMembers: Members = vllmParams ?? { ...common };
-      if (dslot.dpRank !== undefined && config.pdStyle === 'sglang')
-        dMembers.routed_dp_rank = dslot.dpRank;
-      if (
-        config.pdStyle === 'sglang' &&
-        config.pdRankDiscovery === 'told' &&
-        pslot.dpRank !== undefined
-      ) {
-        dMembers.disagg_prefill_dp_rank = pslot.dpRank;
-      }
-      const dBody = withMembers(raw, dMembers);
-      let prefillFailed: AttemptFailure | undefined;
-      const dSent = performance.now();
-      const call = new ForwardCall({
-        agent,
-        origin: dw.origin,
-        path: dw.basePath + route,
-        headers: hdr(dslot.dpRank, dBody.length),
-        body: dBody,
-        kind,
-        res,
-        extraHeaders: {
-          'x-kvroute-rank': String(pt.rank),
-          'x-kvroute-reason': pt.reason,
-          'x-kvroute-decode-rank': String(dt.rank),
-        },
-        firstByteTimeoutMs: firstByteMs,
-        idleTimeoutMs: config.idleTimeoutMs,
-        maxHeldBytes: config.maxHeldResponseBytes,
-        decide: (status) => (status >= 500 && attemptLeft() ? 'discard' : 'pipe'),
-        onFirstByte: () => {
-          const now = performance.now();
-          metrics.ttft.observe({ role: 'decode' }, (now - dSent) / 1e3);
-          if (stream && prefill.settled()) {
-            void prefillDone.then((r) => {
-              if (r.ok) metrics.transferWait.observe(Math.max(0, now - r.endMs) / 1e3);
-            });
-          }
-        },
-      });
-      const untrackD = track(dw, { sent: () => call.sentToClient, fail: (f) => call.fail(f) });
+      const dcall = call;
+      const untrackD = track(dw, { sent: () => dcall.sentToClient, fail: (f) => dcall.fail(f) });
       setCurrent({
         abort: () => {
           prefill.fail({ kind: 'socket', detail: 'request aborted' });
-          call.abort(new Error('request aborted'));
+          dcall.abort(new Error('request aborted'));
         },
       });
       // A prefill that fails takes its decode with it: that decode would wait for KV in vain.
       void prefillDone.then((r) => {
-        if (r.failure && !call.sentToClient) {
+        if (r.failure && !dcall.sentToClient) {
           prefillFailed = r.failure;
-          call.fail({
+          dcall.fail({
             kind: r.failure.kind === 'worker-down' ? 'worker-down' : 'socket',
             detail: `prefill rank ${pt.rank} failed: ${r.failure.detail}`,
           });
-        } else if (r.ok === false && r.failure === undefined && !r.aborted && !call.sentToClient) {
-          call.abort(new Error('prefill refused the request'));
+        } else if (r.ok === false && r.failure === undefined && !r.aborted && !dcall.sentToClient) {
+          dcall.abort(new Error('prefill refused the request'));
         }
       });
-      let result: Awaited<ReturnType<ForwardCall['start']>>;
+      let result: ForwardResult;
       try {
-        result = await call.start();
+        result = await (started as Promise<ForwardResult>);
       } finally {
         untrackD();
       }

@@ -54,7 +54,7 @@ import type { ReliabilityMetrics } from '../reliability-metrics.ts';
 import type { ShadowCacheModel, ShadowTicket } from '../shadow/shadow-cache.ts';
 import { firstByteBoundFor } from '../timeouts.ts';
 import { RequestTrace } from '../tracing.ts';
-import { CLIENT_GONE, readBody } from './body.ts';
+import { CLIENT_GONE, closeAfterAnswer, readBody, requestStart } from './body.ts';
 import {
   type AttemptFailure,
   clientSafe,
@@ -151,6 +151,9 @@ export function noRankLeft(
   ).withRetryAfter(1);
 }
 
+/** How long a refused connection may stay open after its answer (a client that does not read). */
+const CLOSE_AFTER_ANSWER_MS = 1_000;
+
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
@@ -215,6 +218,8 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     route: string,
   ): Promise<void> {
     const startedAt = performance.now();
+    // At most half the body timeout is charged for the wait before this handler ran.
+    const bodyFrom = requestStart(req, startedAt, config.bodyTimeoutMs / 2);
     let reserved = 0;
     let admitted = false;
     const rt = new RequestTrace(req.headers.traceparent, ctx.tracer, route);
@@ -229,6 +234,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         maxBytes: config.maxBodyBytes,
         timeoutMs: config.bodyTimeoutMs,
         admission,
+        startedAt: bodyFrom,
       });
       reserved = body.reserved;
       const slot = admission.acquire();
@@ -264,8 +270,11 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         res.end(text);
       }
       // Keep reading (and dropping) what the client still sends while the answer goes out,
-      // so it reads the answer instead of a reset.
-      if (bodyUnread) req.resume();
+      // so it reads the answer instead of a reset; then the connection is closed.
+      if (bodyUnread) {
+        req.resume();
+        closeAfterAnswer(req, CLOSE_AFTER_ANSWER_MS);
+      }
     } finally {
       // From arrival to the answer's last byte written (499: the client went away first).
       const status = res.headersSent ? String(res.statusCode) : '499';

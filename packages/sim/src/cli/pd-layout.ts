@@ -18,6 +18,7 @@ import {
 import { parseAxisValues } from '../sweep/axes.ts';
 import { withRequestRate } from '../workloads/load.ts';
 import {
+  bool,
   nonNegativeNumber,
   type OptionSpec,
   type Parsed,
@@ -48,6 +49,10 @@ export const PD_OPTIONS: OptionSpec = {
   'link-setup-ms': { type: 'string' },
   'prefill-policy': { type: 'string' },
   'decode-policy': { type: 'string' },
+  'local-prefill-tokens': { type: 'string' },
+  'kv-store-gbps': { type: 'string' },
+  'kv-store-tokens': { type: 'string' },
+  'decode-offload': { type: 'boolean' },
   md: { type: 'string' },
 };
 
@@ -61,6 +66,18 @@ export const PD_FLAGS_HELP = `  --layout colocated|pd every rank prefills and de
   --prefill-policy M    pd: method picking the prefill rank (default ${DEFAULT_PREFILL_POLICY});
                         options as name:key=value
   --decode-policy M     pd: method picking the decode rank (default ${DEFAULT_DECODE_POLICY})
+  --local-prefill-tokens N
+                        pd: conditional disaggregation: a request with at most N tokens not
+                        cached on its decode rank is prefilled there (decode ranks are then
+                        full engines with a prefix cache, as vLLM's; needs --decode-policy
+                        cache_aware); default off
+  --kv-store-gbps X     pd: a KV store the prefill ranks share (SGLang HiCache with a storage
+                        backend), loaded from at X Gb/s per rank; prompts are written
+                        through (default: no store)
+  --kv-store-tokens N   pd: the store's size in tokens (default unbounded)
+  --decode-offload      pd: decode ranks write what they generated to the store (SGLang
+                        --disaggregation-decode-enable-offload-kvcache): the next turn's
+                        prefill finds the previous reply; needs --kv-store-gbps (default off)
   --md FILE|-           pd: the layout table as markdown; '-' = stdout only (default: not written)`;
 
 export const PD_SWEEP_HELP = `  --layout colocated|pd pd: sweep the prefill:decode split instead of a policy's options
@@ -73,7 +90,9 @@ export const PD_SWEEP_HELP = `  --layout colocated|pd pd: sweep the prefill:deco
   --objective OBJ       pd: ${LAYOUT_OBJECTIVES.join(' | ')} names the best split
                         (default ttft-p99)
   --prefill-policy M, --decode-policy M, --link-gbps X, --link-setup-ms MS, --md FILE|-
-                        pd: as for run --layout pd (defaults ${DEFAULT_PREFILL_POLICY}, ${DEFAULT_DECODE_POLICY}, 400, 1; --md not written)`;
+                        pd: as for run --layout pd (defaults ${DEFAULT_PREFILL_POLICY}, ${DEFAULT_DECODE_POLICY}, 400, 1; --md not written)
+  --local-prefill-tokens N, --kv-store-gbps X, --kv-store-tokens N, --decode-offload
+                        pd: as for run --layout pd (default: off, no store)`;
 
 export function readLayout(p: Parsed): 'colocated' | 'pd' {
   const raw = str(p, 'layout') ?? 'colocated';
@@ -83,7 +102,9 @@ export function readLayout(p: Parsed): 'colocated' | 'pd' {
   const layout = raw as 'colocated' | 'pd';
   if (layout === 'colocated') {
     for (const flag of Object.keys(PD_OPTIONS)) {
-      if (flag !== 'layout' && str(p, flag) !== undefined) {
+      const given =
+        PD_OPTIONS[flag]?.type === 'boolean' ? bool(p, flag) : str(p, flag) !== undefined;
+      if (flag !== 'layout' && given) {
         throw new UsageError(`--${flag} needs --layout pd`);
       }
     }
@@ -249,6 +270,27 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
   if (setup !== undefined) {
     setupMs = nonNegativeNumber('link-setup-ms', setup);
   }
+  const localRaw = str(p, 'local-prefill-tokens');
+  const localPrefillTokens =
+    localRaw !== undefined ? positiveInt('local-prefill-tokens', localRaw) : undefined;
+  const storeGbps = str(p, 'kv-store-gbps');
+  const storeTokens = str(p, 'kv-store-tokens');
+  const decodeOffload = bool(p, 'decode-offload');
+  if (storeGbps === undefined && (storeTokens !== undefined || decodeOffload)) {
+    throw new UsageError(
+      `--${decodeOffload ? 'decode-offload' : 'kv-store-tokens'} needs --kv-store-gbps (the store it writes to)`,
+    );
+  }
+  const kvStore =
+    storeGbps === undefined
+      ? undefined
+      : {
+          gbps: positiveNumber('kv-store-gbps', storeGbps),
+          ...(storeTokens !== undefined
+            ? { capacityTokens: positiveInt('kv-store-tokens', storeTokens) }
+            : {}),
+          decodeOffload,
+        };
   const link = {
     gbps: gbps !== undefined ? positiveNumber('link-gbps', gbps) : 400,
     ...(setupMs !== undefined ? { setupMs } : {}),
@@ -273,6 +315,8 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
       // run: the same GPU count and the same prefill GPU count; sweep: the GPU count only.
       ...(input.command === 'sweep' ? { colocatedRanks: [splits[0]![0] + splits[0]![1]] } : {}),
       link,
+      ...(localPrefillTokens !== undefined ? { localPrefillTokens } : {}),
+      ...(kvStore !== undefined ? { kvStore } : {}),
       rank: rankOverrides,
       ...(engine.maxConcurrency !== undefined ? { maxConcurrency: engine.maxConcurrency } : {}),
       onProgress: (f) => progress.update(f, 'layouts'),
@@ -298,6 +342,8 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
       link: { gbps: link.gbps, setupMs: link.setupMs ?? 1 },
       prefillPolicy: prefill.method,
       decodePolicy: decode.method,
+      ...(localPrefillTokens !== undefined ? { localPrefillTokens } : {}),
+      ...(kvStore !== undefined ? { kvStore } : {}),
     },
     comparison.rows,
     comparison.targets,

@@ -7,7 +7,7 @@
 // chunk). When there is nothing to prefill, the decode steps until the next completion are
 // identical in shape, so they run as one event (`coalesceDecode`); a new arrival or abort
 // cuts that run at the next step boundary, exactly where SGLang would pick the new request up.
-import { RadixCache } from '../cache/radix-cache.ts';
+import { RadixCache, type RadixHandle } from '../cache/radix-cache.ts';
 import type { CostModel } from '../cost/cost-model.ts';
 import type { ScheduledEvent, Scheduler } from '../engine/event-queue.ts';
 import { ActiveRequest, type RankRequest } from './request.ts';
@@ -69,6 +69,12 @@ export interface HostKvOptions {
   loadTokensPerMs: number;
   /** The host tier's own eviction order (default 'lru'). */
   eviction?: 'lru' | 'fifo';
+  /**
+   * A tier several ranks share (an external KV store, as SGLang HiCache's storage backend:
+   * Mooncake, 3FS) instead of one of this rank's own; `capacityTokens` and `eviction` are then
+   * the shared cache's.
+   */
+  shared?: RadixCache;
 }
 
 /** SGLang's new-token ratio schedule (SGLANG_INIT_NEW_TOKEN_RATIO and its decay). */
@@ -270,11 +276,13 @@ export class RankModel {
           `hostKv.loadTokensPerMs must be a finite number > 0, got ${hostKv.loadTokensPerMs}`,
         );
       }
-      host = new RadixCache({
-        capacityTokens: hostKv.capacityTokens,
-        pageSize: opts.pageSize ?? 1,
-        eviction: hostKv.eviction ?? 'lru',
-      });
+      host =
+        hostKv.shared ??
+        new RadixCache({
+          capacityTokens: hostKv.capacityTokens,
+          pageSize: opts.pageSize ?? 1,
+          eviction: hostKv.eviction ?? 'lru',
+        });
       this.hostLoadTokensPerMs = hostKv.loadTokensPerMs;
     }
     this.host = host;
@@ -325,6 +333,30 @@ export class RankModel {
     }
     this.waiting.push(r);
     this.wake();
+  }
+
+  /**
+   * KV computed elsewhere lands in this rank's pool, as on a disaggregated decode instance that
+   * pulled a prompt's KV from its prefill server: the tokens enter the radix cache (so the
+   * request's own admission finds them) and stay locked until `releaseKv`, making room by
+   * evicting unlocked cache as an admission does. Null when the pool cannot hold them.
+   */
+  landKv(ids: ArrayLike<number>): RadixHandle | null {
+    const { matchedTokens, handle } = this.cache.match(ids);
+    this.cache.lock(handle);
+    if (!this.room(ids.length - matchedTokens)) {
+      this.cache.unlock(handle);
+      return null;
+    }
+    const landed = this.cache.insertFrom(handle, matchedTokens, ids);
+    this.cache.lock(landed);
+    this.cache.unlock(handle);
+    return landed;
+  }
+
+  /** The landed KV is its request's now (admitted) or no longer needed: evictable again. */
+  releaseKv(handle: RadixHandle): void {
+    this.cache.unlock(handle);
   }
 
   /** Drops a request wherever it is; its callbacks are not called again. */
@@ -810,8 +842,8 @@ export class RankModel {
   }
 }
 
-/** Write-back of an evicted GPU cache path to the host tier, making room there first. */
-function writeBack(host: RadixCache, path: Uint32Array): void {
+/** Writes a path into a host or storage tier, making room there first (evicted GPU paths). */
+export function writeBack(host: RadixCache, path: Uint32Array): void {
   if (path.length > host.capacity) return;
   // Only the part the host lacks is new; the part it has is kept while making room.
   const { matchedTokens, handle } = host.match(path);

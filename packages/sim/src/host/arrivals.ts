@@ -1,5 +1,7 @@
-// When requests are sent. Open loop: at the plan's arrival times. Closed loop: each client
-// sends its next request think time after its previous one completed. Either way an optional
+// When requests are sent. Open loop: at the plan's arrival times, except a request that comes
+// `after` another, which is sent its gap after that one completed (a replayed session's next
+// turn). Closed loop: each client sends its next request think time after its previous one
+// completed. Either way an optional
 // client concurrency cap (benchmark clients' --max-concurrency) holds a request back until
 // fewer than that many are in flight, as a semaphore in front of the endpoint would; a
 // request's arrival is when it is actually sent, which is where TTFT is measured from.
@@ -18,6 +20,11 @@ export interface Arrivals {
   readonly issued: number;
   /** Requests ready to send but held back by the concurrency cap. */
   readonly held: number;
+  /**
+   * Open loop, once the run is over: requests never sent because the request they come
+   * `after` never completed (they failed with it).
+   */
+  readonly stranded: number;
   /** Tell the source a request completed: frees a concurrency slot, starts a client's next turn. */
   complete(req: WorkloadRequest, timeMs: number): void;
 }
@@ -51,6 +58,8 @@ export function scheduleArrivals(
     send(req);
   };
 
+  // Open loop: the requests sent when another completes, by that one's id.
+  const followers = new Map<number, WorkloadRequest[]>();
   // Closed loop bookkeeping: which client a request belongs to, and its next index.
   const nextIndex = new Map<number, number>();
   const clientOf = new Map<WorkloadRequest, number>();
@@ -83,6 +92,7 @@ export function scheduleArrivals(
     for (let i = 0; i < active; i++) startNext(0);
   } else {
     total = plan.requests.length;
+    const timed = linkFollowers(plan.requests, followers);
     // One pending arrival at a time keeps the heap small for 10k+ request traces.
     let i = 0;
     const arrive = () => {
@@ -91,12 +101,12 @@ export function scheduleArrivals(
       const now = q.now();
       const due = i;
       i++;
-      while (i < plan.requests.length && (plan.requests[i]!.arrivalMs ?? 0) <= now) i++;
-      const next = plan.requests[i];
+      while (i < timed.length && (timed[i]!.arrivalMs ?? 0) <= now) i++;
+      const next = timed[i];
       if (next !== undefined) q.at(Math.max(now, next.arrivalMs ?? 0), arrive);
-      for (let k = due; k < i; k++) offer(plan.requests[k]!);
+      for (let k = due; k < i; k++) offer(timed[k]!);
     };
-    const first = plan.requests[0];
+    const first = timed[0];
     if (first !== undefined) q.at(first.arrivalMs ?? 0, arrive);
   }
 
@@ -107,6 +117,9 @@ export function scheduleArrivals(
     },
     get held() {
       return held.length - heldHead;
+    },
+    get stranded() {
+      return plan.mode === 'open' ? total - issued - (held.length - heldHead) : 0;
     },
     complete(req, t) {
       inFlight--;
@@ -121,7 +134,10 @@ export function scheduleArrivals(
         issued++;
         send(next);
       }
-      if (plan.mode !== 'closed') return;
+      if (plan.mode !== 'closed') {
+        for (const f of followers.get(req.id) ?? []) q.at(t + f.after!.gapMs, () => offer(f));
+        return;
+      }
       const c = clientOf.get(req);
       if (c === undefined) return;
       const list = plan.clients[c] as WorkloadRequest[];
@@ -131,6 +147,38 @@ export function scheduleArrivals(
       else if (req === list[list.length - 1]) startNext(t);
     },
   };
+}
+
+/**
+ * Fills `followers` (request id -> the requests sent after it completes) and returns the
+ * requests sent at their arrival times: the plan's own array when none waits for another.
+ */
+function linkFollowers(
+  requests: readonly WorkloadRequest[],
+  followers: Map<number, WorkloadRequest[]>,
+): readonly WorkloadRequest[] {
+  if (!requests.some((r) => r.after !== undefined)) return requests;
+  const seen = new Set<number>();
+  const timed: WorkloadRequest[] = [];
+  for (const r of requests) {
+    const a = r.after;
+    // Only an earlier request can release a later one, so no request waits on itself or on a
+    // cycle. One whose request is not earlier in the plan (a plan cut to its first N
+    // requests, or to some ids) is sent at its own arrival time.
+    if (a === undefined || !seen.has(a.id)) timed.push(r);
+    else {
+      if (!(Number.isFinite(a.gapMs) && a.gapMs >= 0)) {
+        throw new RangeError(
+          `request ${r.id}: gap after request ${a.id} must be >= 0 ms, got ${a.gapMs}`,
+        );
+      }
+      const list = followers.get(a.id);
+      if (list) list.push(r);
+      else followers.set(a.id, [r]);
+    }
+    seen.add(r.id);
+  }
+  return timed;
 }
 
 /**

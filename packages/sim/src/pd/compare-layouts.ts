@@ -8,7 +8,7 @@ import { latencyStats } from '../metrics/summary.ts';
 import type { LatencyStats, PolicyRunResult } from '../metrics/types.ts';
 import { type RankOverrides, simulatePlan } from '../simulate.ts';
 import type { WorkloadPlan } from '../workloads/types.ts';
-import { type PdRunResult, recordItlMs, simulatePd } from './simulate-pd.ts';
+import { type KvStoreOptions, type PdRunResult, recordItlMs, simulatePd } from './simulate-pd.ts';
 
 export interface LayoutRow {
   layout: 'colocated' | 'pd';
@@ -56,6 +56,10 @@ export interface LayoutComparisonOptions {
    */
   colocatedRanks?: readonly number[];
   link?: KvLink;
+  /** Conditional disaggregation on the PD runs (simulatePd's localPrefillTokens). */
+  localPrefillTokens?: number;
+  /** A KV store shared by the prefill ranks, decode offload included (simulatePd's kvStore). */
+  kvStore?: KvStoreOptions;
   rank?: RankOverrides;
   maxConcurrency?: number;
   onProgress?(fraction: number): void;
@@ -193,6 +197,8 @@ export function compareLayouts(plan: WorkloadPlan, o: LayoutComparisonOptions): 
       profile: o.profile,
       seed: o.seed,
       ...(o.link ? { link: o.link } : {}),
+      ...(o.localPrefillTokens !== undefined ? { localPrefillTokens: o.localPrefillTokens } : {}),
+      ...(o.kvStore !== undefined ? { kvStore: o.kvStore } : {}),
       ...(o.rank ? { rank: o.rank } : {}),
       ...(o.maxConcurrency !== undefined ? { maxConcurrency: o.maxConcurrency } : {}),
       onProgress: part,

@@ -15,10 +15,29 @@
 //    token; the client sees every token from the decode side (SGLang's router streams the
 //    decode server's response), so TTFT = prefill wait + prefill + transfer + decode join.
 //
+// Two ways the previous reply can reach the next turn's prefill (a prefill server never
+// generates it, so without them it is a miss there that colocated serving would have hit):
+// - kvStore with decodeOffload (SGLang: HiCache with a storage backend on the prefill servers,
+//   --disaggregation-decode-enable-offload-kvcache on the decode servers): prefill ranks write
+//   each prompt through to a store they share and load from it what their GPU cache lacks
+//   (charged at the store's bandwidth, before the first chunk); decode ranks write each
+//   finished request's prompt + reply path to it. Written when the request finishes (SGLang
+//   offloads by stride during decode and backs up to storage asynchronously: the next turn
+//   comes after the agent's tool time, long after).
+// - localPrefillTokens (NVIDIA Dynamo's conditional disaggregation; vLLM decode instances):
+//   the router picks the decode rank first, cache-aware; when the prompt's part not matched
+//   on it is short, the decode rank prefills it itself (it is a full engine: radix cache,
+//   chunked prefill mixed into its decode steps) and no prefill rank is involved. Otherwise
+//   vLLM's two steps: the prefill rank runs the prompt, the KV crosses the link and lands in
+//   the decode rank's cache, which computes the last prompt token itself, then decodes.
+//   Decode ranks keep pulled prompts and generated replies cached, which is what local
+//   prefills hit.
+//
 // Ranks are independent servers here (no DP-attention lockstep across them), and the plan's
 // cluster events (rank failures, scale-out) are not modelled for this layout: such a plan is
 // refused with an error rather than run without its events.
 import { createDispatcher, createLoadTracker, type DispatcherConfig } from '@kvroute/policy';
+import { RadixCache } from '../cache/radix-cache.ts';
 import type { CostModel } from '../cost/cost-model.ts';
 import {
   checkKvLink,
@@ -28,7 +47,7 @@ import {
   profileKvBytesPerToken,
 } from '../cost/kv-transfer.ts';
 import { EventQueue } from '../engine/event-queue.ts';
-import type { StepRecord } from '../entities/rank.ts';
+import { type HostKvOptions, type StepRecord, writeBack } from '../entities/rank.ts';
 import { progressReporter, scheduleArrivals } from '../host/arrivals.ts';
 import { Cluster, checkRanks, type RankOverrides } from '../host/cluster.ts';
 import { latencyStats, round3, summarize } from '../metrics/summary.ts';
@@ -54,6 +73,22 @@ export interface PdSimulateOptions {
   /** Decode ranks' --max-running-requests; default the prefill ranks' or unbounded. */
   decodeMaxRunningRequests?: number;
   maxConcurrency?: number;
+  /**
+   * Conditional disaggregation (NVIDIA Dynamo's): a request whose part not cached on its
+   * decode rank is at most this many tokens is prefilled there, not sent to a prefill rank.
+   * The decode ranks are then full engines with a prefix cache (vLLM decode instances, see the
+   * file header); needs the cache_aware decode method, whose match on the decode rank is the
+   * router's estimate of what is cached there. Default: off (every request is disaggregated).
+   */
+  localPrefillTokens?: number;
+  /**
+   * A KV store every prefill rank shares (SGLang HiCache with a storage backend on the prefill
+   * servers): a prefill rank writes each prompt's KV through to it and loads from it what its
+   * own cache lacks, at `gbps`. With `decodeOffload` the decode ranks write every finished
+   * request's generated tokens to it too (SGLang's --disaggregation-decode-enable-offload-kvcache),
+   * so the next turn's prefill finds the previous reply. Default: no store.
+   */
+  kvStore?: KvStoreOptions;
   onProgress?(fraction: number): void;
   /** Every prefill rank step (invariant checks). */
   onStep?(step: StepRecord): void;
@@ -61,9 +96,20 @@ export interface PdSimulateOptions {
   onDecodeStep?(step: DecodeStepRecord): void;
 }
 
-/** One completed request of a PD run: `rank` is its prefill rank. */
+export interface KvStoreOptions {
+  /** Store-to-GPU load bandwidth of one prefill rank, Gb/s. */
+  gbps: number;
+  /** The store's size in tokens (default: unbounded). */
+  capacityTokens?: number;
+  /** Decode ranks offload what they generated (prompt + reply paths) into the store. */
+  decodeOffload: boolean;
+}
+
+/** One completed request of a PD run: `rank` is its prefill rank (-1: prefilled locally). */
 export interface PdRequestRecord extends RequestRecord {
   decodeRank: number;
+  /** Prefilled on its decode rank (conditional disaggregation), not on a prefill rank. */
+  local: boolean;
   /** Arrival to the decode rank's KV room being granted (0 when there was room). */
   decodeWaitMs: number;
   /** When the prefill rank sampled the first token. */
@@ -97,6 +143,13 @@ export interface PdSummary {
   /** Wait for decode KV room per request. */
   decodeWaitMs: LatencyStats;
   decodePerRank: DecodeRankSummary[];
+  /** Conditional disaggregation's threshold (null: off). */
+  localPrefillTokens: number | null;
+  /** Requests prefilled on their decode rank, and the prefill-side hit rate of the others. */
+  localRequests: number;
+  remoteHitRate: number;
+  /** The shared KV store, if any, and the prompt tokens prefill ranks loaded from it. */
+  kvStore: (Required<KvStoreOptions> & { loadedTokens: number }) | null;
 }
 
 export interface PdRunResult {
@@ -112,6 +165,9 @@ export function recordItlMs(r: RequestRecord): number {
   if (r.outputTokens <= 1) return 0;
   return (r.endMs - r.arrivalMs - r.ttftMs) / (r.outputTokens - 1);
 }
+
+const toU32 = (ids: ArrayLike<number>): Uint32Array =>
+  ids instanceof Uint32Array ? ids : Uint32Array.from(ids);
 
 /** Requests in the system (sent, not completed), integrated over time: Little's L. */
 class Occupancy {
@@ -158,10 +214,42 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
   const refuse = () => {
     throw new Error('the pd layout has no cluster events, so no request is ever moved');
   };
+  const storeOpts = opts.kvStore;
+  let store: RadixCache | null = null;
+  let storeHostKv: HostKvOptions | undefined;
+  if (storeOpts !== undefined) {
+    if (!(storeOpts.gbps > 0) || !Number.isFinite(storeOpts.gbps)) {
+      throw new RangeError(`kvStore.gbps must be a finite number > 0, got ${storeOpts.gbps}`);
+    }
+    const cap = storeOpts.capacityTokens ?? Number.MAX_SAFE_INTEGER;
+    if (!Number.isInteger(cap) || cap < 1) {
+      throw new RangeError(`kvStore.capacityTokens must be an integer >= 1, got ${cap}`);
+    }
+    if (opts.rank?.hostKv !== undefined) {
+      throw new RangeError(
+        'a shared KV store and a per-rank host tier together are not modelled: give one',
+      );
+    }
+    if (opts.localPrefillTokens !== undefined) {
+      throw new RangeError(
+        'a shared KV store with local prefill on the decode side is not modelled',
+      );
+    }
+    store = new RadixCache({ capacityTokens: cap, pageSize: opts.rank?.pageSize ?? 1 });
+    storeHostKv = {
+      capacityTokens: cap,
+      loadTokensPerMs: (storeOpts.gbps * 1e9) / 8 / kvBytes / 1000,
+      shared: store,
+    };
+  }
   const prefill = new Cluster(
     q,
     opts.profile,
-    { ...(opts.rank ?? {}), dpAttention: false },
+    {
+      ...(opts.rank ?? {}),
+      dpAttention: false,
+      ...(storeHostKv !== undefined ? { hostKv: storeHostKv } : {}),
+    },
     P,
     prefillTracker,
     {
@@ -171,8 +259,38 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
     },
   );
   const decodeMaxRunning = opts.decodeMaxRunningRequests ?? opts.rank?.maxRunningRequests;
+  const localMax = opts.localPrefillTokens;
+  if (localMax !== undefined) {
+    if (!Number.isInteger(localMax) || localMax < 0) {
+      throw new RangeError(`localPrefillTokens must be an integer >= 0, got ${localMax}`);
+    }
+    if (decodeDispatcher.method !== 'cache_aware') {
+      throw new RangeError(
+        `local prefill on the decode side needs the cache_aware decode method (its match on the decode rank is what decides), got '${decodeDispatcher.method}'`,
+      );
+    }
+  }
+  // With local prefill the decode ranks are full engines (radix cache, chunked prefill,
+  // continuous batching): vLLM decode instances, which serve a plain request as any engine
+  // and keep pulled KV and generated replies in their prefix cache.
+  const engines =
+    localMax === undefined
+      ? null
+      : new Cluster(
+          q,
+          opts.profile,
+          {
+            ...(opts.rank ?? {}),
+            dpAttention: false,
+            kvCapacityTokens: decodeCapacity,
+            ...(decodeMaxRunning !== undefined ? { maxRunningRequests: decodeMaxRunning } : {}),
+          },
+          D,
+          decodeTracker,
+          { redispatch: refuse, drainPending: refuse },
+        );
   const decoders = Array.from(
-    { length: D },
+    { length: localMax === undefined ? D : 0 },
     (_, rank) =>
       new DecodeRankModel({
         rank,
@@ -187,7 +305,117 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
   const decodeRequests = new Array<number>(D).fill(0);
   let attempts = 0;
 
+  let localRequests = 0;
+
+  /** Conditional disaggregation: the decode rank first, then where the prefill runs. */
+  const sendConditional = (req: WorkloadRequest, engines: Cluster, localMax: number) => {
+    const inputIds = req.inputIds;
+    const arrivalMs = q.now();
+    const route = { inputIds, routingKey: req.routingKey, maxNewTokens: req.outputTokens };
+    const dTicket = decodeDispatcher.begin(route, decodeTracker, { nowMs: arrivalMs });
+    const dslot = engines.slots[dTicket.rank]!;
+    const engine = dslot.model!;
+    dslot.requests++;
+    decodeRequests[dTicket.rank]!++;
+    const id = attempts++;
+    const local = inputIds.length - (dTicket.matchedTokens ?? 0) <= localMax;
+    const pTicket = local
+      ? null
+      : prefillDispatcher.begin(route, prefillTracker, { nowMs: arrivalMs });
+    let admitMs = arrivalMs;
+    let prefillDoneMs = arrivalMs;
+    let kvArrivedMs = arrivalMs;
+    let cached = 0;
+    let firstMs = 0;
+    let landed: ReturnType<typeof engine.landKv> = null;
+    const decodeRun = () =>
+      engine.submit({
+        id,
+        inputIds,
+        maxNewTokens: req.outputTokens,
+        ...(req.outputIds !== undefined ? { outputIds: req.outputIds } : {}),
+        onAdmit: (t, c) => {
+          if (landed !== null) engine.releaseKv(landed);
+          landed = null;
+          if (local) {
+            admitMs = t;
+            cached = c;
+          }
+        },
+        onFirstToken: (t) => {
+          firstMs = t;
+        },
+        onFinish: (t, info) => {
+          dTicket.done();
+          if (local) localRequests++;
+          const rec: PdRequestRecord = {
+            id: req.id,
+            clientId: req.clientId,
+            sessionKey: req.sessionKey,
+            ...(req.tenant !== undefined ? { tenant: req.tenant } : {}),
+            arrivalMs,
+            rank: pTicket?.rank ?? -1,
+            reason: pTicket?.reason ?? `local-${dTicket.reason}`,
+            inputTokens: inputIds.length,
+            cachedTokens: cached,
+            outputTokens: info.outputTokens,
+            queueMs: admitMs - arrivalMs,
+            ttftMs: firstMs - arrivalMs,
+            endMs: t,
+            retries: 0,
+            decodeRank: dTicket.rank,
+            local,
+            decodeWaitMs: 0,
+            prefillDoneMs,
+            transferMs: kvArrivedMs - prefillDoneMs,
+            itlMs: 0,
+          };
+          rec.itlMs = recordItlMs(rec);
+          records.push(rec);
+          occupancy.change(-1);
+          progress();
+          arrivals.complete(req, t);
+        },
+      });
+    if (pTicket === null) {
+      decodeRun();
+      return;
+    }
+    const slot = prefill.slots[pTicket.rank]!;
+    slot.requests++;
+    // vLLM's two steps: the prefill runs alone (one token); with its answer the decode
+    // instance takes the request, pulls the prompt's KV, computes the last prompt token itself
+    // and decodes.
+    slot.model!.submit({
+      id,
+      inputIds,
+      maxNewTokens: 1,
+      onAdmit: (ta) => {
+        admitMs = ta;
+      },
+      onFirstToken: (tf, c) => {
+        prefillDoneMs = tf;
+        cached = c;
+      },
+      onFinish: (tf) => {
+        const p = pTicket.rank;
+        const start = Math.max(tf, linkFree[p]!);
+        kvArrivedMs = start + kvTransferMs(inputIds.length, kvBytes, link);
+        linkFree[p] = kvArrivedMs;
+        q.at(kvArrivedMs, () => {
+          pTicket.done();
+          landed = engine.landKv(inputIds);
+          decodeRun();
+        });
+      },
+    });
+  };
+
   const send = (req: WorkloadRequest) => {
+    if (engines !== null) {
+      sendConditional(req, engines, localMax as number);
+      return;
+    }
     const inputIds = req.inputIds;
     const arrivalMs = q.now();
     const route = { inputIds, routingKey: req.routingKey, maxNewTokens: req.outputTokens };
@@ -223,6 +451,8 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
             cached = c;
           },
           onFinish: (tf) => {
+            // HiCache with a storage backend backs the computed prompt up to the store.
+            if (store !== null) writeBack(store, toU32(inputIds));
             const p = pTicket.rank;
             const start = Math.max(tf, linkFree[p]!);
             kvArrivedMs = start + kvTransferMs(inputIds.length, kvBytes, link);
@@ -239,6 +469,18 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
       },
       onFinish: (t, info) => {
         dTicket.done();
+        const out = req.outputIds;
+        if (store !== null && storeOpts?.decodeOffload === true && out !== undefined) {
+          // The decode side offloads the prompt + reply path (minus the last sampled token,
+          // whose KV was never written): the prompt part is already in the store.
+          const n = Math.min(out.length, info.outputTokens - 1);
+          if (n > 0) {
+            const path = new Uint32Array(inputIds.length + n);
+            path.set(toU32(inputIds), 0);
+            path.set(out.subarray(0, n), inputIds.length);
+            writeBack(store, path);
+          }
+        }
         const rec: PdRequestRecord = {
           id: req.id,
           clientId: req.clientId,
@@ -255,6 +497,7 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
           endMs: t,
           retries: 0,
           decodeRank: dTicket.rank,
+          local: false,
           decodeWaitMs: reservedMs - arrivalMs,
           prefillDoneMs,
           transferMs: kvArrivedMs - prefillDoneMs,
@@ -280,7 +523,7 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
   );
   const progress = progressReporter(plan, q, arrivals, () => records.length, opts.onProgress);
   q.run();
-  const failed = arrivals.issued + arrivals.held - records.length;
+  const failed = arrivals.issued + arrivals.held + arrivals.stranded - records.length;
   progress();
 
   const { perRank, evictedNodes } = prefill.summaries();
@@ -302,16 +545,31 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
   });
   // A decode rank's busy time includes nothing of prefill: add it to the prefill side's
   // perRank would mix two GPUs' clocks, so the decode side has its own table.
-  const decodePerRank = decoders.map((d, rank) => {
-    const s: DecodeRankStats = d.stats();
-    return {
-      rank,
-      requests: decodeRequests[rank]!,
-      decodeBusyMs: round3(s.decodeBusyMs),
-      steps: s.steps,
-      peakReservedTokens: s.peakReservedTokens,
-    };
-  });
+  const decodePerRank =
+    engines === null
+      ? decoders.map((d, rank) => {
+          const s: DecodeRankStats = d.stats();
+          return {
+            rank,
+            requests: decodeRequests[rank]!,
+            decodeBusyMs: round3(s.decodeBusyMs),
+            steps: s.steps,
+            peakReservedTokens: s.peakReservedTokens,
+          };
+        })
+      : engines.slots.map((slot, rank) => {
+          const s = slot.model!.stats();
+          return {
+            rank,
+            requests: decodeRequests[rank]!,
+            // A full engine: its local prefills are busy time on the decode GPU too.
+            decodeBusyMs: round3(s.decodeBusyMs + s.prefillBusyMs),
+            steps: s.steps,
+            peakReservedTokens: 0,
+          };
+        });
+  const remote = records.filter((r) => !r.local);
+  const remoteInput = remote.reduce((a, r) => a + r.inputTokens, 0);
   const pd: PdSummary = {
     layout: 'pd',
     prefillRanks: P,
@@ -324,6 +582,24 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
     transferMs: latencyStats(records.map((r) => r.transferMs)),
     decodeWaitMs: latencyStats(records.map((r) => r.decodeWaitMs)),
     decodePerRank,
+    localPrefillTokens: localMax ?? null,
+    kvStore:
+      storeOpts === undefined
+        ? null
+        : {
+            gbps: storeOpts.gbps,
+            capacityTokens: storeOpts.capacityTokens ?? Number.MAX_SAFE_INTEGER,
+            decodeOffload: storeOpts.decodeOffload,
+            loadedTokens: prefill.slots.reduce(
+              (a, sl) => a + (sl.model?.stats().hostLoadedTokens ?? 0),
+              0,
+            ),
+          },
+    localRequests,
+    remoteHitRate:
+      remoteInput === 0
+        ? 0
+        : Math.round((remote.reduce((a, r) => a + r.cachedTokens, 0) / remoteInput) * 1e4) / 1e4,
   };
   return { summary, pd, records, meanInSystem: occupancy.mean() };
 }

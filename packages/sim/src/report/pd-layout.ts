@@ -17,6 +17,10 @@ export interface LayoutReport {
   link: { gbps: number; setupMs: number };
   prefillPolicy: string;
   decodePolicy: string;
+  /** Conditional disaggregation's threshold, when on. */
+  localPrefillTokens?: number;
+  /** The KV store the prefill ranks share, when there is one. */
+  kvStore?: { gbps: number; capacityTokens?: number; decodeOffload: boolean };
   /** The rows, without their TTFT samples. */
   rows: Omit<LayoutRow, 'ttftSamples'>[];
   targets: HitRateTarget[];
@@ -157,7 +161,7 @@ export function targetLines(report: LayoutReport): string[] {
 }
 
 function meta(report: LayoutReport): string {
-  return `scenario ${report.scenario}, profile ${report.profile}, seed ${report.seed}; PD: prefill ${report.prefillPolicy}, decode ${report.decodePolicy}, link ${report.link.gbps} Gb/s + ${report.link.setupMs} ms setup; colocated rows run the prefill method on every rank. ITL = per-request mean inter-token latency; transfer = link queueing + whole-prompt KV transfer.`;
+  return `scenario ${report.scenario}, profile ${report.profile}, seed ${report.seed}; PD: prefill ${report.prefillPolicy}, decode ${report.decodePolicy}, link ${report.link.gbps} Gb/s + ${report.link.setupMs} ms setup${report.localPrefillTokens !== undefined ? `, local prefill on the decode rank up to ${report.localPrefillTokens} uncached tokens` : ''}${report.kvStore !== undefined ? `, KV store shared by the prefill ranks at ${report.kvStore.gbps} Gb/s${report.kvStore.capacityTokens !== undefined ? ` (${report.kvStore.capacityTokens} tokens)` : ''}${report.kvStore.decodeOffload ? ' with decode offload' : ', prompts only'}` : ''}; colocated rows run the prefill method on every rank. ITL = per-request mean inter-token latency; transfer = link queueing + whole-prompt KV transfer.`;
 }
 
 export function renderLayoutTable(report: LayoutReport): string {

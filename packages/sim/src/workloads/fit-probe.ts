@@ -1,16 +1,19 @@
 // A workload designed to be fitted from (`kvroute-sim fit`): requests that run alone on an
 // idle worker, so each TTFT is one request's prefill plus the per-request overhead, and
 // bursts of requests that decode together, so decode step time is seen at several batch
-// sizes and contexts. Arrivals are spaced by gapMs (lone requests) and burstGapMs
-// (bursts) so the worker drains in between; make them longer than the target takes.
+// sizes and contexts. Open loop (the default): arrivals are spaced by gapMs (lone requests)
+// and burstGapMs (bursts) so the worker drains in between; make them longer than the target
+// takes. Closed loop (`clients=N`): N clients send their lone requests one at a time, each
+// on a rank of its own, and every burst group gets a rank too, so the whole probe runs side
+// by side on N + contexts x bursts ranks and takes about as long as its slowest client.
 import { optBool, optInt } from './options.ts';
 import { concat, stream } from './random.ts';
-import type { ScenarioDefinition, WorkloadRequest } from './types.ts';
+import type { ScenarioDefinition, WorkloadPlan, WorkloadRequest } from './types.ts';
 
 export const fitProbe: ScenarioDefinition = {
   name: 'fit-probe',
   description:
-    'lone requests (cold, and a short suffix on cached prefixes of several lengths) then bursts of 2-16 requests on a shared cached context, spaced so each runs on an idle worker: input for kvroute-sim fit',
+    'lone requests (cold, and a short suffix on cached prefixes of several lengths) then bursts of 2-16 requests on a shared cached context, spaced so each runs on an idle worker (or, with clients=N, N closed-loop clients on ranks of their own): input for kvroute-sim fit',
   defaults: {
     singles: 24,
     minTokens: 64,
@@ -26,6 +29,10 @@ export const fitProbe: ScenarioDefinition = {
     burstGapMs: 6000,
     ranks: 1,
     routingKeys: false,
+    clients: 0,
+    followUps: 1,
+    thinkMs: 20,
+    burstDelayMs: 2500,
   },
   build(o, seed) {
     const name = 'fit-probe';
@@ -47,8 +54,36 @@ export const fitProbe: ScenarioDefinition = {
     const bursts = list('bursts');
     const burstContexts = list('burstContextTokens');
     const burstSuffix = optInt(name, o, 'burstSuffixTokens', 1);
+    const clients = optInt(name, o, 'clients', 0);
+    const think = optInt(name, o, 'thinkMs', 0);
+    const followUps = optInt(name, o, 'followUps', 0);
+    const burstDelay = optInt(name, o, 'burstDelayMs', 1);
     const content = stream(seed, `${name}:content`);
     const pick = stream(seed, `${name}:sizes`);
+    const logUniformOf = (lo: number, hi: number) =>
+      lo === hi ? lo : Math.round(Math.exp(Math.log(lo) + pick() * (Math.log(hi) - Math.log(lo))));
+    if (clients > 0) {
+      return closedLoop({
+        name,
+        ranks,
+        clients,
+        followUps,
+        think,
+        singles,
+        minT,
+        maxT,
+        suffix,
+        suffixMax,
+        singleOut,
+        bursts,
+        burstContexts,
+        burstSuffix,
+        burstOut,
+        burstDelay,
+        tokens: (n) => content.tokens(n),
+        logUniform: logUniformOf,
+      });
+    }
     const requests: WorkloadRequest[] = [];
     let t = 0;
     // With routingKeys, a request that needs an earlier one's cache carries its key, so a
@@ -70,8 +105,7 @@ export const fitProbe: ScenarioDefinition = {
     // suffixMaxTokens the suffix length varies too (log-uniform up to it): cold prompts alone
     // charge attention and cached reads both by the square of the length, and only new
     // tokens on a cached prefix, in varied numbers, tell the two apart.
-    const logUniform = (lo: number, hi: number) =>
-      lo === hi ? lo : Math.round(Math.exp(Math.log(lo) + pick() * (Math.log(hi) - Math.log(lo))));
+    const logUniform = logUniformOf;
     let prev: Uint32Array | null = null;
     const lone: { ids: Uint32Array; at: number; key: string }[] = [];
     // One rank, or no routing keys: one request per gap. Several ranks with routing keys: the
@@ -120,3 +154,95 @@ export const fitProbe: ScenarioDefinition = {
     return { scenario: name, mode: 'open', ranks, clients: [], requests, events: [] };
   },
 };
+
+interface ClosedLoopSpec {
+  name: string;
+  ranks: number;
+  clients: number;
+  followUps: number;
+  think: number;
+  singles: number;
+  minT: number;
+  maxT: number;
+  suffix: number;
+  suffixMax: number;
+  singleOut: number;
+  bursts: number[];
+  burstContexts: number[];
+  burstSuffix: number;
+  burstOut: number;
+  burstDelay: number;
+  tokens(n: number): Uint32Array;
+  logUniform(lo: number, hi: number): number;
+}
+
+/**
+ * The probe as closed-loop clients, each keeping to one rank through its routing key: a
+ * client sends its next lone request `thinkMs` after the previous one ended, so every lone
+ * request finds its rank idle without a gap sized for the longest one, and `clients` ranks
+ * take them side by side. Each (context, burst size) pair is a group of its own (one key,
+ * so one more rank): its context alone at 0, then the burst's requests together
+ * `burstDelayMs` later. With `clients + contexts x bursts` ranks every part runs at once.
+ */
+function closedLoop(s: ClosedLoopSpec): WorkloadPlan {
+  const lists: WorkloadRequest[][] = [];
+  let id = 0;
+  const req = (
+    clientId: number,
+    ids: Uint32Array,
+    out: number,
+    thinkMs: number,
+    sessionKey: string,
+    routingKey: string,
+  ): WorkloadRequest => ({
+    id: id++,
+    clientId,
+    inputIds: ids,
+    outputTokens: out,
+    thinkMs,
+    sessionKey,
+    routingKey,
+  });
+  for (let c = 0; c < s.clients; c++) lists.push([]);
+  // Lone requests in chains (a cold prompt, then `followUps` requests that each add a fresh
+  // suffix to the one before), the chains dealt to the clients in turn; sizes are drawn in
+  // chain order so they do not depend on the client count.
+  let prev: Uint32Array | null = null;
+  const chain = s.followUps + 1;
+  for (let i = 0; i < s.singles; i++) {
+    const pair = Math.floor(i / chain);
+    const ids: Uint32Array =
+      i % chain !== 0 && prev !== null
+        ? concat([prev, s.tokens(s.logUniform(s.suffix, s.suffixMax))])
+        : s.tokens(s.logUniform(s.minT, s.maxT));
+    prev = ids;
+    const c = pair % s.clients;
+    const list = lists[c]!;
+    list.push(
+      req(c, ids, s.singleOut, list.length === 0 ? 0 : s.think, `single-${pair}`, `probe-${c}`),
+    );
+  }
+  for (const len of s.burstContexts) {
+    for (const b of s.bursts) {
+      const key = `burst-${len}-${b}`;
+      const context = s.tokens(len);
+      lists.push([req(lists.length, context, 2, 0, `burst-context-${len}-${b}`, key)]);
+      for (let k = 0; k < b; k++) {
+        const ids = concat([context, s.tokens(s.burstSuffix)]);
+        lists.push([req(lists.length, ids, s.burstOut, s.burstDelay, key, key)]);
+      }
+    }
+  }
+  const clients = lists.filter((l) => l.length > 0);
+  clients.forEach((l, i) => {
+    for (const r of l) r.clientId = i;
+  });
+  return {
+    scenario: s.name,
+    mode: 'closed',
+    ranks: s.ranks,
+    clients,
+    requests: [],
+    events: [],
+  };
+}

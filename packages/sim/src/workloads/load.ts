@@ -39,8 +39,12 @@ export function withRequestRate(
   let t = 0;
   const requests = sendOrder(plan).map((r) => {
     t += rand.exp(gap);
-    // A copy, so the original plan (and its getters) stays untouched for other runs.
-    return Object.create(r, { arrivalMs: { value: t, enumerable: true } }) as WorkloadRequest;
+    // A copy, so the original plan (and its getters) stays untouched for other runs; open
+    // loop, so no request waits for another's completion (a replayed session's `after`).
+    return Object.create(r, {
+      arrivalMs: { value: t, enumerable: true },
+      after: { value: undefined, enumerable: true },
+    }) as WorkloadRequest;
   });
   return {
     ...plan,

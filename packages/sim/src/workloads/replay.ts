@@ -8,7 +8,13 @@ import { isAbsolute, resolve } from 'node:path';
 import { repoRoot, sharedFile } from '../cost/calibration.ts';
 import { optBool, optInt, optNum } from './options.ts';
 import { stream, VOCAB } from './random.ts';
-import { readTraceFile, TraceFormatError, type TraceLine } from './trace-file.ts';
+import {
+  readTraceFile,
+  sessionLinks,
+  sessionTailIds,
+  TraceFormatError,
+  type TraceLine,
+} from './trace-file.ts';
 import type { ScenarioDefinition, WorkloadRequest } from './types.ts';
 
 export { TraceFormatError } from './trace-file.ts';
@@ -39,14 +45,22 @@ function fillBlock(out: Uint32Array, offset: number, n: number, salt: number, id
   }
 }
 
+/**
+ * A request's synthetic tokens. `tailId`, when given, is the id the last, partial block is
+ * filled from instead of its own (sessionTailIds): its head, so it equals the head of that
+ * block in the request that continued the session.
+ */
 export function traceTokens(
   line: Pick<TraceLine, 'inputLength' | 'hashIds'>,
   blockTokens: number,
   salt: number,
+  tailId?: number,
 ): Uint32Array {
   const out = new Uint32Array(line.inputLength);
   for (let b = 0, off = 0; off < line.inputLength; b++, off += blockTokens) {
-    fillBlock(out, off, Math.min(blockTokens, line.inputLength - off), salt, line.hashIds[b]!);
+    const n = Math.min(blockTokens, line.inputLength - off);
+    const id = n < blockTokens && tailId !== undefined ? tailId : line.hashIds[b]!;
+    fillBlock(out, off, n, salt, id);
   }
   return out;
 }
@@ -54,7 +68,7 @@ export function traceTokens(
 export const replay: ScenarioDefinition = {
   name: 'replay',
   description:
-    "replay a Mooncake-format JSONL trace or a trace kvroute-router recorded (default: the Mooncake conversation trace in packages/sim/data/traces); hash blocks map to synthetic token blocks; blockTokens and ranks 0 = the recording's start line, else 512 and 16",
+    "replay a Mooncake-format JSONL trace or a trace kvroute-router recorded (default: the Mooncake conversation trace in packages/sim/data/traces); hash blocks map to synthetic token blocks; blockTokens and ranks 0 = the recording's start line, else 512 and 16; a recorded trace's sessions (key + e2e_ms) replay closed loop: each turn is sent its recorded think gap after the previous turn's predicted completion (openLoop: every request at its timestamp)",
   defaults: {
     file: '',
     speedup: 1,
@@ -62,6 +76,7 @@ export const replay: ScenarioDefinition = {
     skipInvalid: false,
     blockTokens: 0,
     ranks: 0,
+    openLoop: false,
   },
   build(o, seed) {
     const name = 'replay';
@@ -75,6 +90,7 @@ export const replay: ScenarioDefinition = {
     const skipInvalid = optBool(name, o, 'skipInvalid');
     const blockOpt = optInt(name, o, 'blockTokens', 0);
     const ranksOpt = optInt(name, o, 'ranks', 0);
+    const openLoop = optBool(name, o, 'openLoop');
     const trace = readTraceFile(file, {
       skipInvalid,
       limit,
@@ -86,7 +102,15 @@ export const replay: ScenarioDefinition = {
     o.blockTokens = blockTokens;
     o.ranks = ranks;
     const salt = Math.floor(stream(seed, 'replay:blocks')() * 2 ** 32) | 0;
+    // Live, a session's next turn waits for the previous answer; replayed at its recorded
+    // time it would arrive however slow or fast the predicted system is (open loop), and a
+    // slower prediction would pile requests up that the live system never had in flight.
+    const links = sessionLinks(trace.lines);
+    const tails = sessionTailIds(trace.lines, links, blockTokens);
+    let linked = 0;
     const requests: WorkloadRequest[] = trace.lines.map((line, id) => {
+      const link = openLoop ? undefined : links[id];
+      if (link !== undefined) linked++;
       const h = line.hashIds;
       const key = h.length > 1 ? `h${h[0]}-${h[1]}` : `h${h[0] ?? 'none'}`;
       const req = {
@@ -94,6 +118,7 @@ export const replay: ScenarioDefinition = {
         clientId: id,
         outputTokens: Math.max(1, line.outputLength),
         arrivalMs: line.timestamp / speedup,
+        ...(link !== undefined ? { after: { id: link.prev, gapMs: link.gapMs / speedup } } : {}),
         sessionKey: line.observed?.key ?? key,
         // The recorded (keyed) routing key or session: replayed affinity sticks as it did.
         ...(line.observed?.key !== undefined ? { routingKey: line.observed.key } : {}),
@@ -101,7 +126,7 @@ export const replay: ScenarioDefinition = {
       // Built on each read and not kept: holding every request's tokens would take ~576 MB.
       Object.defineProperty(req, 'inputIds', {
         enumerable: true,
-        get: () => traceTokens(line, blockTokens, salt),
+        get: () => traceTokens(line, blockTokens, salt, tails[id]),
       });
       return req;
     });
@@ -120,6 +145,7 @@ export const replay: ScenarioDefinition = {
               switches: trace.switches.map((s) => ({ ...s, timestamp: s.timestamp / speedup })),
               lines: trace.lines,
               speedup,
+              closedLoop: linked,
             },
           }
         : {}),

@@ -18,6 +18,13 @@ export interface WorkloadRequest {
   thinkMs?: number;
   /** Open loop: arrival time. */
   arrivalMs?: number;
+  /**
+   * Open loop, a session's later turn: sent `gapMs` after the plan's request `id` completes
+   * instead of at `arrivalMs` (which keeps the time it was recorded at, for reports), as an
+   * agent sends its next turn only once it has the previous answer (a recorded trace's
+   * sessions, replayed closed loop).
+   */
+  after?: { id: number; gapMs: number };
   routingKey?: string;
   /** Prefix/session identity for keys-moved metrics. */
   sessionKey: string;
@@ -69,6 +76,8 @@ export interface RecordedTrace {
   switches: PolicySwitch[];
   lines: TraceLine[];
   speedup: number;
+  /** Requests replayed closed loop: sent their think gap after their session's previous turn. */
+  closedLoop: number;
 }
 
 export interface ScenarioDefinition {

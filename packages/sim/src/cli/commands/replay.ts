@@ -52,7 +52,14 @@ and how many requests the prediction placed on the rank the router chose.
                         policy at their time (and marked in the charts), as the router made
                         them; with this flag each policy runs the whole trace (default off)
   --policies LIST       comma-separated method names (default ${DEFAULT_POLICIES})
-  --speedup X           number > 0: arrivals X times faster than recorded (default 1)
+  --speedup X           number > 0: arrivals X times faster than recorded (default 1); a
+                        recorded session's think gaps shrink with it
+  --open-loop           switch: send every request at its recorded time. By default a trace
+                        the router recorded replays its sessions (requests with the same key)
+                        closed loop: each turn is sent its recorded think gap (its timestamp
+                        minus the previous turn's timestamp and observed e2e time) after the
+                        previous turn's predicted end, as the agent waited for the answer
+                        (default off)
   --skip-invalid        switch: skip malformed lines and report how many, instead of failing
                         (default off)
 ${ROUTER_FLAGS_HELP}
@@ -78,6 +85,7 @@ export const command: Subcommand = {
         'skip-invalid': { type: 'boolean' },
         trace: { type: 'string' },
         observed: { type: 'boolean' },
+        'open-loop': { type: 'boolean' },
         'ignore-recorded-switches': { type: 'boolean' },
         ...SIM_OPTIONS,
         ...ROUTER_OPTIONS,
@@ -106,6 +114,7 @@ export const command: Subcommand = {
       file,
       ...(speedupRaw !== undefined ? { speedup: positiveNumber('speedup', speedupRaw) } : {}),
       skipInvalid: bool(p, 'skip-invalid'),
+      ...(bool(p, 'open-loop') ? { openLoop: true } : {}),
     };
     if (bool(p, 'observed')) {
       return runObserved(io, p, flags, scenarioOptions, given);

@@ -15,9 +15,11 @@ import type { SweepObjective } from '../../report/types.ts';
 import type { RankOverrides } from '../../simulate.ts';
 import { MAX_AXIS_VALUES, type SweepSetting } from '../../sweep/axes.ts';
 import {
+  bool,
   checkName,
   nameList,
   nonNegativeNumber,
+  type Parsed,
   parseCommandArgs,
   positiveInt,
   str,
@@ -83,6 +85,7 @@ function axesHelp(): string {
 
 const usage =
   () => `usage: kvroute-sim sweep --scenario NAME [--policy a,b,c] [--<option> LIST]... [flags]
+       kvroute-sim sweep --trace RECORDED.jsonl --profile-file FITTED.json [--policy ...] [flags]
 
 Runs every setting of the swept methods' options on the same workload, prints the grid, and
 names the best setting for the objective, why, what it trades away, and how the recommended
@@ -99,7 +102,15 @@ it; a method no axis applies to gets its schema's default sweep values (or runs 
 defaults). Settings a method refuses as a whole (e.g. prefix_match with prefix length below
 the window) are left out and listed.
 
-  --scenario NAME       name: workload (see 'kvroute-sim scenarios'); required
+  --scenario NAME       name: workload (see 'kvroute-sim scenarios'); required unless --trace
+  --trace FILE          path: sweep on a trace (Mooncake-format, or one kvroute-router recorded),
+                        the same as --scenario replay --set file=FILE; a recorded trace's
+                        sessions replay closed loop, and the verdict states how far the
+                        prediction was from what the router observed on the recorded setting
+                        (default: none; --scenario names the workload)
+  --open-loop           switch: send every request of the trace at its recorded time, also a
+                        session's next turn, which otherwise waits for the predicted end of
+                        the previous one plus its recorded think gap (default off)
   --policy LIST         comma-separated methods to sweep, each with its own option grid
                         (default ${DEFAULT_POLICY}); see 'kvroute-sim run --help' for
                         the methods: ${methodNames().join(', ')}
@@ -215,8 +226,10 @@ export const command: Subcommand = {
     return usage();
   },
   async run(argv, io) {
-    const p = parseCommandArgs('sweep', argv, {
+    const parsed = parseCommandArgs('sweep', argv, {
       scenario: { type: 'string' },
+      trace: { type: 'string' },
+      'open-loop': { type: 'boolean' },
       policy: { type: 'string' },
       option: { type: 'string', multiple: true },
       objective: { type: 'string' },
@@ -230,6 +243,7 @@ export const command: Subcommand = {
       load: { type: 'string' },
       ...PD_OPTIONS,
     });
+    const p = traceScenario(parsed);
     const scenario = requireScenario(p);
     if (readLayout(p) === 'pd') {
       // The prefill:decode split is the axis: colocated vs PD layouts at one GPU count.
@@ -357,6 +371,33 @@ export const command: Subcommand = {
     return 0;
   },
 };
+
+/**
+ * `--trace FILE` is `--scenario replay --set file=FILE`, and `--open-loop` is
+ * `--set openLoop=true` (replay only): the arguments as if spelled that way.
+ */
+function traceScenario(p: Parsed): Parsed {
+  const trace = str(p, 'trace');
+  const openLoop = bool(p, 'open-loop');
+  if (trace === undefined && !openLoop) return p;
+  const scenario = str(p, 'scenario');
+  const set = strs(p, 'set');
+  if (trace !== undefined) {
+    if (scenario !== undefined && scenario !== REPLAY_SCENARIO) {
+      throw new UsageError(
+        `--trace sweeps on a trace (scenario ${REPLAY_SCENARIO}); it cannot be combined with --scenario ${scenario}`,
+      );
+    }
+    if (set.some((a) => a.trim().startsWith('file='))) {
+      throw new UsageError('give the trace once: --trace FILE or --set file=FILE');
+    }
+    set.push(`file=${trace}`);
+  } else if (scenario !== REPLAY_SCENARIO) {
+    throw new UsageError('--open-loop applies to a trace: give --trace FILE');
+  }
+  if (openLoop) set.push('openLoop=true');
+  return { ...p, values: { ...p.values, scenario: REPLAY_SCENARIO, set } };
+}
 
 /** `K/N` with 1 <= K <= N. */
 export function parseShard(raw: string): { index: number; count: number } {
