@@ -28,7 +28,7 @@ describe('simulator vs the router-replicas e2e', () => {
     expect(t2?.inputIds.length).toBeGreaterThan(t1?.inputIds.length ?? 0);
   });
 
-  it('predicts the hit rates within 3 points of the e2e mean, except 3 replicas with events (over by less than 4)', () => {
+  it('predicts the hit rates within 3 points of the e2e mean', () => {
     const rows = comparePredictions(runs);
     console.log(`${runs.length} recorded e2e runs vs the simulator:\n${formatPredictions(runs)}`);
     const by = (replicas: number, source: string) => {
@@ -41,15 +41,9 @@ describe('simulator vs the router-replicas e2e', () => {
     const events1 = by(1, 'events');
     const learned3 = by(3, 'learned');
     const events3 = by(3, 'events');
-    for (const r of [one, events1, learned3]) {
+    for (const r of [one, events1, learned3, events3]) {
       expect(Math.abs(r.gapPt), `${r.replicas} x ${r.source}`).toBeLessThanOrEqual(3);
     }
-    // Missed by a little, cause not found: the e2e loses about 3 points with three replicas
-    // that the model does not (lags drawn from an exponential with the measured mean, the
-    // session queue and pendingMs in wall time each leave the prediction where it is). It
-    // over-predicts, never under.
-    expect(events3.gapPt).toBeGreaterThan(0);
-    expect(events3.gapPt).toBeLessThan(4);
     // The replica penalty and what events recover, as the e2e shows them.
     expect(learned3.sim.hitRate).toBeLessThan(one.sim.hitRate - 0.05);
     expect(events3.sim.hitRate).toBeGreaterThanOrEqual(0.97 * one.sim.hitRate);

@@ -6,6 +6,8 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type RunningMockWorker, startMockWorker } from '@kvroute/mock-worker';
+import { chainedBlockKeys } from '@kvroute/policy';
+import { approximateTokenIds } from '@kvroute/protocol';
 
 const ROUTER_BIN = join(
   dirname(fileURLToPath(import.meta.url)),
@@ -99,13 +101,46 @@ export interface RunResult {
   ttftMeanMs: number;
   /** Mean KV event lag, publish to apply, over every replica's batches (events only; else 0). */
   eventLagMs: number;
+  /**
+   * Where the response time goes, around the moment the worker stored the request's last
+   * block (mean over requests): send -> store is the router's intake, decision, forwarding
+   * and the engine; store -> answer the way back to the client, which sends the session's
+   * next turn at once. A replica that did not route a turn learns of it only an event lag
+   * after the store, so the next turn's routing races that lag over store -> answer.
+   */
+  sendToStoreMs: number;
+  storeToAnswerMs: number;
   /** From the replicas' /metrics: rank scores from events vs the learned fallback. */
   eventScores: number;
   fallbackScores: number;
+  /** Per request, in send order (runReplicas with `trace`). */
+  trace?: RequestTrace[];
 }
+
+/** One request of a run as the client saw it (the router's x-kvroute-rank / -reason headers). */
+export interface RequestTrace {
+  session: number;
+  turn: number;
+  /** The replica the client sent it to. */
+  replica: number;
+  rank: number;
+  reason: string;
+  promptTokens: number;
+  cachedTokens: number;
+  /** Date.now() when sent and when the response came back. */
+  sentAt: number;
+  doneAt: number;
+}
+
+/** Per rank: block key (16-token chained keys) -> Date.now() it was first published as stored. */
+export type Published = Map<number, number>[];
+
+export const EVENT_BLOCK_SIZE = 16;
 
 export interface Workers {
   workers: RunningMockWorker[];
+  /** When each worker published each block since its cache was last flushed. */
+  published: Published;
   /** Wall ms per model ms of the mock workers. */
   timeScale: number;
   close(): Promise<void>;
@@ -122,12 +157,33 @@ export async function startEventWorkers(n = 4, timeScale = 0.02): Promise<Worker
           endpoint: 'tcp://127.0.0.1:0',
           replay_endpoint: 'tcp://127.0.0.1:0',
         },
-        kvEventsBlockSize: 16,
+        kvEventsBlockSize: EVENT_BLOCK_SIZE,
       }),
     ),
   );
+  const published: Published = workers.map(() => new Map());
+  workers.forEach((worker, rank) => {
+    const pub = worker.app.kvEventPublishers[0];
+    if (!pub) throw new Error('mock worker without a KV event publisher');
+    const m = published[rank] as Map<number, number>;
+    const keys: number[] = [];
+    const stored = pub.stored.bind(pub);
+    pub.stored = (path: Uint32Array, start: number) => {
+      const t = Date.now();
+      for (const k of chainedBlockKeys(path, EVENT_BLOCK_SIZE, path.length, keys)) {
+        if (!m.has(k)) m.set(k, t);
+      }
+      stored(path, start);
+    };
+    const cleared = pub.cleared.bind(pub);
+    pub.cleared = () => {
+      m.clear();
+      cleared();
+    };
+  });
   return {
     workers,
+    published,
     timeScale,
     close: async () => void (await Promise.all(workers.map((w) => w.close()))),
   };
@@ -197,11 +253,13 @@ export async function runReplicas(
   replicas: number,
   source: IndexSource,
   workload: Workload = DEFAULT_WORKLOAD,
+  opts: { trace?: boolean; routerArgs?: readonly string[] } = {},
 ): Promise<RunResult> {
   for (const worker of w.workers) {
     const r = await fetch(`${worker.url}/flush_cache`, { method: 'POST' });
     if (r.status !== 200) throw new Error(`flush_cache on ${worker.url}: ${r.status}`);
   }
+  for (const m of w.published) m.clear();
   const args = [
     '--worker-urls',
     ...w.workers.map((x) => x.url),
@@ -213,6 +271,7 @@ export async function runReplicas(
     '500ms',
     '--log-level',
     'info',
+    ...(opts.routerArgs ?? []),
   ];
   if (source === 'events') {
     args.push(
@@ -239,9 +298,15 @@ export async function runReplicas(
     let promptTokens = 0;
     let cachedTokens = 0;
     const ttfts: number[] = [];
+    const trace: RequestTrace[] = [];
+    const split = { toStore: 0, toAnswer: 0, n: 0 };
+    const keys: number[] = [];
     const runSession = async (s: Session) => {
+      let turn = 0;
       for (const text of turnPrompts(s, workload)) {
-        const target = routers[counter++ % replicas] as RouterProcess;
+        const replica = counter++ % replicas;
+        const target = routers[replica] as RouterProcess;
+        const sentAt = Date.now();
         const t0 = performance.now();
         const res = await fetch(`${target.url}/generate`, {
           method: 'POST',
@@ -261,6 +326,31 @@ export async function runReplicas(
         }
         promptTokens += body.meta_info.prompt_tokens;
         cachedTokens += body.meta_info.cached_tokens;
+        const doneAt = Date.now();
+        const rank = Number(res.headers.get('x-kvroute-rank'));
+        const ids = approximateTokenIds(text);
+        const last = chainedBlockKeys(ids, EVENT_BLOCK_SIZE, ids.length, keys).at(-1);
+        const storedAt = last === undefined ? undefined : w.published[rank]?.get(last);
+        // Stored by this request (not an earlier one's identical prompt).
+        if (storedAt !== undefined && storedAt >= sentAt && storedAt <= doneAt) {
+          split.toStore += storedAt - sentAt;
+          split.toAnswer += doneAt - storedAt;
+          split.n++;
+        }
+        if (opts.trace) {
+          trace.push({
+            session: s.id,
+            turn: turn,
+            replica,
+            rank,
+            reason: res.headers.get('x-kvroute-reason') ?? '',
+            promptTokens: body.meta_info.prompt_tokens,
+            cachedTokens: body.meta_info.cached_tokens,
+            sentAt,
+            doneAt,
+          });
+        }
+        turn++;
       }
     };
     const queue = sessions.slice();
@@ -293,8 +383,11 @@ export async function runReplicas(
       ttftP99Ms: percentile(ttfts, 0.99),
       ttftMeanMs: ttfts.reduce((a, b) => a + b, 0) / ttfts.length,
       eventLagMs: lagCount > 0 ? (1000 * lagSum) / lagCount : 0,
+      sendToStoreMs: split.n > 0 ? split.toStore / split.n : 0,
+      storeToAnswerMs: split.n > 0 ? split.toAnswer / split.n : 0,
       eventScores,
       fallbackScores,
+      ...(opts.trace ? { trace } : {}),
     };
   } finally {
     await Promise.all(routers.map(stopRouter));
@@ -303,12 +396,12 @@ export async function runReplicas(
 
 export function formatResults(rows: readonly RunResult[], base: RunResult): string {
   const lines = [
-    '| setup | requests | hit rate | vs 1 router | TTFT p50 | TTFT p99 | rank scores events / learned |',
-    '| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
+    '| setup | requests | hit rate | vs 1 router | TTFT p50 | TTFT mean | TTFT p99 | send -> store -> answer | event lag | rank scores events / learned |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   ];
   for (const r of rows) {
     lines.push(
-      `| ${r.label} | ${r.requests} | ${(100 * r.hitRate).toFixed(1)}% | ${((100 * r.hitRate) / base.hitRate).toFixed(1)}% | ${r.ttftP50Ms.toFixed(1)} ms | ${r.ttftP99Ms.toFixed(1)} ms | ${r.eventScores} / ${r.fallbackScores} |`,
+      `| ${r.label} | ${r.requests} | ${(100 * r.hitRate).toFixed(1)}% | ${((100 * r.hitRate) / base.hitRate).toFixed(1)}% | ${r.ttftP50Ms.toFixed(1)} ms | ${r.ttftMeanMs.toFixed(1)} ms | ${r.ttftP99Ms.toFixed(1)} ms | ${r.sendToStoreMs.toFixed(1)} + ${r.storeToAnswerMs.toFixed(1)} ms | ${r.eventLagMs.toFixed(1)} ms | ${r.eventScores} / ${r.fallbackScores} |`,
     );
   }
   return lines.join('\n');

@@ -164,6 +164,8 @@ export interface RouterConfig extends PdSettings {
   /** A rank silent this long after a request, or this long after a lost batch, is not live. */
   kvEventsStaleMs: number;
   kvEventsMaxBlocks: number;
+  /** The engines' KV block size, known before the first event (the first event may correct it). */
+  kvEventsBlockSize: number;
   /**
    * Worker groups keyed by model (YAML `models:`, or --model-group): each its own workers,
    * method and options. Empty: one group of --worker-urls that takes every model.
@@ -247,6 +249,7 @@ export const DEFAULT_CONFIG: RouterConfig = {
   kvEventsTopic: '',
   kvEventsStaleMs: 10_000,
   kvEventsMaxBlocks: 4_194_304,
+  kvEventsBlockSize: 16,
   pdDisaggregation: false,
   prefill: [],
   decode: [],
@@ -918,6 +921,13 @@ export const OPTIONS: readonly OptionSpec[] = [
     kind: 'int',
     min: 1,
     help: 'Events index bound: blocks kept per rank at most (default 4194304)',
+  },
+  {
+    flag: 'kv-events-block-size',
+    key: 'kvEventsBlockSize',
+    kind: 'int',
+    min: 1,
+    help: "The engines' KV block size (vLLM --block-size, SGLang --page-size) before the first event says it; the first event of another size replaces it (default 16)",
   },
   {
     flag: 'log-level',

@@ -308,6 +308,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     topic: config.kvEventsTopic,
     staleMs: config.kvEventsStaleMs,
     maxBlocksPerRank: config.kvEventsMaxBlocks,
+    blockSize: config.kvEventsBlockSize,
   };
   const kvEvents = kvEventsEnabled(kvSettings)
     ? new KvEventsFeed(kvSettings, table, config.workerUrls, metrics.registry, log, () =>

@@ -258,5 +258,18 @@ describe('router with KV events from mock workers', () => {
       '3s',
     ]);
     expect(c.kvEventsStaleMs).toBe(3000);
+    expect(c.kvEventsBlockSize).toBe(16);
+    const sized = resolveConfig([
+      '--worker-urls',
+      'http://a:1',
+      '--kv-events-endpoint',
+      'tcp://{host}:5557',
+      '--kv-events-block-size',
+      '32',
+    ]);
+    expect(sized.kvEventsBlockSize).toBe(32);
+    expect(() =>
+      resolveConfig(['--worker-urls', 'http://a:1', '--kv-events-block-size', '0']),
+    ).toThrow(/kv-events-block-size/);
   });
 });

@@ -53,6 +53,7 @@ export type DecisionReason =
   | 'cache-hit'
   | 'cache-hit-overloaded'
   | 'cache-miss-least-load'
+  | 'cache-miss-hash'
   | (string & {});
 
 export interface Decision {

@@ -138,6 +138,25 @@ describe('KvBlockIndex', () => {
     expect(index.stats().blockSizeMismatches).toBe(1);
   });
 
+  it('knows a block size given up front; the first event of another size replaces it once', () => {
+    const given = new KvBlockIndex({ blockSize: 4 });
+    expect(given.blockSize).toBe(4);
+    const other = new KvBlockIndex({ blockSize: 16 });
+    expect(other.store(0, [1], null, [1, 2, 3, 4], 4)).toBe(1);
+    expect(other.blockSize).toBe(4);
+    expect(
+      other.store(
+        0,
+        [2],
+        null,
+        Array.from({ length: 16 }, (_, i) => i),
+        16,
+      ),
+    ).toBe(0);
+    expect(other.stats().blockSizeMismatches).toBe(1);
+    expect(() => new KvBlockIndex({ blockSize: 0 })).toThrow(/blockSize/);
+  });
+
   it('keeps LoRA blocks out of base-model matches', () => {
     const index = new KvBlockIndex();
     index.store(0, [1], null, [1, 2, 3, 4], BS, 3);
@@ -207,7 +226,87 @@ describe('cache_aware with an events index', () => {
     }
     // Past pendingMs with no event confirming it, the prefix is no longer assumed held.
     const late = d.dispatch({ inputIds: prompt }, ranks, { kvIndex: index, nowMs: 5000 });
-    expect(late.reason).toBe('cache-miss-least-load');
+    expect(late.reason).toBe('cache-miss-hash');
+  });
+
+  it('keeps what it sent before the first event when the block size is known up front', () => {
+    // The index's block size decides the keys cache_aware records its decisions under; learned
+    // only from the first event, the records made before it would never match again.
+    const index = new KvBlockIndex({ blockSize: 4 });
+    for (let r = 0; r < 4; r++) index.setLive(r, true);
+    const d = createDispatcher({ method: 'cache_aware', window: 8 });
+    const ranks = makeRanks(4);
+    const turn1 = randomIds(prng(12), 40);
+    const first = d.dispatch({ inputIds: turn1 }, ranks, { kvIndex: index, nowMs: 0 });
+    // The first events arrive (another prompt) and confirm the size; turn 1's are still due.
+    index.store(1, [77], null, [5, 5, 5, 5], 4);
+    const turn2 = [...turn1, ...randomIds(prng(13), 16)];
+    expect(d.dispatch({ inputIds: turn2 }, ranks, { kvIndex: index, nowMs: 50 })).toEqual({
+      rank: first.rank,
+      reason: 'cache-hit',
+      matchedTokens: 40,
+    });
+  });
+
+  it('sends a cold prefix to the same rank from every replica, within the load bound', () => {
+    const index = new KvBlockIndex({ blockSize: 4 });
+    for (let r = 0; r < 8; r++) index.setLive(r, true);
+    const system = randomIds(prng(14), 64);
+    const replicas = [0, 1, 2].map(() =>
+      createDispatcher({ method: 'cache_aware', window: 16, slackTokens: 1000 }),
+    );
+    const loads = [0, 1, 2].map(() => createLoadTracker(8));
+    // Each replica has its own, different view of the load.
+    for (let i = 0; i < 3; i++)
+      (loads[i] as ReturnType<typeof createLoadTracker>).onDispatch(i, 500);
+    const picks = replicas.map((d, i) => {
+      const session = [...system, ...randomIds(prng(20 + i), 30)];
+      const dec = d.dispatch(
+        { inputIds: session },
+        (loads[i] as ReturnType<typeof createLoadTracker>).ranks,
+        {
+          kvIndex: index,
+          nowMs: i,
+        },
+      );
+      expect(dec.reason).toBe('cache-miss-hash');
+      return dec.rank;
+    });
+    expect(new Set(picks).size).toBe(1);
+    // A rank past the overload bound is passed over for the next choice.
+    const busy = createLoadTracker(8);
+    busy.onDispatch(picks[0] as number, 100_000);
+    const other = createDispatcher({ method: 'cache_aware', window: 16, slackTokens: 1000 });
+    const dec = other.dispatch({ inputIds: [...system, 1, 2, 3] }, busy.ranks, { kvIndex: index });
+    expect(dec.reason).toBe('cache-miss-hash');
+    expect(dec.rank).not.toBe(picks[0]);
+    // Different prefixes spread over the ranks.
+    const spread = new Set<number>();
+    for (let i = 0; i < 32; i++) {
+      const fresh = createDispatcher({ method: 'cache_aware', window: 16 });
+      spread.add(
+        fresh.dispatch({ inputIds: randomIds(prng(100 + i), 32) }, makeRanks(8), { kvIndex: index })
+          .rank,
+      );
+    }
+    expect(spread.size).toBeGreaterThan(4);
+    // coldPick chooses the rule whatever the index source.
+    const prompt = [...system, 9];
+    const least = createDispatcher({ method: 'cache_aware', window: 16, coldPick: 'least-load' });
+    expect(least.dispatch({ inputIds: prompt }, makeRanks(8), { kvIndex: index }).reason).toBe(
+      'cache-miss-least-load',
+    );
+    // Without an events index too (the keys are then the learned index's window hashes, so
+    // the rank may differ from the events path's, but replicas agree among themselves).
+    const learned = [1, 2].map(() => {
+      const d = createDispatcher({ method: 'cache_aware', window: 16, coldPick: 'hash' });
+      return d.dispatch({ inputIds: prompt }, makeRanks(8));
+    });
+    expect(learned[0]?.reason).toBe('cache-miss-hash');
+    expect(learned[1]).toEqual(learned[0]);
+    expect(() => createDispatcher({ method: 'cache_aware', coldPick: 'random' })).toThrow(
+      /coldPick/,
+    );
   });
 
   it('never picks an unhealthy or overloaded holder and stays deterministic', () => {

@@ -31,6 +31,11 @@ export interface KvEventsSettings {
   staleMs: number;
   /** Blocks kept per rank at most. */
   maxBlocksPerRank: number;
+  /**
+   * The engines' block size before the first event says it (cache_aware keys its records of
+   * the requests it sends in it, so records made before the first event stay usable).
+   */
+  blockSize?: number | undefined;
 }
 
 interface RankFeed {
@@ -85,7 +90,10 @@ export class KvEventsFeed implements KvIndexView {
     methodStats: () => Record<string, number> | undefined,
     private readonly now: () => number = Date.now,
   ) {
-    this.index = new KvBlockIndex({ maxBlocksPerRank: settings.maxBlocksPerRank });
+    this.index = new KvBlockIndex({
+      maxBlocksPerRank: settings.maxBlocksPerRank,
+      ...(settings.blockSize === undefined ? {} : { blockSize: settings.blockSize }),
+    });
     this.lag = new Histogram({
       name: 'kvroute_kv_events_lag_seconds',
       help: 'Time from an engine publishing a KV event batch to the router applying it (live batches; includes clock skew between hosts)',

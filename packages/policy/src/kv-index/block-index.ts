@@ -33,6 +33,15 @@ import type { KvIndexView } from '../types.ts';
 export type EngineBlockHash = number | string;
 
 export interface KvBlockIndexOptions {
+  /**
+   * The block size the engines are expected to report (vLLM's --block-size), known before
+   * any event. Default: learned from the first BlockStored. Knowing it up front matters to
+   * cache_aware: it keys its own records (learned index, prefixes just sent) in the events'
+   * block size once one is known, so records made before the first event would not match
+   * later prompts. A first BlockStored of another size, while no block was stored yet,
+   * replaces it (the engines are the truth); after that other sizes are mismatches.
+   */
+  blockSize?: number;
   /** Blocks kept per rank at most (oldest stored go first past it). Default 4,194,304. */
   maxBlocksPerRank?: number;
   /** Match at most this many leading tokens of a prompt. Default 131,072. */
@@ -60,6 +69,8 @@ interface RankBlocks {
 export class KvBlockIndex implements KvIndexView {
   /** The engines' block size, learned from the first BlockStored (all ranks must agree). */
   blockSize: number | undefined;
+  /** Whether a BlockStored confirmed `blockSize` (before that, a given size may be replaced). */
+  private blockSizeSeen = false;
   readonly maxBlocksPerRank: number;
   readonly maxPrefixTokens: number;
   private ranks: RankBlocks[] = [];
@@ -92,6 +103,11 @@ export class KvBlockIndex implements KvIndexView {
     }
     this.maxBlocksPerRank = maxBlocks;
     this.maxPrefixTokens = maxPrefix;
+    const bs = options.blockSize;
+    if (bs !== undefined && (!Number.isInteger(bs) || bs < 1)) {
+      throw new RangeError(`KvBlockIndex: blockSize must be an integer >= 1, got ${bs}`);
+    }
+    this.blockSize = bs;
   }
 
   get numRanks(): number {
@@ -158,8 +174,10 @@ export class KvBlockIndex implements KvIndexView {
     loraId: number | null = null,
   ): number {
     const r = this.rankOf(rank);
-    if (this.blockSize === undefined) this.blockSize = blockSize;
-    else if (blockSize !== this.blockSize) {
+    if (!this.blockSizeSeen) {
+      this.blockSize = blockSize;
+      this.blockSizeSeen = true;
+    } else if (blockSize !== this.blockSize) {
       this.counts.blockSizeMismatches++;
       return 0;
     }

@@ -7,7 +7,8 @@
 // L(r) = in-flight tokens of rank r, w = prompt tokens, N = healthy ranks:
 //   overloaded(r)  <=>  L(r) > (1 + epsilon) * (sum L + w) / N + slackTokens
 //   1. nothing matched anywhere (cold): the least-loaded rank ('cache-miss-least-load'),
-//      so cold misses spread instead of piling on one rank (sglang #32983);
+//      so cold misses spread instead of piling on one rank (sglang #32983); with an events
+//      index, a rendezvous hash of the first window instead (see Replicas below);
 //   2. else the rank with the longest match (ties: least loaded) if not overloaded
 //      ('cache-hit', matchedTokens set);
 //   Load ties (common at light load) go to the rank whose cache churned least lately (a
@@ -30,6 +31,17 @@
 // A live rank also counts as holding what this dispatcher sent it in the last pendingMs
 // (kv-index/pending.ts): engines report blocks only once computed, and without this a burst
 // sharing a new prefix would scatter while its first prefill runs.
+// Replicas: other router replicas' decisions reach this one only as events, after the
+// prefill and the event lag; a prompt arriving in that gap (a second session of a tenant
+// started at the same time, a session's next turn sent to another replica right after the
+// previous answer) finds nothing anywhere. So with an events index a cold miss does not go
+// to the least-loaded rank of this replica's own counts (each replica's differ) but to the
+// rendezvous-hash choice of the prompt's first window among the ranks within the overload
+// bound ('cache-miss-hash'): every replica sends a new prefix where the others did, and the
+// events confirm it later. At light load that is a hash placement (uneven for few
+// prefixes); the bound spreads a prefix that grows hot, as for any holder. The coldPick
+// option chooses this rule ('hash') or the least-loaded one always, or, by default ('auto'),
+// hash exactly when an events index is passed (a lone router may prefer 'least-load').
 //
 // Index: one LRU set of 53-bit keys per rank, capacity = rank's kvCapacityTokens (or the
 // capacityTokens option) / window keys. A rank seen unhealthy is assumed to have lost its
@@ -46,7 +58,7 @@
 
 import { defineMethod } from '../define-method.ts';
 import { chainedBlockKeys } from '../hashing/block-keys.ts';
-import { chainedWindowHashes } from '../hashing/chained.ts';
+import { chainedWindowHashes, fmix32 } from '../hashing/chained.ts';
 import { ChainedPrefixIndex } from '../hashing/chained-index.ts';
 import { validateTokenIds } from '../hashing/prefix-digest.ts';
 import { PendingPrefixes } from '../kv-index/pending.ts';
@@ -105,6 +117,12 @@ export const CACHE_AWARE_OPTIONS = {
     min: 0,
     doc: 'with an events index: host ms a prefix just sent counts as held before events confirm it',
   },
+  coldPick: {
+    type: 'enum',
+    choices: ['auto', 'least-load', 'hash'],
+    default: 'auto',
+    doc: 'where a prompt no rank holds goes: least-load (by this dispatcher’s own load view), hash (the same rank from every router replica), auto (hash with an events index)',
+  },
 } as const satisfies OptionsSchema;
 
 export interface CacheAwareOptions {
@@ -131,6 +149,14 @@ export interface CacheAwareOptions {
    * as held there before the engine's events confirm it. Default 10,000.
    */
   pendingMs: number;
+  /**
+   * Where a prompt no rank holds goes: 'least-load' (least loaded by this dispatcher's own
+   * counts, ties to the least churned cache), 'hash' (rendezvous hash of the prompt's first
+   * window among the ranks within the overload bound: every router replica picks the same
+   * rank for a new prefix), 'auto' (hash when the host passes an events index, else
+   * least-load). Default 'auto'.
+   */
+  coldPick: 'auto' | 'least-load' | 'hash';
 }
 
 export const CACHE_AWARE_DEFAULTS: CacheAwareOptions = {
@@ -141,6 +167,7 @@ export const CACHE_AWARE_DEFAULTS: CacheAwareOptions = {
   loadWeight: 1,
   capacityTokens: 1_000_000,
   pendingMs: 10_000,
+  coldPick: 'auto',
 };
 
 const NAME = 'cache_aware';
@@ -169,6 +196,16 @@ interface CacheAwareCore {
   readonly sourceCounts: { eventsRankScores: number; fallbackRankScores: number };
   /** Counts where the scores of the decision just made came from (see sourceCounts). */
   countSources(ctx: MethodContext): void;
+}
+
+/**
+ * Rendezvous (highest random weight) score of `rank` for a 53-bit prefix key: the same on
+ * every replica, so a cold prefix goes to the same rank wherever it is routed.
+ */
+function rendezvous(key: number, rank: number): number {
+  const lo = key >>> 0;
+  const hi = Math.floor(key / 4294967296);
+  return fmix32(lo ^ fmix32(hi ^ Math.imul(rank + 1, 0x9e3779b1)));
 }
 
 /** Per decision, recent fill decays by this factor (a memory of ~1,000 decisions). */
@@ -358,8 +395,9 @@ export const createCacheAware = defineMethod(
   CACHE_AWARE_OPTIONS,
   // Values are checked against the schema first; the core reads the defaults that depend on
   // the window from the raw options.
-  (_checked, options): Method => {
+  (checked, options): Method => {
     const core = createCacheAwareCore(options);
+    const coldPick = checked.coldPick;
     const epsilon = readNumber(NAME, options, 'epsilon', CACHE_AWARE_DEFAULTS.epsilon, 0);
     const slackTokens = readNumber(
       NAME,
@@ -369,7 +407,7 @@ export const createCacheAware = defineMethod(
       0,
     );
     const loadWeight = readNumber(NAME, options, 'loadWeight', CACHE_AWARE_DEFAULTS.loadWeight, 0);
-    const counts = { hits: 0, overloaded: 0, misses: 0, matchedTokens: 0 };
+    const counts = { hits: 0, overloaded: 0, misses: 0, hashedMisses: 0, matchedTokens: 0 };
     const holders: RankState[] = [];
 
     return {
@@ -387,13 +425,28 @@ export const createCacheAware = defineMethod(
           const m = matched[r.rank] as number;
           if (m > best) best = m;
         }
+        const bound = ((1 + epsilon) * total) / healthy.length + slackTokens;
         if (best === 0) {
+          const first = keys[0];
+          const hash = coldPick === 'hash' || (coldPick === 'auto' && ctx.kvIndex !== undefined);
+          if (hash && first !== undefined) {
+            let pick: RankState | undefined;
+            let top = -1;
+            for (const r of healthy) {
+              if (r.inFlightTokens > bound) continue;
+              const score = rendezvous(first, r.rank);
+              if (score > top) {
+                top = score;
+                pick = r;
+              }
+            }
+            if (pick) return { rank: pick.rank, reason: 'cache-miss-hash' };
+          }
           return {
             rank: leastLoadedCool(ctx, healthy, core.fill).rank,
             reason: 'cache-miss-least-load',
           };
         }
-        const bound = ((1 + epsilon) * total) / healthy.length + slackTokens;
         holders.length = 0;
         for (const r of healthy) if (matched[r.rank] === best) holders.push(r);
         const holder = leastLoadedCool(ctx, holders, core.fill);
@@ -423,6 +476,10 @@ export const createCacheAware = defineMethod(
         if (decision.reason === 'cache-hit') counts.hits++;
         else if (decision.reason === 'cache-hit-overloaded') counts.overloaded++;
         else if (decision.reason === 'cache-miss-least-load') counts.misses++;
+        else if (decision.reason === 'cache-miss-hash') {
+          counts.misses++;
+          counts.hashedMisses++;
+        }
         counts.matchedTokens += decision.matchedTokens ?? 0;
         if (own) core.countSources(ctx);
         core.learn(ctx, decision);

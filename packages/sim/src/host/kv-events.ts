@@ -16,7 +16,7 @@ export type IndexSource = 'learned' | 'events' | 'oracle';
 export const INDEX_SOURCES: readonly IndexSource[] = ['learned', 'events', 'oracle'];
 
 export class SimKvEvents {
-  readonly index = new KvBlockIndex();
+  readonly index: KvBlockIndex;
   private readonly refs: Map<number, number>[] = [];
   private readonly keys: number[] = [];
   /** Block events produced (stored + removed blocks). */
@@ -34,6 +34,8 @@ export class SimKvEvents {
     readonly blockSize = 16,
     seed: string | number = 1,
   ) {
+    // The block size is known up front, as the router's --kv-events-block-size makes it.
+    this.index = new KvBlockIndex({ blockSize });
     const bad = (x: number) => !Number.isFinite(x) || x < 0;
     if (typeof lag === 'number') {
       if (bad(lag)) throw new RangeError(`eventLagMs must be a number >= 0, got ${lag}`);
