@@ -142,8 +142,12 @@ async function httpBaselineMs(url: string, n: number): Promise<number> {
 
 describe('kvroute-sim fit against a mock worker', () => {
   it('fits a profile to a fit-probe recording and predicts a fresh run', async () => {
+    const t0 = performance.now();
+    const phase = (what: string) =>
+      console.log(`${what}: ${((performance.now() - t0) / 1000).toFixed(1)} s into the test`);
     const [url, freshUrl] = await Promise.all([startWorker(PROBE_RANKS), startWorker(FRESH_RANKS)]);
     await Promise.all([warmUp(url, PROBE_RANKS), warmUp(freshUrl, FRESH_RANKS)]);
+    phase('workers up and warm');
     const probe = io();
     const code = await runValidate(
       [
@@ -181,6 +185,7 @@ describe('kvroute-sim fit against a mock worker', () => {
       probe.io,
     );
     expect(code, probe.out.stderr).toBe(0);
+    phase('probe recorded');
     const baseline = (await httpBaselineMs(url, 40)) / TIME_SCALE;
     console.log(
       `worker HTTP round trip (model ms, quantile ${PREFILL_QUANTILE}): ${baseline.toFixed(1)}`,
@@ -261,6 +266,7 @@ describe('kvroute-sim fit against a mock worker', () => {
       fresh.io,
     );
     expect(freshCode, fresh.out.stderr).toBe(0);
+    phase('fresh run done');
     const report = JSON.parse(fresh.out.stdout) as ValidateReport;
     const rows = ['ttftP50', 'ttftP90'].map((key) => report.comparison.find((c) => c.key === key)!);
     for (const row of rows) {

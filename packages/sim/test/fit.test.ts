@@ -173,3 +173,17 @@ describe('fit-probe closed loop', () => {
     }
   });
 });
+
+describe('fitProfile decode windows', () => {
+  it('is not pulled to 0 by a window whose first token came so late that it looks empty', () => {
+    const obs = observe(CLOSED_HIDDEN, CLOSED);
+    // One lone request's first token delivered a moment before its last: its window says
+    // its 9 steps took 0.2 ms.
+    const i = obs.findIndex((r) => r.outputTokens === 10 && r.cachedTokens === 0);
+    obs[i] = { ...obs[i]!, ttftMs: obs[i]!.e2eMs - 0.2 };
+    const s = fitProfile(obs, { chunkedPrefillSize: 512, kvCapacityTokens: 200_000 }).spec;
+    expect(Math.abs(s.decode.floorMs - 30) / 30).toBeLessThan(0.02);
+    expect(Math.abs(s.decode.perSeqMs - 6) / 6).toBeLessThan(0.02);
+    expect(Math.abs(s.decode.perKContextTokenMs - 5) / 5).toBeLessThan(0.02);
+  });
+});

@@ -96,22 +96,32 @@ function nnls(xs: number[][], ys: number[], ws?: readonly number[]): number[] {
 }
 
 /**
- * Quantile regression by iteratively reweighted least squares: minimises sum(rho_tau(y - x.b))
- * (divided by y when `relative`) with rho_tau(r) = tau*r above the fit and (1 - tau)*|r|
+ * Quantile regression by iteratively reweighted least squares: minimises
+ * sum(rho_tau((y - x.b) / scale)) with rho_tau(r) = tau*r above the fit and (1 - tau)*|r|
  * below. Timing noise only ever makes a request later (a late timer, a descheduled process, a
  * busy event loop): a low quantile follows the undisturbed timings, where least squares is
- * pulled up by every late one, and by the rare very late ones most.
+ * pulled up by every late one, and by the rare very late ones most. `scale` is each row's
+ * noise scale (default 1).
  */
-export function quantileFit(xs: number[][], ys: number[], tau: number, relative = true): number[] {
-  let beta = nnls(xs, ys, relative ? undefined : ys.map(() => 1));
+export function quantileFit(
+  xs: number[][],
+  ys: number[],
+  tau: number,
+  scale?: readonly number[],
+): number[] {
+  const sc = (r: number) => scale?.[r] ?? 1;
+  let beta = nnls(
+    xs,
+    ys,
+    ys.map((_, r) => 1 / (sc(r) * sc(r))),
+  );
   for (let it = 0; it < 40; it++) {
     const ws = xs.map((row, r) => {
-      const y = ys[r]!;
-      const res = y - row.reduce((s, v, i) => s + v * beta[i]!, 0);
+      const res = (ys[r]! - row.reduce((s, v, i) => s + v * beta[i]!, 0)) / sc(r);
       const side = res > 0 ? tau : 1 - tau;
-      return relative
-        ? side / (y * Math.max(Math.abs(res), 1e-4 * y))
-        : side / Math.max(Math.abs(res), 1e-4 * y);
+      return (
+        side / (sc(r) * sc(r) * Math.max(Math.abs(res), 1e-6 * (Math.abs(ys[r]!) / sc(r) + 1)))
+      );
     });
     const next = nnls(xs, ys, ws);
     const moved = next.some((b, i) => Math.abs(b - beta[i]!) > 1e-9 * (Math.abs(b) + 1e-9));
@@ -208,6 +218,7 @@ export function fitProfile(requests: readonly ObservedRequest[], o: FitOptions):
   const py: number[] = [];
   const dx: number[][] = [];
   const dy: number[] = [];
+  const dsteps: number[] = [];
   let prefillExcluded = 0;
   let decodeExcluded = 0;
   for (const list of byRank.values()) {
@@ -264,6 +275,7 @@ export function fitProfile(requests: readonly ObservedRequest[], o: FitOptions):
       }
       dx.push([1, batch, ctx / 1000]);
       dy.push(len / (r.outputTokens - 1));
+      dsteps.push(r.outputTokens - 1);
     });
   }
   if (px.length < 8) {
@@ -276,8 +288,17 @@ export function fitProfile(requests: readonly ObservedRequest[], o: FitOptions):
       `only ${dx.length} requests decoded without a prefill alongside (at least 4 are needed to fit decode); record a run of the fit-probe scenario`,
     );
   }
-  const pb = quantileFit(px, py, PREFILL_QUANTILE, false);
-  const db = quantileFit(dx, dy, DECODE_QUANTILE, true);
+  const pb = quantileFit(px, py, PREFILL_QUANTILE);
+  // A window's noise (its first and last token's lateness) does not grow with its length, so
+  // a mean step's noise shrinks with the steps it averages. Relative weighting instead (1/y)
+  // let one window whose first token came very late, and so looked almost empty, pull every
+  // decode term to 0 in a recording under heavy load.
+  const db = quantileFit(
+    dx,
+    dy,
+    DECODE_QUANTILE,
+    dsteps.map((n) => 1 / n),
+  );
   // Errors over every usable row, outliers included: what the profile gets wrong.
   const pe = errors(px, py, pb);
   const de = errors(dx, dy, db);
