@@ -697,12 +697,46 @@ describe('bounded queue', () => {
     expect(w.written).toBe(0);
     // A full batch goes out right after the turn that filled it.
     for (let i = 5; i < 120; i++) w.push(`{"n":${i}}`);
-    for (let i = 0; i < 200 && w.written === 0; i++) await turn();
+    // Bounded wait for the thread pool's write (slow on a loaded machine), not a timing check.
+    const later = () => new Promise((r) => setTimeout(r, 10));
+    for (let i = 0; i < 1000 && w.written === 0; i++) await later();
     expect(w.written).toBeGreaterThan(100);
     await w.close();
     const lines = readLines(path);
     expect(lines[0]).toEqual({ event: 'start' });
     expect(lines.slice(1).map((l) => l.n)).toEqual(Array.from({ length: 120 }, (_, i) => i));
+  });
+
+  it('the writer rotates by size inside a batch: no file passes its size by more than a line', async () => {
+    const path = tracePath();
+    const w = new TraceWriter({
+      path,
+      rotateBytes: 200,
+      rotateMs: 0,
+      queueBytes: 1 << 20,
+      header: () => '{"event":"start"}',
+      onDrop: () => {
+        throw new Error('dropped');
+      },
+      onError: (err) => {
+        throw err;
+      },
+    });
+    // One turn, one batch of 40 lines of 31 bytes.
+    for (let i = 0; i < 40; i++) w.push(`{"n":"${String(i).padStart(20, '0')}"}`);
+    await w.close();
+    const files = [...rotatedFiles(path), path];
+    const n: number[] = [];
+    for (const f of files) {
+      const text = readFileSync(f, 'utf8');
+      expect(text.length).toBeLessThan(200 + 31);
+      const lines = readLines(f);
+      expect(lines[0]).toEqual({ event: 'start' });
+      n.push(...lines.slice(1).map((l) => Number(l.n)));
+    }
+    // 18 bytes of header and 29 per line: 7 lines bring a file to 221 >= 200 bytes.
+    expect(files.length).toBe(Math.ceil(40 / 7));
+    expect(n).toEqual(Array.from({ length: 40 }, (_, i) => i));
   });
 
   it('the writer refuses a line past its byte bound', async () => {

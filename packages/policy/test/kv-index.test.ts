@@ -40,6 +40,24 @@ describe('chained block keys', () => {
     for (const k of ka) expect(Number.isSafeInteger(k) && k >= 0).toBe(true);
   });
 
+  it('the inlined prompt hashing gives blockKey’s chain exactly, any block size, root and token range', () => {
+    const rand = prng(31);
+    for (let t = 0; t < 60; t++) {
+      const bs = [1, 3, 16, 32][t % 4] as number;
+      const ids = randomIds(rand, 1 + Math.floor(rand() * 400)).map((x, i) =>
+        t % 2 === 0 ? x : (x * 65_537 + i) >>> 0,
+      );
+      const root = t % 3 === 0 ? rootKey(t) : rootKey(null);
+      const keys = chainedBlockKeys(ids, bs, Number.POSITIVE_INFINITY, [], root);
+      expect(keys).toHaveLength(Math.floor(ids.length / bs));
+      let parent = root;
+      keys.forEach((k, j) => {
+        parent = blockKey(parent, ids, j * bs, (j + 1) * bs);
+        expect(k).toBe(parent);
+      });
+    }
+  });
+
   it('LoRA adapters chain from roots of their own', () => {
     expect(rootKey(null)).not.toBe(rootKey(1));
     expect(rootKey(1)).not.toBe(rootKey(2));

@@ -87,11 +87,16 @@ export class TraceWriter {
   private readonly flushBytes: number;
   private readonly flushMs: number;
   private flushTimer: NodeJS.Timeout | undefined;
+  /** The batch's bytes on their way to the disk (see writeText). */
+  private scratch = Buffer.alloc(0);
   private flushNow: NodeJS.Immediate | undefined;
   private writing = false;
   private closed = false;
   private fileBytes = 0;
+  /** Request lines written to the live file (a file with none is never rotated). */
   private fileRequests = 0;
+  /** Header lines at the front of the queue (0 or 1: a file's header goes first). */
+  private headersQueued = 0;
   private openedAt = Date.now();
   private ageTimer: NodeJS.Timeout | undefined;
   private idle: (() => void) | undefined;
@@ -150,7 +155,7 @@ export class TraceWriter {
   private queueLine(line: string, header: boolean): void {
     this.queue.push(line);
     this.queuedBytes += line.length + 1;
-    if (!header) this.fileRequests++;
+    if (header) this.headersQueued++;
     this.kick();
   }
 
@@ -189,28 +194,80 @@ export class TraceWriter {
     this.writing = true;
     try {
       for (;;) {
-        if (this.due() && !this.closed) await this.rotate();
+        // Closing, a file is rotated only for lines still to come (never left holding a
+        // header alone).
+        if (this.due() && (!this.closed || this.queue.length > 0)) await this.rotate();
         if (this.queue.length === 0) break;
-        const lines = this.queue;
-        this.queue = [];
-        this.queuedBytes = 0;
+        const lines = this.takeForFile();
+        const requests = lines.length - Math.min(lines.length, this.headersQueued);
+        this.headersQueued -= lines.length - requests;
         const text = `${lines.join('\n')}\n`;
         try {
-          await writeAll(this.fd, text);
-          this.fileBytes += Buffer.byteLength(text);
+          this.fileBytes += await this.writeText(text);
           this.written += lines.length;
+          this.fileRequests += requests;
         } catch (err) {
           for (let i = 0; i < lines.length; i++) this.o.onDrop();
           this.o.onError(err as Error);
         }
-        // What came in during the write waits for its own batch (unless closing).
-        if (!this.closed && this.queuedBytes < this.flushBytes) break;
+        // The rest of a batch split by a rotation follows into the next file; what came in
+        // during the write waits for its own batch (unless closing).
+        if (!this.closed && this.queuedBytes < this.flushBytes && !this.due()) break;
       }
     } finally {
       this.writing = false;
       if (this.queue.length > 0) this.kick();
       else this.idle?.();
     }
+  }
+
+  /**
+   * The queued lines that go to the live file before it is due for rotation by size: up to
+   * and including the one that brings it to rotateBytes (at least one), so a file overshoots
+   * its size by at most one line, not by a batch.
+   */
+  private takeForFile(): string[] {
+    const q = this.queue;
+    let take = q.length;
+    if (this.o.rotateBytes > 0) {
+      let bytes = this.fileBytes;
+      take = 0;
+      while (take < q.length && bytes < this.o.rotateBytes) bytes += q[take++]!.length + 1;
+      take = Math.max(1, take);
+    }
+    if (take === q.length) {
+      this.queue = [];
+      this.queuedBytes = 0;
+      return q;
+    }
+    const lines = q.slice(0, take);
+    this.queue = q.slice(take);
+    for (const l of lines) this.queuedBytes -= l.length + 1;
+    return lines;
+  }
+
+  /**
+   * Writes a batch, encoded into a buffer the writer keeps (one write runs at a time), so a
+   * batch allocates no new buffer: a fresh one per batch cost more than the encoding. A batch
+   * far past the usual size (a backlog) gets a buffer of its own instead of growing it.
+   */
+  private async writeText(text: string): Promise<number> {
+    const most = text.length * 3;
+    let buf: Buffer;
+    let n: number;
+    if (most <= this.scratch.length) {
+      buf = this.scratch;
+      n = buf.write(text, 0, 'utf8');
+    } else if (most <= 4 * this.flushBytes * 3) {
+      this.scratch = Buffer.allocUnsafe(most);
+      buf = this.scratch;
+      n = buf.write(text, 0, 'utf8');
+    } else {
+      buf = Buffer.from(text, 'utf8');
+      n = buf.length;
+    }
+    await writeAll(this.fd, buf, n);
+    return n;
   }
 
   private async rotate(): Promise<void> {
@@ -231,6 +288,7 @@ export class TraceWriter {
     this.fileRequests = 0;
     this.openedAt = Date.now();
     this.queue.unshift(this.o.header());
+    this.headersQueued++;
     this.queuedBytes += this.queue[0]!.length + 1;
   }
 
@@ -255,13 +313,12 @@ export class TraceWriter {
   }
 }
 
-function writeAll(fd: number, text: string): Promise<void> {
-  const buf = Buffer.from(text, 'utf8');
+function writeAll(fd: number, buf: Buffer, length: number): Promise<void> {
   return new Promise((resolve, reject) => {
     const from = (offset: number): void => {
-      write(fd, buf, offset, buf.length - offset, null, (err, n) => {
+      write(fd, buf, offset, length - offset, null, (err, n) => {
         if (err) reject(err);
-        else if (offset + n < buf.length) from(offset + n);
+        else if (offset + n < length) from(offset + n);
         else resolve();
       });
     };

@@ -65,14 +65,16 @@ export function chainedBlockKeys(
 ): number[] {
   out.length = 0;
   const blocks = Math.floor(Math.min(inputIds.length, maxTokens) / blockSize);
-  // blockKey inlined: this loop is the events path's per-decision hashing.
-  let parent = root;
+  // blockKey inlined: this loop is the events path's per-decision hashing. The parent key's
+  // two halves are carried as integers (a key is a + (b & 0x1fffff) * 2^32 with a = its low
+  // 32 bits), and hi * 0x9e3779b1 < 2^53 is exact, so Math.imul gives the same low 32 bits:
+  // the keys equal blockKey's, without a float division and a large-double ToInt32 per block.
+  let lo = root >>> 0;
+  let hi = Math.floor(root / TWO_POW_32);
   let pos = 0;
   for (let j = 0; j < blocks; j++) {
-    const lo = parent >>> 0;
-    const hi = Math.floor(parent / TWO_POW_32);
     let h1 = lo ^ 0x9747b28c;
-    let h2 = (hi * 0x9e3779b1) ^ 0x5bd1e995;
+    let h2 = Math.imul(hi, 0x9e3779b1) ^ 0x5bd1e995;
     const end = pos + blockSize;
     for (; pos < end; pos++) {
       const t = inputIds[pos] as number;
@@ -88,8 +90,9 @@ export function chainedBlockKeys(
     }
     const a = fmix32(h1 ^ blockSize ^ hi);
     const b = fmix32((h2 ^ Math.imul(blockSize, 0x27d4eb2f) ^ lo) + a);
-    parent = a + (b & 0x1fffff) * TWO_POW_32;
-    out.push(parent);
+    lo = a;
+    hi = b & 0x1fffff;
+    out.push(a + hi * TWO_POW_32);
   }
   return out;
 }
