@@ -12,7 +12,7 @@
 //     stepMs = floorMs + perSeqMs*batch + perKContextTokenMs*context/1000
 //
 // Prefill: a low quantile (PREFILL_QUANTILE) of the absolute TTFT residual; decode: the
-// median of the relative step-time residual. Both by iteratively reweighted least squares,
+// median of the step-time residual times the window's steps. Both by iteratively reweighted least squares,
 // with non-negative coefficients (a term that comes out negative is dropped and the rest
 // refitted). Why these (scripts/fit-accuracy.ts measures each choice on timing noise recorded
 // against a mock worker): a client's timing noise is additive (a request is late by the same
@@ -21,7 +21,8 @@
 // the largest share) the most say, and the fastest tenth of the requests follows the
 // undisturbed timings more tightly than the fastest fifth. A decode window's noise is the
 // difference of two late deliveries (its first and last token), so it is two-sided and the
-// median suits it; dividing by the steps makes long windows count for more.
+// median suits it; its size does not grow with the window, so a mean step over more steps
+// is known more precisely and counts for more.
 // The profile's launch floor is not fitted (0): a lone-request workload cannot tell it from
 // the additive floor.
 import type { CostProfileSpec } from '../cost/cost-model.ts';

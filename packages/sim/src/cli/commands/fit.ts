@@ -24,9 +24,10 @@ Input, one or more files of either kind:
     tokens for, streamed, and answered 2xx are used;
   - a request trace, one JSON object per line with timestamp (send time, ms), input_length,
     output_length, cached_tokens, ttft_ms, e2e_ms and optionally rank (or dp_rank).
-Prefill and overhead are fitted from requests that ran alone on an idle rank, decode from
-requests whose decode saw no prefill; record the 'fit-probe' scenario against the target
-(kvroute-sim validate --scenario fit-probe --record run.jsonl) to get both.
+Prefill and overhead are fitted from requests that ran alone on an idle rank (the fastest
+tenth of their TTFTs: timing noise only adds), decode from requests whose decode saw no
+prefill (median step time); record the 'fit-probe' scenario against the target to get both
+(with clients=N it runs N closed-loop clients and its burst groups on ranks of their own).
 
   --input FILE              observations (repeatable)
   --trace FILE              the same as --input (repeatable)
@@ -37,7 +38,9 @@ requests whose decode saw no prefill; record the 'fit-probe' scenario against th
   --name NAME               profile name (default 'fitted')
 
 example:
-  kvroute-sim validate --target http://worker:30000 --scenario fit-probe --record probe.jsonl
+  kvroute-sim validate --target http://worker:30000 --scenario fit-probe --record probe.jsonl \
+    --set clients=20 --set singles=128 --set suffixTokens=16 --set suffixMaxTokens=8192 \
+    --set ranks=26 --policy total_requests --affinity routing_key
   kvroute-sim fit --input probe.jsonl --chunked-prefill-size 8192 --out my-gpu.json
   kvroute-sim run --scenario agentic --profile-file my-gpu.json
 `;
