@@ -39,7 +39,6 @@ import { workersApiPlugin } from './plugins/workers-api.ts';
 import { markAccepted, requestStart } from './proxy/body.ts';
 import { proxyPlugin } from './proxy/plugin.ts';
 import { createProxyHandler, type ProxyHandler } from './proxy/route.ts';
-import { UpstreamPool } from './proxy/upstream.ts';
 import { RankTable, type Worker } from './rank-table.ts';
 import {
   effectiveOptions,
@@ -226,7 +225,6 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     createRoutingTokenizer(config.tokenizer ? { tokenizerJsonPath: config.tokenizer } : {});
   const table = new RankTable();
   const agent = createHttpAgent();
-  const upstream = new UpstreamPool({ fallback: agent });
   const log = app.log;
   const health = new HealthMonitor(table, agent, config.health, log);
   if (config.workerApiKey !== undefined) {
@@ -467,7 +465,6 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     await recorder.close();
     await state.adminApp?.close();
     await kvEvents?.close();
-    await upstream.destroy();
     await agent.destroy();
   });
 
@@ -495,7 +492,6 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     policy,
     tokenizer,
     agent,
-    upstream,
     health,
     outlier,
     admission,

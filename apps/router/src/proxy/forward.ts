@@ -26,7 +26,7 @@ import {
   sseEvent,
   usageFromObject,
 } from '@kvroute/protocol';
-import type { UpstreamDispatcher } from './upstream.ts';
+import type { Agent } from 'undici';
 
 // Hop-by-hop and framing headers are the proxy's own business on each leg.
 const HOP_BY_HOP = new Set([
@@ -112,7 +112,6 @@ const CONNECT_CODES = new Set([
   'ENOTFOUND',
   'EAI_AGAIN',
   'UND_ERR_CONNECT_TIMEOUT',
-  'ERR_KVROUTE_CONNECT_TIMEOUT',
 ]);
 
 export function classifyNetworkError(err: unknown): AttemptFailure {
@@ -122,8 +121,7 @@ export function classifyNetworkError(err: unknown): AttemptFailure {
 }
 
 export interface ForwardOptions {
-  /** The router's own keep-alive client (upstream.ts) or an undici Agent: same handler calls. */
-  agent: UpstreamDispatcher;
+  agent: Agent;
   /** The worker's origin (`http://host:port`) and the request path including any base path. */
   origin: string;
   path: string;
@@ -252,7 +250,7 @@ const EMPTY = Buffer.alloc(0);
 const EVENT_END = Buffer.from('\n\n');
 
 /**
- * One forwarding attempt as a dispatch handler (upstream.ts's client or undici's): no intermediate stream, promise per
+ * One forwarding attempt as an undici dispatch handler: no intermediate stream, promise per
  * chunk or AbortSignal, since this is the router's hot path. Returning false from onData
  * (client socket full) pauses the worker's connection until 'drain'.
  */
@@ -410,7 +408,7 @@ export class ForwardCall {
     else this.abortUpstream = abort;
   }
 
-  onHeaders(statusCode: number, rawHeaders: (Buffer | string)[], resume: () => void): boolean {
+  onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
     this.status = statusCode;
     if (this.o.decide(statusCode) === 'discard') {
       this.mode = 'discard';
@@ -423,13 +421,10 @@ export class ForwardCall {
     const headers = this.headers;
     let contentType = '';
     for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
-      // undici gives Buffers, the router's client (upstream.ts) latin1 strings.
-      const n = rawHeaders[i]!;
-      const name = (typeof n === 'string' ? n : n.toString('latin1')).toLowerCase();
+      const name = rawHeaders[i]!.toString('latin1').toLowerCase();
       if (HOP_BY_HOP.has(name)) continue;
       if (Object.hasOwn(extra, name)) continue;
-      const v = rawHeaders[i + 1]!;
-      const value = typeof v === 'string' ? v : v.toString('latin1');
+      const value = rawHeaders[i + 1]!.toString('latin1');
       if (name === 'content-type') contentType = value;
       headers.push(name, value);
     }

@@ -64,7 +64,6 @@ import {
   upstreamRequestHeaders,
 } from './forward.ts';
 import { RetryBudget } from './retry.ts';
-import type { UpstreamDispatcher } from './upstream.ts';
 
 export interface ProxyContext {
   config: RouterConfig;
@@ -73,8 +72,6 @@ export interface ProxyContext {
   policy: PolicyState;
   tokenizer: RoutingTokenizer;
   agent: Agent;
-  /** The worker hop's client (upstream.ts; undici for https:// workers). */
-  upstream: UpstreamDispatcher;
   health: HealthMonitor;
   outlier: OutlierDetector;
   admission: Admission;
@@ -160,7 +157,7 @@ const CLOSE_AFTER_ANSWER_MS = 1_000;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
-  const { config, table, policy, tokenizer, upstream, outlier, admission, metrics, log, kvIndex } =
+  const { config, table, policy, tokenizer, agent, outlier, admission, metrics, log, kvIndex } =
     ctx;
   const rel = ctx.reliability;
   const budget = new RetryBudget(config);
@@ -445,7 +442,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         // tracestate belongs to the client's trace: it goes on only with its traceparent.
         if (!rt.continued && headers.tracestate !== undefined) delete headers.tracestate;
         const thisCall = new ForwardCall({
-          agent: upstream,
+          agent,
           origin: worker.origin,
           path: worker.basePath + route,
           headers,
