@@ -1,13 +1,14 @@
 // The simulator host: carries out a policy's decisions on simulated ranks. Wiring over named
-// parts: arrivals (host/arrivals.ts: when requests are sent), the request host
+// parts: arrivals (host/arrivals.ts: when requests are sent; host/drive.ts records what
+// completes, as every host does), the request host
 // (host/requests.ts: dispatch, submit, records), the cluster (host/cluster.ts: ranks and
 // cluster events). The policy (from @kvroute/policy, used as is) only decides.
 import { createDispatcher, createLoadTracker, type DispatcherConfig } from '@kvroute/policy';
 import type { CostModel } from './cost/cost-model.ts';
 import { EventQueue } from './engine/event-queue.ts';
 import type { RankModel, StepRecord } from './entities/rank.ts';
-import { progressReporter, scheduleArrivals } from './host/arrivals.ts';
 import { Cluster, checkRanks, type RankOverrides } from './host/cluster.ts';
+import { driveRequests } from './host/drive.ts';
 import { INDEX_SOURCES, type IndexSource, SimKvEvents } from './host/kv-events.ts';
 import { createRequestHost } from './host/requests.ts';
 import { summarize } from './metrics/summary.ts';
@@ -59,35 +60,12 @@ export interface SimulateOptions {
   loadPollMs?: number;
 }
 
-/** Requests in the system (sent, not completed), integrated over time. */
-class Occupancy {
-  private n = 0;
-  private last = 0;
-  private area = 0;
-  first = Number.NaN;
-  constructor(private readonly now: () => number) {}
-  change(delta: number): void {
-    const t = this.now();
-    if (Number.isNaN(this.first)) this.first = t;
-    this.area += this.n * (t - this.last);
-    this.last = t;
-    this.n += delta;
-  }
-  /** Time-average number in system over [first arrival, last change]. */
-  mean(): number {
-    const span = this.last - this.first;
-    return span > 0 ? this.area / span : 0;
-  }
-}
-
 export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyRunResult {
   const numRanks = checkRanks(opts.ranks ?? plan.ranks, 'ranks');
   const dispatcher = createDispatcher(opts.policy);
   const q = new EventQueue();
   const capacity = opts.rank?.kvCapacityTokens ?? opts.profile.kvCapacityTokens;
   const tracker = createLoadTracker(numRanks, { kvCapacityTokens: capacity });
-  const occupancy = new Occupancy(() => q.now());
-  const records: RequestRecord[] = [];
   const replicaCount = checkRanks(opts.replicas ?? 1, 'replicas');
   const source = opts.indexSource ?? 'learned';
   if (!INDEX_SOURCES.includes(source)) {
@@ -142,12 +120,7 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
     replicas,
     ...(kvEvents ? { kvIndex: kvEvents.index } : {}),
     ...(opts.loadPollMs !== undefined ? { loadPollMs: opts.loadPollMs } : {}),
-    onDone: (record, req) => {
-      records.push(record);
-      occupancy.change(-1);
-      progress();
-      arrivals.complete(req, record.endMs);
-    },
+    onDone: (record, req) => driver.complete(req, record),
   });
   const cluster = new Cluster(q, opts.profile, opts.rank ?? {}, numRanks, tracker, {
     redispatch: (moved) => requests.redispatch(moved),
@@ -157,25 +130,11 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
       ? { onModel: (rank: number, model: RankModel) => kvEvents.attach(rank, model) }
       : {}),
   });
-  const arrivals = scheduleArrivals(
-    plan,
-    q,
-    (req) => {
-      occupancy.change(1);
-      requests.send(req);
-    },
-    { maxConcurrency: opts.maxConcurrency },
-  );
+  const driver = driveRequests<RequestRecord>(plan, q, (req) => requests.send(req), opts);
   cluster.schedule(plan.events);
 
-  const progress = progressReporter(plan, q, arrivals, () => records.length, opts.onProgress);
-
-  q.run();
-  // Closed-loop requests never sent (past durationMs) are not failures; sent (or held back
-  // by the concurrency cap) and unfinished are, and so are open-loop requests stranded behind
-  // one that never completed.
-  const failed = arrivals.issued + arrivals.held + arrivals.stranded - records.length;
-  progress();
+  const failed = driver.run();
+  const records = driver.records;
 
   const { perRank, evictedNodes } = cluster.summaries();
   const reasons: Record<string, number> = { ...retiredReasons };
@@ -199,5 +158,5 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
     durationMs: plan.durationMs,
     warmupMs: plan.warmupMs,
   });
-  return { summary, records, meanInSystem: occupancy.mean() };
+  return { summary, records, meanInSystem: driver.meanInSystem() };
 }

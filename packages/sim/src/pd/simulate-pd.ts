@@ -36,7 +36,12 @@
 // Ranks are independent servers here (no DP-attention lockstep across them), and the plan's
 // cluster events (rank failures, scale-out) are not modelled for this layout: such a plan is
 // refused with an error rather than run without its events.
-import { createDispatcher, createLoadTracker, type DispatcherConfig } from '@kvroute/policy';
+import {
+  createDispatcher,
+  createLoadTracker,
+  type DispatcherConfig,
+  type DispatchTicket,
+} from '@kvroute/policy';
 import { RadixCache } from '../cache/radix-cache.ts';
 import type { CostModel } from '../cost/cost-model.ts';
 import {
@@ -48,8 +53,8 @@ import {
 } from '../cost/kv-transfer.ts';
 import { EventQueue } from '../engine/event-queue.ts';
 import { type HostKvOptions, type StepRecord, writeBack } from '../entities/rank.ts';
-import { progressReporter, scheduleArrivals } from '../host/arrivals.ts';
 import { Cluster, checkRanks, type RankOverrides } from '../host/cluster.ts';
+import { driveRequests } from '../host/drive.ts';
 import { latencyStats, round3, summarize } from '../metrics/summary.ts';
 import type { LatencyStats, PolicyRunSummary, RequestRecord } from '../metrics/types.ts';
 import type { WorkloadPlan, WorkloadRequest } from '../workloads/types.ts';
@@ -169,25 +174,29 @@ export function recordItlMs(r: RequestRecord): number {
 const toU32 = (ids: ArrayLike<number>): Uint32Array =>
   ids instanceof Uint32Array ? ids : Uint32Array.from(ids);
 
-/** Requests in the system (sent, not completed), integrated over time: Little's L. */
-class Occupancy {
-  private n = 0;
-  private last = 0;
-  private area = 0;
-  private first = Number.NaN;
-  constructor(private readonly now: () => number) {}
-  change(delta: number): void {
-    const t = this.now();
-    if (Number.isNaN(this.first)) this.first = t;
-    this.area += this.n * (t - this.last);
-    this.last = t;
-    this.n += delta;
-  }
-  mean(): number {
-    const span = this.last - this.first;
-    return span > 0 ? this.area / span : 0;
-  }
+/** One request's times, filled in as its events happen. */
+interface RequestTimes {
+  arrivalMs: number;
+  /** Granted KV room on the decode rank. */
+  reservedMs: number;
+  /** Admitted to the batch that prefills it. */
+  admitMs: number;
+  prefillDoneMs: number;
+  cachedTokens: number;
+  kvArrivedMs: number;
+  firstMs: number;
 }
+
+/** A request prefilled on its decode rank keeps them: no wait for room, no transfer. */
+const startTimes = (arrivalMs: number): RequestTimes => ({
+  arrivalMs,
+  reservedMs: arrivalMs,
+  admitMs: arrivalMs,
+  prefillDoneMs: arrivalMs,
+  cachedTokens: 0,
+  kvArrivedMs: arrivalMs,
+  firstMs: 0,
+});
 
 export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunResult {
   const P = checkRanks(opts.prefillRanks, 'prefill ranks');
@@ -209,8 +218,6 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
   const decodeCapacity = opts.decodeKvCapacityTokens ?? prefillCapacity;
   const prefillTracker = createLoadTracker(P, { kvCapacityTokens: prefillCapacity });
   const decodeTracker = createLoadTracker(D, { kvCapacityTokens: decodeCapacity });
-  const occupancy = new Occupancy(() => q.now());
-  const records: PdRequestRecord[] = [];
   const refuse = () => {
     throw new Error('the pd layout has no cluster events, so no request is ever moved');
   };
@@ -307,6 +314,81 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
 
   let localRequests = 0;
 
+  /**
+   * The prefill rank's part of a disaggregated request: the prompt alone (one token), then its
+   * KV over that rank's link, transfers queueing first-in first-out; `onKvArrived` once it has
+   * crossed.
+   */
+  const prefillAndTransfer = (
+    id: number,
+    inputIds: WorkloadRequest['inputIds'],
+    pTicket: DispatchTicket,
+    times: RequestTimes,
+    onKvArrived: () => void,
+  ) => {
+    prefill.slots[pTicket.rank]!.model!.submit({
+      id,
+      inputIds,
+      maxNewTokens: 1,
+      onAdmit: (ta) => {
+        times.admitMs = ta;
+      },
+      onFirstToken: (tf, c) => {
+        times.prefillDoneMs = tf;
+        times.cachedTokens = c;
+      },
+      onFinish: (tf) => {
+        // HiCache with a storage backend backs the computed prompt up to the store.
+        if (store !== null) writeBack(store, toU32(inputIds));
+        const p = pTicket.rank;
+        const start = Math.max(tf, linkFree[p]!);
+        times.kvArrivedMs = start + kvTransferMs(inputIds.length, kvBytes, link);
+        linkFree[p] = times.kvArrivedMs;
+        q.at(times.kvArrivedMs, () => {
+          pTicket.done();
+          onKvArrived();
+        });
+      },
+    });
+  };
+
+  /** A request's last token: its record (`pTicket` null: prefilled on its decode rank). */
+  const finish = (
+    req: WorkloadRequest,
+    endMs: number,
+    outputTokens: number,
+    pTicket: DispatchTicket | null,
+    dTicket: DispatchTicket,
+    local: boolean,
+    times: RequestTimes,
+  ) => {
+    const { arrivalMs } = times;
+    const rec: PdRequestRecord = {
+      id: req.id,
+      clientId: req.clientId,
+      sessionKey: req.sessionKey,
+      ...(req.tenant !== undefined ? { tenant: req.tenant } : {}),
+      arrivalMs,
+      rank: pTicket?.rank ?? -1,
+      reason: pTicket?.reason ?? `local-${dTicket.reason}`,
+      inputTokens: req.inputIds.length,
+      cachedTokens: times.cachedTokens,
+      outputTokens,
+      queueMs: times.admitMs - arrivalMs,
+      ttftMs: times.firstMs - arrivalMs,
+      endMs,
+      retries: 0,
+      decodeRank: dTicket.rank,
+      local,
+      decodeWaitMs: times.reservedMs - arrivalMs,
+      prefillDoneMs: times.prefillDoneMs,
+      transferMs: times.kvArrivedMs - times.prefillDoneMs,
+      itlMs: 0,
+    };
+    rec.itlMs = recordItlMs(rec);
+    driver.complete(req, rec);
+  };
+
   /** Conditional disaggregation: the decode rank first, then where the prefill runs. */
   const sendConditional = (req: WorkloadRequest, engines: Cluster, localMax: number) => {
     const inputIds = req.inputIds;
@@ -322,11 +404,7 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
     const pTicket = local
       ? null
       : prefillDispatcher.begin(route, prefillTracker, { nowMs: arrivalMs });
-    let admitMs = arrivalMs;
-    let prefillDoneMs = arrivalMs;
-    let kvArrivedMs = arrivalMs;
-    let cached = 0;
-    let firstMs = 0;
+    const times = startTimes(arrivalMs);
     let landed: ReturnType<typeof engine.landKv> = null;
     const decodeRun = () =>
       engine.submit({
@@ -338,76 +416,30 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
           if (landed !== null) engine.releaseKv(landed);
           landed = null;
           if (local) {
-            admitMs = t;
-            cached = c;
+            times.admitMs = t;
+            times.cachedTokens = c;
           }
         },
         onFirstToken: (t) => {
-          firstMs = t;
+          times.firstMs = t;
         },
         onFinish: (t, info) => {
           dTicket.done();
           if (local) localRequests++;
-          const rec: PdRequestRecord = {
-            id: req.id,
-            clientId: req.clientId,
-            sessionKey: req.sessionKey,
-            ...(req.tenant !== undefined ? { tenant: req.tenant } : {}),
-            arrivalMs,
-            rank: pTicket?.rank ?? -1,
-            reason: pTicket?.reason ?? `local-${dTicket.reason}`,
-            inputTokens: inputIds.length,
-            cachedTokens: cached,
-            outputTokens: info.outputTokens,
-            queueMs: admitMs - arrivalMs,
-            ttftMs: firstMs - arrivalMs,
-            endMs: t,
-            retries: 0,
-            decodeRank: dTicket.rank,
-            local,
-            decodeWaitMs: 0,
-            prefillDoneMs,
-            transferMs: kvArrivedMs - prefillDoneMs,
-            itlMs: 0,
-          };
-          rec.itlMs = recordItlMs(rec);
-          records.push(rec);
-          occupancy.change(-1);
-          progress();
-          arrivals.complete(req, t);
+          finish(req, t, info.outputTokens, pTicket, dTicket, local, times);
         },
       });
     if (pTicket === null) {
       decodeRun();
       return;
     }
-    const slot = prefill.slots[pTicket.rank]!;
-    slot.requests++;
+    prefill.slots[pTicket.rank]!.requests++;
     // vLLM's two steps: the prefill runs alone (one token); with its answer the decode
     // instance takes the request, pulls the prompt's KV, computes the last prompt token itself
     // and decodes.
-    slot.model!.submit({
-      id,
-      inputIds,
-      maxNewTokens: 1,
-      onAdmit: (ta) => {
-        admitMs = ta;
-      },
-      onFirstToken: (tf, c) => {
-        prefillDoneMs = tf;
-        cached = c;
-      },
-      onFinish: (tf) => {
-        const p = pTicket.rank;
-        const start = Math.max(tf, linkFree[p]!);
-        kvArrivedMs = start + kvTransferMs(inputIds.length, kvBytes, link);
-        linkFree[p] = kvArrivedMs;
-        q.at(kvArrivedMs, () => {
-          pTicket.done();
-          landed = engine.landKv(inputIds);
-          decodeRun();
-        });
-      },
+    prefillAndTransfer(id, inputIds, pTicket, times, () => {
+      landed = engine.landKv(inputIds);
+      decodeRun();
     });
   };
 
@@ -421,51 +453,21 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
     const route = { inputIds, routingKey: req.routingKey, maxNewTokens: req.outputTokens };
     const pTicket = prefillDispatcher.begin(route, prefillTracker, { nowMs: arrivalMs });
     const dTicket = decodeDispatcher.begin(route, decodeTracker, { nowMs: arrivalMs });
-    const slot = prefill.slots[pTicket.rank]!;
-    const model = slot.model!;
     const decoder = decoders[dTicket.rank]!;
-    slot.requests++;
+    prefill.slots[pTicket.rank]!.requests++;
     decodeRequests[dTicket.rank]!++;
     const id = attempts++;
-    let reservedMs = arrivalMs;
-    let admitMs = arrivalMs;
-    let prefillDoneMs = 0;
-    let cached = 0;
-    let kvArrivedMs = 0;
-    let firstMs = 0;
+    const times = startTimes(arrivalMs);
     decoder.reserve({
       id,
       inputTokens: inputIds.length,
       maxNewTokens: req.outputTokens,
       onReserved: (t) => {
-        reservedMs = t;
-        model.submit({
-          id,
-          inputIds,
-          maxNewTokens: 1,
-          onAdmit: (ta) => {
-            admitMs = ta;
-          },
-          onFirstToken: (tf, c) => {
-            prefillDoneMs = tf;
-            cached = c;
-          },
-          onFinish: (tf) => {
-            // HiCache with a storage backend backs the computed prompt up to the store.
-            if (store !== null) writeBack(store, toU32(inputIds));
-            const p = pTicket.rank;
-            const start = Math.max(tf, linkFree[p]!);
-            kvArrivedMs = start + kvTransferMs(inputIds.length, kvBytes, link);
-            linkFree[p] = kvArrivedMs;
-            q.at(kvArrivedMs, () => {
-              pTicket.done();
-              decoder.arrive(id);
-            });
-          },
-        });
+        times.reservedMs = t;
+        prefillAndTransfer(id, inputIds, pTicket, times, () => decoder.arrive(id));
       },
       onFirstToken: (t) => {
-        firstMs = t;
+        times.firstMs = t;
       },
       onFinish: (t, info) => {
         dTicket.done();
@@ -481,50 +483,14 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
             writeBack(store, path);
           }
         }
-        const rec: PdRequestRecord = {
-          id: req.id,
-          clientId: req.clientId,
-          sessionKey: req.sessionKey,
-          ...(req.tenant !== undefined ? { tenant: req.tenant } : {}),
-          arrivalMs,
-          rank: pTicket.rank,
-          reason: pTicket.reason,
-          inputTokens: inputIds.length,
-          cachedTokens: cached,
-          outputTokens: info.outputTokens,
-          queueMs: admitMs - arrivalMs,
-          ttftMs: firstMs - arrivalMs,
-          endMs: t,
-          retries: 0,
-          decodeRank: dTicket.rank,
-          local: false,
-          decodeWaitMs: reservedMs - arrivalMs,
-          prefillDoneMs,
-          transferMs: kvArrivedMs - prefillDoneMs,
-          itlMs: 0,
-        };
-        rec.itlMs = recordItlMs(rec);
-        records.push(rec);
-        occupancy.change(-1);
-        progress();
-        arrivals.complete(req, t);
+        finish(req, t, info.outputTokens, pTicket, dTicket, false, times);
       },
     });
   };
 
-  const arrivals = scheduleArrivals(
-    plan,
-    q,
-    (req) => {
-      occupancy.change(1);
-      send(req);
-    },
-    { maxConcurrency: opts.maxConcurrency },
-  );
-  const progress = progressReporter(plan, q, arrivals, () => records.length, opts.onProgress);
-  q.run();
-  const failed = arrivals.issued + arrivals.held + arrivals.stranded - records.length;
-  progress();
+  const driver = driveRequests<PdRequestRecord>(plan, q, send, opts);
+  const failed = driver.run();
+  const records = driver.records;
 
   const { perRank, evictedNodes } = prefill.summaries();
   const reasons = { ...prefillDispatcher.stats().reasons };
@@ -601,5 +567,5 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
         ? 0
         : Math.round((remote.reduce((a, r) => a + r.cachedTokens, 0) / remoteInput) * 1e4) / 1e4,
   };
-  return { summary, pd, records, meanInSystem: occupancy.mean() };
+  return { summary, pd, records, meanInSystem: driver.meanInSystem() };
 }
