@@ -43,15 +43,9 @@ beforeAll(() => {
 });
 
 async function sim(args: string[]) {
-  const { runCli } = await import('@kvroute/sim/cli');
-  let stdout = '';
-  let stderr = '';
-  const code = await runCli(args, {
-    stdout: { write: (s: string) => (stdout += s) },
-    stderr: { write: (s: string) => (stderr += s), isTTY: false },
-    cwd: process.cwd(),
-  });
-  return { code, stdout, stderr };
+  // Loaded on first use, after the registry line, as every host module here.
+  const { runSimCli } = await import('../packages/sim/test/helpers/cli.ts');
+  return runSimCli(args);
 }
 
 const SMALL = ['--scenario', 'seed-sequential', '--ranks', '4', '--set', 'requests=6'];

@@ -6,6 +6,7 @@ import { methodNames, methodOptionSchema } from '@kvroute/policy';
 import { dispatcherConfig, resolveConfig } from '@kvroute/router';
 import { routerConfigYaml } from '@kvroute/sim/cli';
 import { describe, expect, it } from 'vitest';
+import { runSimCli } from '../packages/sim/test/helpers/cli.ts';
 
 const WORKERS = ['--worker-urls', 'http://127.0.0.1:1,http://127.0.0.1:2'];
 
@@ -16,17 +17,7 @@ function load(yaml: string) {
   });
 }
 
-async function sim(args: string[]) {
-  const { runCli } = await import('@kvroute/sim/cli');
-  let stdout = '';
-  let stderr = '';
-  const code = await runCli(args, {
-    stdout: { write: (s: string) => (stdout += s) },
-    stderr: { write: (s: string) => (stderr += s), isTTY: false },
-    cwd: process.cwd(),
-  });
-  return { code, stdout, stderr };
-}
+const sim = (args: string[]) => runSimCli(args);
 
 describe("a sweep's router config", () => {
   it("loads in the router and configures the winner's method, options and affinity", async () => {

@@ -2,18 +2,9 @@
 // run, sweep and replay: they change the simulation, the report says which were used, and
 // bad values are errors naming the flag.
 import { describe, expect, it } from 'vitest';
-import { runCli } from '../src/cli/main.ts';
+import { runSimCli } from './helpers/cli.ts';
 
-async function cli(args: string[]) {
-  let stdout = '';
-  let stderr = '';
-  const code = await runCli(args, {
-    stdout: { write: (s: string) => (stdout += s) },
-    stderr: { write: (s: string) => (stderr += s), isTTY: false },
-    cwd: process.cwd(),
-  });
-  return { code, stdout, stderr };
-}
+const cli = (args: string[]) => runSimCli(args);
 
 const AGENTIC = ['--scenario', 'agentic', '--ranks', '4', '--set', 'sessions=12'];
 

@@ -7,9 +7,9 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { methodNames } from '@kvroute/policy';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runCli } from '../src/cli/main.ts';
 import { profileNames } from '../src/cost/profiles.ts';
 import { scenarioNames } from '../src/workloads/registry.ts';
+import { type CaptureOptions, runSimCli } from './helpers/cli.ts';
 
 const pkgDir = join(dirname(fileURLToPath(import.meta.url)), '..');
 let dir = '';
@@ -21,17 +21,7 @@ afterAll(() => {
   // Leave the temp dir: it is small and helps when a test fails.
 });
 
-async function cli(args: string[], opts: { tty?: boolean; now?: () => number } = {}) {
-  let stdout = '';
-  let stderr = '';
-  const code = await runCli(args, {
-    stdout: { write: (s: string) => (stdout += s) },
-    stderr: { write: (s: string) => (stderr += s), isTTY: opts.tty ?? false },
-    cwd: dir,
-    ...(opts.now ? { now: opts.now } : {}),
-  });
-  return { code, stdout, stderr };
-}
+const cli = (args: string[], opts: CaptureOptions = {}) => runSimCli(args, dir, opts);
 
 // 6 requests on 4 ranks: enough for a cold miss, a hit and a round-robin wrap.
 const SMALL = ['--scenario', 'seed-sequential', '--ranks', '4', '--set', 'requests=6'];

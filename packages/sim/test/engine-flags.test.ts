@@ -1,22 +1,13 @@
 // The rank-model and load flags through the CLI: presets resolved into the report, the
 // closed-loop concurrency cap and the open-loop request rate applied, bad values refused.
 import { describe, expect, it } from 'vitest';
-import { runCli } from '../src/cli/main.ts';
 import { getProfile } from '../src/cost/profiles.ts';
 import { resolveEngine } from '../src/entities/presets.ts';
 import { withRequestRate } from '../src/workloads/load.ts';
 import { buildWorkload } from '../src/workloads/registry.ts';
+import { runSimCli } from './helpers/cli.ts';
 
-async function cli(args: string[]) {
-  let stdout = '';
-  let stderr = '';
-  const code = await runCli(args, {
-    stdout: { write: (s: string) => (stdout += s) },
-    stderr: { write: (s: string) => (stderr += s), isTTY: false },
-    cwd: process.cwd(),
-  });
-  return { code, stdout, stderr };
-}
+const cli = (args: string[]) => runSimCli(args);
 
 const SMALL = [
   'run',

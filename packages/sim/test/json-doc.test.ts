@@ -5,7 +5,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { runCli } from '../src/cli/main.ts';
+import { runSimCli } from './helpers/cli.ts';
 import { REQUIRED_POLICY_KEYS } from './report-fixtures.ts';
 
 const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
@@ -49,12 +49,7 @@ function policyEntryKeys(): string[] {
 }
 
 async function cliJson(args: string[], cwd: string): Promise<Record<string, unknown>> {
-  let stdout = '';
-  const code = await runCli([...args, '--json', '-'], {
-    stdout: { write: (s: string) => (stdout += s) },
-    stderr: { write: () => {}, isTTY: false },
-    cwd,
-  });
+  const { code, stdout } = await runSimCli([...args, '--json', '-'], cwd);
   expect(code).toBe(0);
   return JSON.parse(stdout) as Record<string, unknown>;
 }

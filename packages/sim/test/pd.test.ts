@@ -4,7 +4,6 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { runCli } from '../src/cli/main.ts';
 import { kvTransferMs, profileKvBytesPerToken } from '../src/cost/kv-transfer.ts';
 import { getProfile } from '../src/cost/profiles.ts';
 import { EventQueue } from '../src/engine/event-queue.ts';
@@ -13,6 +12,7 @@ import { DecodeRankModel } from '../src/pd/decode-rank.ts';
 import { simulatePd } from '../src/pd/simulate-pd.ts';
 import { buildWorkload } from '../src/workloads/registry.ts';
 import type { WorkloadPlan, WorkloadRequest } from '../src/workloads/types.ts';
+import { runSimCli } from './helpers/cli.ts';
 
 const profile = getProfile('h200-llama-3.1-8b');
 
@@ -225,16 +225,7 @@ describe('compareLayouts', () => {
 
 describe('kvroute-sim run --layout pd', () => {
   const dir = mkdtempSync(join(tmpdir(), 'kvroute-sim-pd-'));
-  async function cli(args: string[]) {
-    let stdout = '';
-    let stderr = '';
-    const code = await runCli(args, {
-      stdout: { write: (s: string) => (stdout += s) },
-      stderr: { write: (s: string) => (stderr += s), isTTY: false },
-      cwd: dir,
-    });
-    return { code, stdout, stderr };
-  }
+  const cli = (args: string[]) => runSimCli(args, dir);
   const SMALL = ['--scenario', 'agentic', '--set', 'sessions=6', '--set', 'turnsMax=3'];
 
   it('prints one row per layout and the hit-rate target line, and writes markdown and HTML', async () => {
@@ -428,16 +419,7 @@ describe('hit-rate target: cache-aware prefill against colocated cache_aware on 
 
 describe('kvroute-sim sweep --layout pd', () => {
   const dir = mkdtempSync(join(tmpdir(), 'kvroute-sim-pd-sweep-'));
-  async function cli(args: string[]) {
-    let stdout = '';
-    let stderr = '';
-    const code = await runCli(args, {
-      stdout: { write: (s: string) => (stdout += s) },
-      stderr: { write: (s: string) => (stderr += s), isTTY: false },
-      cwd: dir,
-    });
-    return { code, stdout, stderr };
-  }
+  const cli = (args: string[]) => runSimCli(args, dir);
   const SMALL = [
     '--scenario',
     'agentic',

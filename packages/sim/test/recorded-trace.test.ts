@@ -7,13 +7,13 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { runCli } from '../src/cli/main.ts';
 import { type CostProfileSpec, costModelFromSpec } from '../src/cost/cost-model.ts';
 import { readObservations } from '../src/fit/observations.ts';
 import { replayObserved } from '../src/replay-observed.ts';
 import { simulatePlan } from '../src/simulate.ts';
 import { buildWorkload } from '../src/workloads/registry.ts';
 import { parseTrace } from '../src/workloads/trace-file.ts';
+import { runSimCli } from './helpers/cli.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvroute-recorded-'));
 const BLOCK = 64;
@@ -118,16 +118,7 @@ function writeRecorded(
   return { records, base };
 }
 
-async function cli(args: string[]) {
-  let stdout = '';
-  let stderr = '';
-  const code = await runCli(args, {
-    stdout: { write: (s: string) => (stdout += s) },
-    stderr: { write: (s: string) => (stderr += s), isTTY: false },
-    cwd: dir,
-  });
-  return { code, stdout, stderr };
-}
+const cli = (args: string[]) => runSimCli(args, dir);
 
 describe('recorded traces', () => {
   it('plain replay applies the recorded policy switches at their time and marks them; --ignore-recorded-switches does not', async () => {

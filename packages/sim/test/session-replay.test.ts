@@ -7,13 +7,13 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { runCli } from '../src/cli/main.ts';
 import { type CostProfileSpec, costModelFromSpec } from '../src/cost/cost-model.ts';
 import { replayObserved } from '../src/replay-observed.ts';
 import { simulatePlan } from '../src/simulate.ts';
 import { withRequestRate } from '../src/workloads/load.ts';
 import { buildWorkload } from '../src/workloads/registry.ts';
 import { parseTrace, sessionLinks, sessionTailIds } from '../src/workloads/trace-file.ts';
+import { runSimCli } from './helpers/cli.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvroute-session-replay-'));
 const BLOCK = 64;
@@ -262,16 +262,7 @@ describe('closed-loop session replay', () => {
 });
 
 describe('sweep --trace', () => {
-  async function cli(args: string[]) {
-    let stdout = '';
-    let stderr = '';
-    const code = await runCli(args, {
-      stdout: { write: (s: string) => (stdout += s) },
-      stderr: { write: (s: string) => (stderr += s), isTTY: false },
-      cwd: dir,
-    });
-    return { code, stdout, stderr };
-  }
+  const cli = (args: string[]) => runSimCli(args, dir);
   const grid = [
     '--policy',
     'round_robin,total_tokens',

@@ -4,20 +4,11 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { runCli } from '../src/cli/main.ts';
+import { runSimCli } from './helpers/cli.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvroute-sim-shards-'));
 
-async function cli(args: string[]) {
-  let stdout = '';
-  let stderr = '';
-  const code = await runCli(args, {
-    stdout: { write: (s: string) => (stdout += s) },
-    stderr: { write: (s: string) => (stderr += s), isTTY: false },
-    cwd: dir,
-  });
-  return { code, stdout, stderr };
-}
+const cli = (args: string[]) => runSimCli(args, dir);
 
 const SWEEP = [
   'sweep',
