@@ -12,42 +12,24 @@ import { fileURLToPath } from 'node:url';
 import { PREFILL_QUANTILE, runCli } from '@kvroute/sim';
 import { runValidate, type ValidateReport } from '@kvroute/validate';
 import { afterAll, describe, expect, it } from 'vitest';
+import { captureIo } from '../packages/sim/test/helpers/cli.ts';
+import {
+  againstHidden,
+  CLOSED_PROBE,
+  HIDDEN_PROFILE,
+} from '../packages/sim/test/helpers/fit-probe.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvroute-fit-e2e-'));
-// Every term contributes around 100 ms somewhere in the probe, against 10-30 ms of timing
-// noise (always late) on a busy machine; no fit could find a term smaller than the noise.
-const HIDDEN = {
-  format: 'kvroute-cost-profile/v1',
-  name: 'hidden',
-  description: 'the worker runs this; the fit never reads it',
-  prefill: { floorMs: 100, perTokenMs: 0.1, attnMsPerMTokenPairs: 40, perKCachedTokenMs: 40 },
-  decode: { floorMs: 30, perSeqMs: 6, perKContextTokenMs: 5 },
-  overheadMs: 150,
-  kvCapacityTokens: 200_000,
-  chunkedPrefillSize: 512,
-};
+const HIDDEN = { ...HIDDEN_PROFILE, description: 'the worker runs this; the fit never reads it' };
 const HIDDEN_FILE = join(dir, 'hidden.json');
 writeFileSync(HIDDEN_FILE, JSON.stringify(HIDDEN));
 const TIME_SCALE = Number(process.env.KVROUTE_FIT_TIME_SCALE ?? 2);
-// The probe's closed-loop clients (one rank each) and its burst groups (2 contexts x 3 burst
-// sizes, one rank each): every part of the probe runs side by side.
-const PROBE_CLIENTS = 20;
-const PROBE_RANKS = PROBE_CLIENTS + 6;
+const PROBE_RANKS = CLOSED_PROBE.ranks;
 const FRESH_RANKS = 8;
 const set = (o: Record<string, string | number>) =>
   Object.entries(o).flatMap(([k, v]) => ['--set', `${k}=${v}`]);
 
-function io() {
-  const out = { stdout: '', stderr: '' };
-  return {
-    out,
-    io: {
-      stdout: { write: (s: string) => (out.stdout += s) },
-      stderr: { write: (s: string) => (out.stderr += s), isTTY: false },
-      cwd: dir,
-    },
-  };
-}
+const io = () => captureIo(dir);
 
 // The workers run in processes of their own, so the harness's work (streams, JSON) does not
 // delay the worker's step timers, and the other way round.
@@ -155,24 +137,7 @@ describe('kvroute-sim fit against a mock worker', () => {
         url,
         '--scenario',
         'fit-probe',
-        ...set({
-          clients: PROBE_CLIENTS,
-          singles: 128,
-          followUps: 1,
-          minTokens: 32,
-          maxTokens: 3000,
-          // Fresh suffixes of 16 up to one prefill chunk on the cached prompts: what tells
-          // attention over new tokens from reading the cached ones.
-          suffixTokens: 16,
-          suffixMaxTokens: 512,
-          singleOutputTokens: 10,
-          bursts: '2,4,8',
-          burstContextTokens: '256,2048',
-          burstOutputTokens: 16,
-          // A 2048-token context alone takes about 1 s of model time on the hidden profile.
-          burstDelayMs: 2000,
-          ranks: PROBE_RANKS,
-        }),
+        ...set(CLOSED_PROBE),
         '--policy',
         'total_requests',
         '--affinity',
@@ -209,16 +174,8 @@ describe('kvroute-sim fit against a mock worker', () => {
     console.log(fit.out.stdout);
     expect(fitCode, fit.out.stderr).toBe(0);
     const fitted = JSON.parse(readFileSync(join(dir, 'fitted.json'), 'utf8'));
-    const pairs: [string, number, number][] = [
-      // What a client sees of the worker's per-request time: the model's plus its HTTP path.
-      ['overheadMs', fitted.overheadMs, HIDDEN.overheadMs + baseline],
-      ...Object.entries(HIDDEN.prefill).map(
-        ([k, v]) => [`prefill.${k}`, fitted.prefill[k], v] as [string, number, number],
-      ),
-      ...Object.entries(HIDDEN.decode).map(
-        ([k, v]) => [`decode.${k}`, fitted.decode[k], v] as [string, number, number],
-      ),
-    ];
+    // What a client sees of the worker's per-request time: the model's plus its HTTP path.
+    const pairs = againstHidden(fitted, HIDDEN.overheadMs + baseline);
     const off = pairs.map(([k, got, want]) => ({ k, got, want, err: (got - want) / want }));
     for (const o of off) {
       console.log(

@@ -17,17 +17,13 @@ import { buildRouter, resolveConfig } from '@kvroute/router';
 import { type OutcomeRecord, readTraceFile, runCli, summarizeOutcomes } from '@kvroute/sim';
 import { runValidate } from '@kvroute/validate';
 import { afterAll, describe, expect, it } from 'vitest';
+import { captureIo } from '../packages/sim/test/helpers/cli.ts';
+import { againstHidden, HIDDEN_PROFILE } from '../packages/sim/test/helpers/fit-probe.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvroute-tune-loop-'));
 const HIDDEN = {
-  format: 'kvroute-cost-profile/v1',
-  name: 'hidden',
+  ...HIDDEN_PROFILE,
   description: 'the workers run this; nothing the loop reads contains it',
-  prefill: { floorMs: 100, perTokenMs: 0.1, attnMsPerMTokenPairs: 40, perKCachedTokenMs: 40 },
-  decode: { floorMs: 30, perSeqMs: 6, perKContextTokenMs: 5 },
-  overheadMs: 150,
-  kvCapacityTokens: 200_000,
-  chunkedPrefillSize: 512,
 };
 /** Per worker: small enough that four tenants' prefixes on every worker evict each other. */
 const HIDDEN_KV = 24_000;
@@ -66,17 +62,7 @@ async function startWorker(): Promise<string> {
   });
 }
 
-function io() {
-  const out = { stdout: '', stderr: '' };
-  return {
-    out,
-    io: {
-      stdout: { write: (s: string) => (out.stdout += s) },
-      stderr: { write: (s: string) => (out.stderr += s), isTTY: false },
-      cwd: dir,
-    },
-  };
-}
+const io = () => captureIo(dir);
 
 const set = (o: Record<string, string | number>) =>
   Object.entries(o).flatMap(([k, v]) => ['--set', `${k}=${v}`]);
@@ -236,15 +222,7 @@ describe.skipIf(process.env.KVROUTE_LOOP_E2E !== '1')(
       console.log(fit.out.stdout);
       expect(fitCode, fit.out.stderr).toBe(0);
       const fitted = JSON.parse(readFileSync(join(dir, 'fitted.json'), 'utf8'));
-      const pairs: [string, number, number][] = [
-        ['overheadMs', fitted.overheadMs, HIDDEN.overheadMs],
-        ...Object.entries(HIDDEN.prefill).map(
-          ([k, v]) => [`prefill.${k}`, fitted.prefill[k], v] as [string, number, number],
-        ),
-        ...Object.entries(HIDDEN.decode).map(
-          ([k, v]) => [`decode.${k}`, fitted.decode[k], v] as [string, number, number],
-        ),
-      ];
+      const pairs = againstHidden(fitted);
       // The recording's times are wall time: model time times the workers' time scale.
       const off = pairs.map(([k, wall, want]) => {
         const got = wall / TIME_SCALE;

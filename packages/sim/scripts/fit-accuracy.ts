@@ -14,7 +14,7 @@
 // at time scale S (the same wall-clock lateness is 2/S times as many model ms).
 //   fit-accuracy --measure RECORD.jsonl --out FILE
 // writes such a file from a `validate --record` of the fit-probe against a worker running
-// the profile below (lone requests are those of the sessions named single-*, which the
+// the hidden profile of test/helpers/fit-probe.ts (lone requests are those of the sessions named single-*, which the
 // probe sends one at a time per rank).
 import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -26,17 +26,7 @@ import { fitProfile, prefillTerms } from '../src/fit/fit.ts';
 import type { ObservedRequest } from '../src/fit/observations.ts';
 import { simulatePlan } from '../src/simulate.ts';
 import { buildWorkload } from '../src/workloads/registry.ts';
-
-const HIDDEN: CostProfileSpec = {
-  format: 'kvroute-cost-profile/v1',
-  name: 'hidden',
-  description: '',
-  prefill: { floorMs: 100, perTokenMs: 0.1, attnMsPerMTokenPairs: 40, perKCachedTokenMs: 40 },
-  decode: { floorMs: 30, perSeqMs: 6, perKContextTokenMs: 5 },
-  overheadMs: 150,
-  kvCapacityTokens: 200_000,
-  chunkedPrefillSize: 512,
-};
+import { HIDDEN_PROFILE as HIDDEN } from '../test/helpers/fit-probe.ts';
 
 const { values } = parseArgs({
   args: process.argv.slice(2).filter((a) => a !== '--'),
@@ -70,7 +60,7 @@ if (values.measure !== undefined) {
     );
     const p = HIDDEN.prefill;
     const exact =
-      HIDDEN.overheadMs! +
+      HIDDEN.overheadMs +
       p.floorMs * chunks! +
       p.perTokenMs * tokens! +
       p.attnMsPerMTokenPairs * pairs! +
@@ -122,11 +112,11 @@ console.log(
 );
 
 const truth: [string, (s: CostProfileSpec) => number, number][] = [
-  ['overheadMs', (s) => s.overheadMs ?? 0, HIDDEN.overheadMs!],
+  ['overheadMs', (s) => s.overheadMs ?? 0, HIDDEN.overheadMs],
   ['prefill.floorMs', (s) => s.prefill.floorMs, HIDDEN.prefill.floorMs],
   ['prefill.perTokenMs', (s) => s.prefill.perTokenMs, HIDDEN.prefill.perTokenMs],
   ['prefill.attn', (s) => s.prefill.attnMsPerMTokenPairs, HIDDEN.prefill.attnMsPerMTokenPairs],
-  ['prefill.cachedRead', (s) => s.prefill.perKCachedTokenMs ?? 0, 40],
+  ['prefill.cachedRead', (s) => s.prefill.perKCachedTokenMs ?? 0, HIDDEN.prefill.perKCachedTokenMs],
   ['decode.floorMs', (s) => s.decode.floorMs, HIDDEN.decode.floorMs],
   ['decode.perSeqMs', (s) => s.decode.perSeqMs, HIDDEN.decode.perSeqMs],
   ['decode.perKContext', (s) => s.decode.perKContextTokenMs, HIDDEN.decode.perKContextTokenMs],

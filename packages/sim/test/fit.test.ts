@@ -9,6 +9,8 @@ import { fitProfile } from '../src/fit/fit.ts';
 import type { ObservedRequest } from '../src/fit/observations.ts';
 import { simulatePlan } from '../src/simulate.ts';
 import { buildWorkload } from '../src/workloads/registry.ts';
+// The closed-loop probe the e2e test records against a mock worker, and the profile it runs.
+import { CLOSED_PROBE as CLOSED, HIDDEN_PROFILE as CLOSED_HIDDEN } from './helpers/fit-probe.ts';
 
 const HIDDEN: CostProfileSpec = {
   format: 'kvroute-cost-profile/v1',
@@ -72,28 +74,6 @@ describe('fitProfile', () => {
   });
 });
 
-/** The closed-loop probe the e2e test records against a mock worker. */
-const CLOSED = {
-  clients: 20,
-  singles: 128,
-  followUps: 1,
-  minTokens: 32,
-  maxTokens: 3000,
-  suffixTokens: 16,
-  suffixMaxTokens: 512,
-  singleOutputTokens: 10,
-  bursts: '2,4,8',
-  burstContextTokens: '256,2048',
-  burstOutputTokens: 16,
-  burstDelayMs: 2000,
-  ranks: 26,
-};
-const CLOSED_HIDDEN: CostProfileSpec = {
-  ...HIDDEN,
-  prefill: { floorMs: 100, perTokenMs: 0.1, attnMsPerMTokenPairs: 40, perKCachedTokenMs: 40 },
-  decode: { floorMs: 30, perSeqMs: 6, perKContextTokenMs: 5 },
-  chunkedPrefillSize: 512,
-};
 const constants = (s: CostProfileSpec) => ({
   overheadMs: s.overheadMs ?? 0,
   ...Object.fromEntries(Object.entries(s.prefill).map(([k, v]) => [`prefill.${k}`, v])),
