@@ -75,6 +75,50 @@ function raw(port: number, text: string, opts: { halfClose?: boolean } = {}): Pr
   });
 }
 
+/**
+ * A connection whose request body trickles in, a byte every 100 ms, and never completes; with
+ * `first`, that request is sent first and the trickling one follows its whole answer on the
+ * same connection. Resolves when the connection closes: what came back, and whether the
+ * router ended it.
+ */
+function trickling(port: number, first?: string): Promise<{ got: string; endedByRouter: boolean }> {
+  return new Promise((resolve) => {
+    let got = '';
+    let endedByRouter = false;
+    let trickle: NodeJS.Timeout | undefined;
+    const startTrickle = () => {
+      s.write(
+        'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{',
+      );
+      trickle = setInterval(() => {
+        if (!s.destroyed) s.write(' ');
+      }, 100);
+    };
+    const s = connect(port, '127.0.0.1', () => {
+      if (first === undefined) startTrickle();
+      else s.write(first);
+    });
+    s.on('data', (d) => {
+      got += d.toString('latin1');
+      if (first === undefined || trickle) return;
+      // Once the first answer is complete, the second request starts and never finishes.
+      const m = /content-length: (\d+)\r\n[\s\S]*?\r\n\r\n/i.exec(got);
+      if (!m || got.length < m.index + m[0].length + Number(m[1])) return;
+      startTrickle();
+    });
+    s.on('end', () => {
+      endedByRouter = true;
+    });
+    s.on('error', () => {});
+    s.on('close', () => {
+      clearInterval(trickle);
+      resolve({ got, endedByRouter });
+    });
+    // Bounded: a connection still open by then has failed the test.
+    setTimeout(() => s.destroy(), 20_000);
+  });
+}
+
 describe('input bounds', () => {
   it('max_tokens must be a finite integer within the context: 400 naming the field, load stays finite', async () => {
     const { app, url } = await setup();
@@ -211,38 +255,7 @@ describe('admission', () => {
     // timer can answer these; a connection it answered but left open would never end here.
     const { port } = await setup(['--body-timeout-ms', '300', '--headers-timeout-ms', '60000']);
     const n = 200;
-    const outcomes = await Promise.all(
-      Array.from(
-        { length: n },
-        () =>
-          new Promise<{ got: string; endedByRouter: boolean }>((resolve) => {
-            let got = '';
-            let endedByRouter = false;
-            let trickle: NodeJS.Timeout | undefined;
-            const s = connect(port, '127.0.0.1', () => {
-              s.write(
-                'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{',
-              );
-              trickle = setInterval(() => {
-                if (!s.destroyed) s.write(' ');
-              }, 100);
-            });
-            s.on('data', (d) => {
-              got += d.toString('latin1');
-            });
-            s.on('end', () => {
-              endedByRouter = true;
-            });
-            s.on('error', () => {});
-            s.on('close', () => {
-              clearInterval(trickle);
-              resolve({ got, endedByRouter });
-            });
-            // Bounded: a connection still open by then has failed the test.
-            setTimeout(() => s.destroy(), 20_000);
-          }),
-      ),
-    );
+    const outcomes = await Promise.all(Array.from({ length: n }, () => trickling(port)));
     for (const o of outcomes) {
       expect(o.got).toMatch(/^HTTP\/1\.1 408/);
       expect(o.got).toContain('"code":"request_timeout"');
@@ -254,38 +267,10 @@ describe('admission', () => {
   it('a kept-alive connection whose second request trickles gets the 408 and is closed by the router', async () => {
     const { port } = await setup(['--body-timeout-ms', '300', '--headers-timeout-ms', '60000']);
     const body = chat();
-    const out = await new Promise<{ got: string; endedByRouter: boolean }>((resolve) => {
-      let got = '';
-      let endedByRouter = false;
-      let trickle: NodeJS.Timeout | undefined;
-      const s = connect(port, '127.0.0.1', () => {
-        s.write(
-          `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-        );
-      });
-      s.on('data', (d) => {
-        got += d.toString('latin1');
-        // Once the first answer is complete, the second request starts and never finishes.
-        if (trickle) return;
-        const m = /content-length: (\d+)\r\n[\s\S]*?\r\n\r\n/i.exec(got);
-        if (!m || got.length < m.index + m[0].length + Number(m[1])) return;
-        s.write(
-          'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{',
-        );
-        trickle = setInterval(() => {
-          if (!s.destroyed) s.write(' ');
-        }, 100);
-      });
-      s.on('end', () => {
-        endedByRouter = true;
-      });
-      s.on('error', () => {});
-      s.on('close', () => {
-        clearInterval(trickle);
-        resolve({ got, endedByRouter });
-      });
-      setTimeout(() => s.destroy(), 20_000);
-    });
+    const out = await trickling(
+      port,
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
     const answers = out.got.match(/HTTP\/1\.1 \d+/g);
     expect(answers).toEqual(['HTTP/1.1 200', 'HTTP/1.1 408']);
     expect(out.got).toContain('"code":"request_timeout"');

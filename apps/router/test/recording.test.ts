@@ -21,7 +21,11 @@ import {
   requestLineBound,
   TraceRecorder,
 } from '../src/recording/recorder.ts';
-import { rotatedFiles, TraceWriter } from '../src/recording/trace-writer.ts';
+import {
+  rotatedFiles,
+  TraceWriter,
+  type TraceWriterOptions,
+} from '../src/recording/trace-writer.ts';
 import { buildRouter } from '../src/router.ts';
 import { startFakeWorker } from './helpers/fake-worker.ts';
 
@@ -81,6 +85,53 @@ function readLines(path: string): Record<string, unknown>[] {
     .split('\n')
     .filter((l) => l.length > 0)
     .map((l) => JSON.parse(l) as Record<string, unknown>);
+}
+
+/** A recorder of round_robin over one rank, recording everything to a fresh file. */
+async function startedRecorder(
+  queueBytes: number,
+  registry = new Registry(),
+): Promise<{ rec: TraceRecorder; path: string }> {
+  const rec = new TraceRecorder({
+    policy: () => ({ method: 'round_robin', options: {} }),
+    ranks: () => 1,
+    tokenizer: 'approximate',
+    registry,
+    log: { warn: () => {}, info: () => {} },
+  });
+  const path = tracePath();
+  await rec.start({
+    path,
+    blockTokens: 512,
+    sampleRate: 1,
+    rotateBytes: 0,
+    rotateMs: 0,
+    queueBytes,
+  });
+  return { rec, path };
+}
+
+/**
+ * A writer of a fresh file with a one-line header that never rotates or drops by default
+ * (a drop or a write error fails the test).
+ */
+function traceWriter(opts: Partial<TraceWriterOptions> = {}) {
+  const path = tracePath();
+  const w = new TraceWriter({
+    path,
+    rotateBytes: 0,
+    rotateMs: 0,
+    queueBytes: 1 << 20,
+    header: () => '{"event":"start"}',
+    onDrop: () => {
+      throw new Error('dropped');
+    },
+    onError: (err) => {
+      throw err;
+    },
+    ...opts,
+  });
+  return { w, path };
 }
 
 /** The request-line fields docs/recorded-trace.md defines, and which are required. */
@@ -597,22 +648,7 @@ describe('request lines', () => {
   });
 
   it('follow the requests that finished before a policy switch', async () => {
-    const rec = new TraceRecorder({
-      policy: () => ({ method: 'round_robin', options: {} }),
-      ranks: () => 1,
-      tokenizer: 'approximate',
-      registry: new Registry(),
-      log: { warn: () => {}, info: () => {} },
-    });
-    const path = tracePath();
-    await rec.start({
-      path,
-      blockTokens: 512,
-      sampleRate: 1,
-      rotateBytes: 0,
-      rotateMs: 0,
-      queueBytes: 1 << 20,
-    });
+    const { rec, path } = await startedRecorder(1 << 20);
     rec.record(cases[0]!);
     // Same turn: the request's line is not built yet when the switch comes.
     rec.markPolicySwitch({ method: 'random', options: {} });
@@ -630,22 +666,7 @@ describe('request lines', () => {
 describe('bounded queue', () => {
   it('drops lines when the queue is full, counts them, and never blocks', async () => {
     const registry = new Registry();
-    const rec = new TraceRecorder({
-      policy: () => ({ method: 'round_robin', options: {} }),
-      ranks: () => 1,
-      tokenizer: 'approximate',
-      registry,
-      log: { warn: () => {}, info: () => {} },
-    });
-    const path = tracePath();
-    await rec.start({
-      path,
-      blockTokens: 512,
-      sampleRate: 1,
-      rotateBytes: 0,
-      rotateMs: 0,
-      queueBytes: 1024,
-    });
+    const { rec, path } = await startedRecorder(1024, registry);
     const ids = new Uint32Array(4096).fill(7);
     // All in one turn: the writer cannot run in between, so the queue fills.
     for (let i = 0; i < 50; i++) {
@@ -670,22 +691,7 @@ describe('bounded queue', () => {
   });
 
   it('the writer writes in batches: a full batch at once, the rest when it has waited', async () => {
-    const path = tracePath();
-    const w = new TraceWriter({
-      path,
-      rotateBytes: 0,
-      rotateMs: 0,
-      queueBytes: 1 << 20,
-      flushBytes: 1000,
-      flushMs: 60_000,
-      header: () => '{"event":"start"}',
-      onDrop: () => {
-        throw new Error('dropped');
-      },
-      onError: (err) => {
-        throw err;
-      },
-    });
+    const { w, path } = traceWriter({ flushBytes: 1000, flushMs: 60_000 });
     const turn = () => new Promise((r) => setImmediate(r));
     // Lines in separate turns, less than a batch: nothing is written yet (the flush timer
     // is a minute away).
@@ -708,20 +714,7 @@ describe('bounded queue', () => {
   });
 
   it('the writer rotates by size inside a batch: no file passes its size by more than a line', async () => {
-    const path = tracePath();
-    const w = new TraceWriter({
-      path,
-      rotateBytes: 200,
-      rotateMs: 0,
-      queueBytes: 1 << 20,
-      header: () => '{"event":"start"}',
-      onDrop: () => {
-        throw new Error('dropped');
-      },
-      onError: (err) => {
-        throw err;
-      },
-    });
+    const { w, path } = traceWriter({ rotateBytes: 200 });
     // One turn, one batch of 40 lines of 31 bytes.
     for (let i = 0; i < 40; i++) w.push(`{"n":"${String(i).padStart(20, '0')}"}`);
     await w.close();
@@ -741,18 +734,7 @@ describe('bounded queue', () => {
 
   it('the writer refuses a line past its byte bound', async () => {
     let drops = 0;
-    const path = tracePath();
-    const w = new TraceWriter({
-      path,
-      rotateBytes: 0,
-      rotateMs: 0,
-      queueBytes: 100,
-      header: () => '{"event":"start"}',
-      onDrop: () => drops++,
-      onError: (err) => {
-        throw err;
-      },
-    });
+    const { w, path } = traceWriter({ queueBytes: 100, onDrop: () => drops++ });
     expect(w.push('x'.repeat(50))).toBe(true);
     expect(w.push('y'.repeat(50))).toBe(false);
     expect(drops).toBe(1);
