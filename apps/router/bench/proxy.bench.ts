@@ -492,36 +492,28 @@ try {
   );
   children.push(worker.child);
   const profDir = values['cpu-prof'];
-  const router = await startProcess(
-    'router',
-    [
-      ...(profDir ? ['--cpu-prof', '--cpu-prof-dir', profDir] : []),
-      bundleDir ? join(bundleDir, 'kvroute-router.mjs') : join(routerRoot, 'src/server.ts'),
-      '--worker-urls',
-      worker.url,
-      '--port',
-      '0',
-      '--load-balance-method',
-      values.method,
-    ],
-    bundleDir ?? routerRoot,
-  );
+  // Every router under test: the same worker, method and profiling, its own script and flags.
+  const routerArgs = (script: string, extra: string[] = []) => [
+    ...(profDir ? ['--cpu-prof', '--cpu-prof-dir', profDir] : []),
+    script,
+    '--worker-urls',
+    worker.url,
+    '--port',
+    '0',
+    '--load-balance-method',
+    values.method,
+    ...extra,
+  ];
+  const routerScript = bundleDir
+    ? join(bundleDir, 'kvroute-router.mjs')
+    : join(routerRoot, 'src/server.ts');
+  const router = await startProcess('router', routerArgs(routerScript), bundleDir ?? routerRoot);
   children.push(router.child);
   const variantRouters: [string, { child: ChildProcess; url: string }][] = [];
   for (const v of variants) {
     const r = await startProcess(
       `router (${v})`,
-      [
-        ...(profDir ? ['--cpu-prof', '--cpu-prof-dir', profDir] : []),
-        bundleDir ? join(bundleDir, 'kvroute-router.mjs') : join(routerRoot, 'src/server.ts'),
-        '--worker-urls',
-        worker.url,
-        '--port',
-        '0',
-        '--load-balance-method',
-        values.method,
-        ...VARIANTS[v]!(tmp),
-      ],
+      routerArgs(routerScript, VARIANTS[v]!(tmp)),
       bundleDir ?? routerRoot,
     );
     children.push(r.child);
@@ -530,16 +522,7 @@ try {
   if (values.baseline) {
     const r = await startProcess(
       'router (baseline)',
-      [
-        ...(profDir ? ['--cpu-prof', '--cpu-prof-dir', profDir] : []),
-        values.baseline,
-        '--worker-urls',
-        worker.url,
-        '--port',
-        '0',
-        '--load-balance-method',
-        values.method,
-      ],
+      routerArgs(values.baseline),
       dirname(values.baseline),
     );
     children.push(r.child);
