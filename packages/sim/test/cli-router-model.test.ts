@@ -43,39 +43,12 @@ describe('router-model flags', () => {
   });
 
   it('sweep and replay take them too', async () => {
-    const sweep = await cli([
-      'sweep',
-      ...AGENTIC,
-      '--window',
-      '128',
-      '--prefix-length',
-      '4096',
-      '--jobs',
-      '1',
-      '--replicas',
-      '3',
-      '--json',
-      '-',
-    ]);
+    const grid = ['sweep', ...AGENTIC, '--window', '128', '--prefix-length', '4096', '--jobs', '1'];
+    const sweep = await cli([...grid, '--replicas', '3', '--json', '-']);
     expect(sweep.code).toBe(0);
     const report = JSON.parse(sweep.stdout);
     expect(report.router).toEqual({ replicas: 3 });
-    const plain = JSON.parse(
-      (
-        await cli([
-          'sweep',
-          ...AGENTIC,
-          '--window',
-          '128',
-          '--prefix-length',
-          '4096',
-          '--jobs',
-          '1',
-          '--json',
-          '-',
-        ])
-      ).stdout,
-    );
+    const plain = JSON.parse((await cli([...grid, '--json', '-'])).stdout);
     // The reference (cache_aware) learns per replica: three replicas lose hits.
     expect(report.reference.hitRate).toBeLessThan(plain.reference.hitRate);
     const replay = await cli([
