@@ -130,6 +130,16 @@ def cleanup() -> None:
             p.kill()
 
 
+def stop(p: subprocess.Popen) -> None:
+    """SIGTERM, SIGKILL if still running 10 s later; then no longer one for cleanup() to end."""
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+    procs.remove(p)
+
+
 def http(method: str, url: str, body: Optional[bytes] = None, timeout: float = 5.0) -> tuple:
     req = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
     try:
@@ -349,12 +359,7 @@ def main() -> None:
         rc = run_logged([node, sim_js, "validate", "--target", probe_url, "--scenario", "fit-probe", *PROBE_ARGS,
                          "--ranks", "1", "--profile-file", profile, "--record", probe],
                         os.path.join(OUT, "fit-probe.txt"), min(RUN_TIMEOUT, max(30.0, left() - 60)))
-    probe_router.send_signal(signal.SIGTERM)
-    try:
-        probe_router.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        probe_router.kill()
-    procs.remove(probe_router)
+    stop(probe_router)
     if rc == 0:
         run_logged([node, sim_js, "fit", "--input", probe, "--chunked-prefill-size", str(CHUNK),
                     "--kv-capacity", str(CAPACITY), "--out", fitted], os.path.join(OUT, "fit.txt"), 60)
@@ -431,12 +436,7 @@ def main() -> None:
                                     "json": f"{name}.json", "html": f"{name}.html"})
             write_summary()
             log(f"{name}: exit {rc} in {time.time() - t:.1f} s")
-        router.send_signal(signal.SIGTERM)
-        try:
-            router.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            router.kill()
-        procs.remove(router)
+        stop(router)
         rlog.close()
 
     cleanup()
