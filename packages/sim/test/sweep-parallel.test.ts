@@ -4,6 +4,8 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import type { CellJob } from '../src/parallel/cell.ts';
+import { runCells } from '../src/parallel/pool.ts';
 import { runSimCli } from './helpers/cli.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvroute-sim-shards-'));
@@ -179,4 +181,48 @@ describe("sweep's verdict", () => {
       /The recommended default, cache_aware with its default options, gets TTFT p99 \d+ ms/,
     );
   });
+});
+
+describe('the thread pool', () => {
+  it('gives the serial results from worker threads alone, and from this thread with them', async () => {
+    const jobs: CellJob[] = [64, 128, 256].map((window) => ({
+      scenario: 'seed-concurrent',
+      scenarioOptions: { requestsPerAgent: 2 },
+      seed: 1,
+      ranks: 4,
+      profile: { name: 'h200-llama-3.1-8b' },
+      policy: { method: 'prefix_match', window, prefixLength: 512 },
+    }));
+    const serial = await runCells(jobs, { workers: 1 });
+    expect(serial[0]!.summary.requests).toBeGreaterThan(0);
+    const threadsOnly = await runCells(jobs, { workers: 2, inThisThread: false });
+    expect(JSON.stringify(threadsOnly)).toBe(JSON.stringify(serial));
+    const mixed = await runCells(jobs, { workers: 2 });
+    expect(JSON.stringify(mixed)).toBe(JSON.stringify(serial));
+  }, 120_000);
+
+  it('rejects with the error of a job that failed on a worker thread', async () => {
+    const bad: CellJob = {
+      scenario: 'no-such-scenario',
+      scenarioOptions: {},
+      seed: 1,
+      profile: { name: 'h200-llama-3.1-8b' },
+      policy: { method: 'round_robin' },
+    };
+    const failure = (p: Promise<unknown>) =>
+      p.then(
+        () => new Error('expected a rejection') as Error & { code?: unknown },
+        (e: unknown) => e as Error & { code?: unknown },
+      );
+    const fromThread = await failure(runCells([bad, bad], { workers: 2, inThisThread: false }));
+    // Rebuilt from what crossed the channel (a plain Error with the name, code and message),
+    // which also shows the job ran on a thread, not here.
+    expect(fromThread).toBeInstanceOf(Error);
+    expect(fromThread.constructor).toBe(Error);
+    expect(fromThread.message).toMatch(/unknown scenario 'no-such-scenario'/);
+    expect(fromThread.code).toBe('WORKLOAD_OPTION');
+    const here = await failure(runCells([bad, bad], { workers: 1 }));
+    expect(here.constructor).not.toBe(Error);
+    expect(here.message).toBe(fromThread.message);
+  }, 120_000);
 });

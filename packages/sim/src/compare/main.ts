@@ -26,8 +26,8 @@ docs/policy-comparison.html with the one-big-cache bound and the load-aware targ
   --methods a,b  a subset of the registered methods
   --seed S       run seed (default 1)
   --trace FILE   Mooncake-format trace (default: the shared conversation trace)
-  --jobs N       worker threads for the runs (integer >= 1; default: one per core). The
-                 files are the same bytes for any N.
+  --jobs N       runs at once, on this thread and N - 1 worker threads (integer >= 1;
+                 default: one per core). The files are the same bytes for any N.
 method options, set for every method that reads them (default: each method's own):
 ${methodOptionsHelp()}
 `;

@@ -1,6 +1,7 @@
-// Runs grid cells on every core with worker_threads. Cells go to whichever worker is free,
-// results come back in job order, so the output does not depend on scheduling. With one
-// worker (or one job) everything runs in this thread, through the same CellContext.
+// Runs grid cells on every core: this thread and worker_threads take cells from one queue,
+// whichever is free, and results come back in job order, so the output does not depend on
+// scheduling. With one worker (or one job) everything runs in this thread; every thread runs a
+// cell through the same CellContext.
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
@@ -26,8 +27,13 @@ export function jobRunners(): {
 }
 
 export interface RunCellsOptions {
-  /** Worker threads; default: one per core. 1 runs in this thread. */
+  /** Threads running jobs, this one included; default: one per core. 1 runs in this thread. */
   workers?: number;
+  /**
+   * This thread takes jobs too (default). false leaves them all to worker threads (tests of
+   * the thread path, whose jobs and results cross a message channel).
+   */
+  inThisThread?: boolean;
   /** Called as each cell finishes, with how many have. */
   onDone?(done: number, total: number): void;
 }
@@ -71,37 +77,68 @@ export async function runJobs<K extends JobKind>(
   const results: (JobKinds[K]['result'] | undefined)[] = new Array(jobs.length);
   let next = 0;
   let done = 0;
-  const pool = Array.from({ length: workers }, () => startWorker());
+  // This thread is one of the workers: it takes cells from the same queue while the threads
+  // start (a thread has to load the module graph first, which costs several small cells), so
+  // N jobs are this thread and N - 1 worker threads.
+  const here = opts.inThisThread ?? true;
+  const pool = Array.from({ length: here ? workers - 1 : workers }, () => startWorker());
+  const runHere = jobRunners()[kind] as (job: JobKinds[K]['job']) => JobKinds[K]['result'];
+  let settled = false;
   try {
     await new Promise<void>((resolve, reject) => {
+      const fail = (err: unknown) => {
+        settled = true;
+        reject(err);
+      };
+      const finished = () => {
+        done++;
+        opts.onDone?.(done, jobs.length);
+        if (done === jobs.length) {
+          settled = true;
+          resolve();
+        }
+      };
       const feed = (w: Worker) => {
-        if (next >= jobs.length) return;
+        if (settled || next >= jobs.length) return;
         const index = next++;
         w.postMessage({ index, kind, job: jobs[index] });
+      };
+      const local = () => {
+        if (settled || next >= jobs.length) return;
+        const index = next++;
+        try {
+          results[index] = runHere(jobs[index]!);
+        } catch (err) {
+          fail(err);
+          return;
+        }
+        finished();
+        // Between cells, let the threads' results, a progress bar and signals through.
+        setImmediate(local);
       };
       for (const w of pool) {
         w.on(
           'message',
           (msg: { index: number; result?: JobKinds[K]['result']; error?: WorkerError }) => {
             if (msg.error) {
-              reject(toError(msg.error));
+              fail(toError(msg.error));
               return;
             }
             results[msg.index] = msg.result;
-            done++;
-            opts.onDone?.(done, jobs.length);
-            if (done === jobs.length) resolve();
-            else feed(w);
+            finished();
+            feed(w);
           },
         );
-        w.on('error', reject);
+        w.on('error', fail);
         w.on('exit', (code) => {
-          if (done < jobs.length) reject(new Error(`${kind} worker exited with code ${code}`));
+          if (done < jobs.length) fail(new Error(`${kind} worker exited with code ${code}`));
         });
         feed(w);
       }
+      if (here) setImmediate(local);
     });
   } finally {
+    settled = true;
     await Promise.all(pool.map((w) => w.terminate()));
   }
   return results as JobKinds[K]['result'][];

@@ -135,8 +135,9 @@ ${axesHelp()}
                         pace) as open-loop Poisson arrivals; concurrency:1,2,4 multiplies
                         --max-concurrency (required). Table and --json only; the router config
                         is the winner at the first load listed (default: one load)
-  --jobs N              integer: cells run at once on worker threads (default: one per core,
-                        ${defaultWorkers()} here); results are the same bytes for any N
+  --jobs N              integer: cells run at once, on this thread and N - 1 worker threads
+                        (default: one per core, ${defaultWorkers()} here); results are the same
+                        bytes for any N
   --shard K/N           run only shard K of N (every N-th cell from the K-th) and write the
                         shard's results as JSON to --json FILE (default stdout); combine the N
                         files with 'kvroute-sim merge' into the report one run would give
