@@ -9,10 +9,10 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { PREFILL_QUANTILE, runCli } from '@kvroute/sim';
+import { PREFILL_QUANTILE } from '@kvroute/sim';
 import { runValidate, type ValidateReport } from '@kvroute/validate';
 import { afterAll, describe, expect, it } from 'vitest';
-import { captureIo } from '../packages/sim/test/helpers/cli.ts';
+import { captureIo, simStep } from '../packages/sim/test/helpers/cli.ts';
 import {
   againstHidden,
   CLOSED_PROBE,
@@ -156,8 +156,7 @@ describe('kvroute-sim fit against a mock worker', () => {
       `worker HTTP round trip (model ms, quantile ${PREFILL_QUANTILE}): ${baseline.toFixed(1)}`,
     );
 
-    const fit = io();
-    const fitCode = await runCli(
+    await simStep(
       [
         'fit',
         '--input',
@@ -169,10 +168,8 @@ describe('kvroute-sim fit against a mock worker', () => {
         '--out',
         'fitted.json',
       ],
-      fit.io,
+      dir,
     );
-    console.log(fit.out.stdout);
-    expect(fitCode, fit.out.stderr).toBe(0);
     const fitted = JSON.parse(readFileSync(join(dir, 'fitted.json'), 'utf8'));
     // What a client sees of the worker's per-request time: the model's plus its HTTP path.
     const pairs = againstHidden(fitted, HIDDEN.overheadMs + baseline);

@@ -14,10 +14,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildRouter, resolveConfig } from '@kvroute/router';
-import { type OutcomeRecord, readTraceFile, runCli, summarizeOutcomes } from '@kvroute/sim';
+import { type OutcomeRecord, readTraceFile, summarizeOutcomes } from '@kvroute/sim';
 import { runValidate } from '@kvroute/validate';
 import { afterAll, describe, expect, it } from 'vitest';
-import { captureIo } from '../packages/sim/test/helpers/cli.ts';
+import { captureIo, simStep } from '../packages/sim/test/helpers/cli.ts';
 import { againstHidden, HIDDEN_PROFILE } from '../packages/sim/test/helpers/fit-probe.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvroute-tune-loop-'));
@@ -202,8 +202,7 @@ describe.skipIf(process.env.KVROUTE_LOOP_E2E !== '1')(
 
       // 2. Fit: the KV capacity and chunk size as the workers report them, everything else
       // from the recordings.
-      const fit = io();
-      const fitCode = await runCli(
+      await simStep(
         [
           'fit',
           '--trace',
@@ -217,10 +216,8 @@ describe.skipIf(process.env.KVROUTE_LOOP_E2E !== '1')(
           '--out',
           'fitted.json',
         ],
-        fit.io,
+        dir,
       );
-      console.log(fit.out.stdout);
-      expect(fitCode, fit.out.stderr).toBe(0);
       const fitted = JSON.parse(readFileSync(join(dir, 'fitted.json'), 'utf8'));
       const pairs = againstHidden(fitted);
       // The recording's times are wall time: model time times the workers' time scale.
@@ -233,21 +230,17 @@ describe.skipIf(process.env.KVROUTE_LOOP_E2E !== '1')(
       }
 
       // How well the fitted profile predicts the recorded setting itself.
-      const observed = io();
-      const obsCode = await runCli(
+      await simStep(
         ['replay', '--trace', 'poor.jsonl', '--observed', '--profile-file', 'fitted.json'],
-        observed.io,
+        dir,
       );
-      console.log(observed.out.stdout);
-      expect(obsCode, observed.out.stderr).toBe(0);
 
       // 3. Sweep cache_aware on the recorded traffic with the fitted profile. Its sessions
       // replay closed loop, as the agents sent them. cache_aware places a prompt by what the
       // ranks hold and how loaded they are, which the replay reproduces; prefix_match and
       // consistent_hash place it by a hash of its tokens, and the replay's tokens are
       // synthetic, so which prefixes collide on one rank is not the live draw.
-      const sweep = io();
-      const sweepCode = await runCli(
+      await simStep(
         [
           'sweep',
           '--trace',
@@ -269,10 +262,8 @@ describe.skipIf(process.env.KVROUTE_LOOP_E2E !== '1')(
           '--json',
           'sweep.json',
         ],
-        sweep.io,
+        dir,
       );
-      console.log(sweep.out.stdout);
-      expect(sweepCode, sweep.out.stderr).toBe(0);
       const report = JSON.parse(readFileSync(join(dir, 'sweep.json'), 'utf8'));
       const best = report.best as { method: string; options: Record<string, number | string> };
       const same = (a: Record<string, unknown>, b: Record<string, unknown>) =>

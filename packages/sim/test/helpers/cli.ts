@@ -1,5 +1,6 @@
 // Runs a CLI in-process with streams that collect what it writes. The sim's own tests and the
 // cross-package ones at the repository root (by relative path) share it.
+import { expect } from 'vitest';
 import type { CliIo } from '../../src/cli/command.ts';
 import { runCli } from '../../src/cli/main.ts';
 
@@ -37,4 +38,14 @@ export async function runSimCli(
   const { out, io } = captureIo(cwd, opts);
   const code = await runCli(args, io);
   return { code, stdout: out.stdout, stderr: out.stderr };
+}
+
+/**
+ * `kvroute-sim ARGS` as one step of a longer test: its stdout printed (the test's log shows
+ * every step's report), and an exit other than 0 a failure that shows its stderr.
+ */
+export async function simStep(args: readonly string[], cwd: string): Promise<void> {
+  const r = await runSimCli(args, cwd);
+  console.log(r.stdout);
+  expect(r.code, r.stderr).toBe(0);
 }
