@@ -4,11 +4,10 @@
 // printed: every hidden constant against its fitted value (within 10%), and a fresh run
 // (agentic sessions on a second worker running the same hidden profile, predicted by
 // validate with the fitted profile) on TTFT p50 and p90 (within 10%).
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { PREFILL_QUANTILE } from '@kvroute/sim';
 import { runValidate, type ValidateReport } from '@kvroute/validate';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -18,6 +17,7 @@ import {
   CLOSED_PROBE,
   HIDDEN_PROFILE,
 } from '../packages/sim/test/helpers/fit-probe.ts';
+import { spawnMockWorker } from './helpers/mock-worker-process.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvroute-fit-e2e-'));
 const HIDDEN = { ...HIDDEN_PROFILE, description: 'the worker runs this; the fit never reads it' };
@@ -38,14 +38,8 @@ afterAll(() => {
   for (const c of children) c.kill();
 });
 
-async function startWorker(ranks: number): Promise<string> {
-  // The worker's TypeScript source, with the workspace packages resolved to theirs too.
-  const server = fileURLToPath(new URL('../apps/mock-worker/src/server.ts', import.meta.url));
-  const args = [
-    '--conditions=@kvroute/source',
-    '--import',
-    'tsx',
-    server,
+function startWorker(ranks: number): Promise<string> {
+  const flags = [
     '--profile-file',
     HIDDEN_FILE,
     '--time-scale',
@@ -59,17 +53,7 @@ async function startWorker(ranks: number): Promise<string> {
     '--policy-option',
     'affinity=routing_key',
   ];
-  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
-  children.push(child);
-  return await new Promise<string>((ok, fail) => {
-    let out = '';
-    child.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /listening on (http:\/\/[\d.]+:\d+)/.exec(out);
-      if (m) ok(m[1]!);
-    });
-    child.on('exit', (code) => fail(new Error(`mock worker exited (${code}): ${out}`)));
-  });
+  return spawnMockWorker(flags, children);
 }
 
 /**

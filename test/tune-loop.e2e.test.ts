@@ -7,18 +7,18 @@
 // the chosen setting against what the router observed after the switch (hit rate within 2 pt,
 // TTFT p50 within 10%, p99 within 15%). Opt-in (KVROUTE_LOOP_E2E=1): it runs about three
 // minutes of scaled real time, and its latencies are wall-clock on whatever machine runs it.
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { buildRouter, resolveConfig } from '@kvroute/router';
 import { type OutcomeRecord, readTraceFile, summarizeOutcomes } from '@kvroute/sim';
 import { runValidate } from '@kvroute/validate';
 import { afterAll, describe, expect, it } from 'vitest';
 import { captureIo, simStep } from '../packages/sim/test/helpers/cli.ts';
 import { againstHidden, HIDDEN_PROFILE } from '../packages/sim/test/helpers/fit-probe.ts';
+import { spawnMockWorker } from './helpers/mock-worker-process.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvroute-tune-loop-'));
 const HIDDEN = {
@@ -43,23 +43,9 @@ afterAll(async () => {
   for (const c of children) c.kill();
 });
 
-async function startWorker(): Promise<string> {
-  const server = fileURLToPath(new URL('../apps/mock-worker/src/server.ts', import.meta.url));
-  const args = ['--conditions=@kvroute/source', '--import', 'tsx', server];
+function startWorker(): Promise<string> {
   const flags = ['--profile-file', HIDDEN_FILE, '--kv-capacity', String(HIDDEN_KV)];
-  const child = spawn(process.execPath, [...args, ...flags, '--time-scale', String(TIME_SCALE)], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  children.push(child);
-  return await new Promise<string>((ok, fail) => {
-    let out = '';
-    child.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /listening on (http:\/\/[\d.]+:\d+)/.exec(out);
-      if (m) ok(m[1]!);
-    });
-    child.on('exit', (code) => fail(new Error(`mock worker exited (${code}): ${out}`)));
-  });
+  return spawnMockWorker([...flags, '--time-scale', String(TIME_SCALE)], children);
 }
 
 const io = () => captureIo(dir);
