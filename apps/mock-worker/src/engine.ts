@@ -8,7 +8,14 @@ import {
   type Dispatcher,
   type LoadTracker,
 } from '@kvroute/policy';
-import { type CostModel, getProfile, loadProfileFile, RankModel } from '@kvroute/sim/model';
+import {
+  type CostModel,
+  getProfile,
+  loadProfileFile,
+  profileKvBytesPerToken,
+  RadixCache,
+  RankModel,
+} from '@kvroute/sim/model';
 import type { ResolvedOptions } from './options.ts';
 import { RealtimeScheduler } from './scheduler.ts';
 
@@ -19,6 +26,12 @@ export interface EngineRequest {
   routingKey?: string;
   routedRank?: number;
   bootstrapRoom?: number;
+  /**
+   * The tokens this request will generate, when a client can send them back as the next turn's
+   * prompt (token-id prompts): cached with the prompt when it finishes, as SGLang caches a
+   * finished request's input + output.
+   */
+  outputIds?: ArrayLike<number>;
 }
 
 export interface EngineCallbacks {
@@ -51,6 +64,12 @@ export class MockEngine {
   readonly profile: CostModel;
   readonly kvCapacity: number;
   readonly chunkedPrefillSize: number;
+  /**
+   * With a shared KV store (prefill role, --kv-store): what this worker knows the store holds,
+   * the ranks' host tier. Loads from it are charged at --kv-store-gbps; the PD role fills it
+   * from the store before a request starts.
+   */
+  readonly storeView: RadixCache | null;
   private nextId = 0;
 
   constructor(readonly opts: ResolvedOptions) {
@@ -58,6 +77,20 @@ export class MockEngine {
     this.kvCapacity = opts.kvCapacity ?? this.profile.kvCapacityTokens;
     this.chunkedPrefillSize = opts.chunkedPrefillSize ?? this.profile.chunkedPrefillSize;
     this.scheduler = new RealtimeScheduler(opts.timeScale);
+    this.storeView =
+      opts.role === 'prefill' && opts.kvStore !== undefined
+        ? new RadixCache({ capacityTokens: Number.MAX_SAFE_INTEGER, pageSize: opts.pageSize })
+        : null;
+    const storeView = this.storeView;
+    const hostKv =
+      storeView === null
+        ? undefined
+        : {
+            capacityTokens: storeView.capacity,
+            loadTokensPerMs:
+              (opts.kvStoreGbps * 1e9) / 8 / profileKvBytesPerToken(this.profile) / 1000,
+            shared: storeView,
+          };
     this.ranks = Array.from(
       { length: opts.dpSize },
       (_, rank) =>
@@ -71,6 +104,7 @@ export class MockEngine {
           // Instant mode needs no per-step events; in real time one event per decode step is
           // what makes a stream emit its tokens one by one instead of in bursts.
           coalesceDecode: opts.timeScale === 0,
+          ...(hostKv !== undefined ? { hostKv } : {}),
         }),
     );
     this.dispatcher = createDispatcher({
@@ -98,6 +132,7 @@ export class MockEngine {
         id,
         inputIds: req.inputIds,
         maxNewTokens: req.maxNewTokens,
+        ...(req.outputIds !== undefined ? { outputIds: req.outputIds } : {}),
         onFirstToken: (_t, cached) => cb.onFirstToken?.(cached),
         onToken: (index) => cb.onToken?.(index),
         onFinish: (_t, info) => {
@@ -138,6 +173,7 @@ export class MockEngine {
   flushCache(): boolean {
     if (this.activeRequests > 0) return false;
     for (const r of this.ranks) r.cache.reset();
+    this.storeView?.reset();
     return true;
   }
 

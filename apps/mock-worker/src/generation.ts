@@ -13,6 +13,26 @@ export interface GenerationInput {
   routingKey?: string;
   routedRank?: number;
   bootstrapRoom?: number;
+  /**
+   * Cache the reply's output ids with the prompt when it finishes (SGLang caches input +
+   * output). Only for token-id prompts: a client sends those ids back verbatim in its next
+   * turn, while a text reply does not tokenize back to the filler's ids here.
+   */
+  cacheReply?: boolean;
+}
+
+/** The filler ids of a reply of `length` tokens, computed only when read (at finish). */
+function replyIdsView(seed: number, length: number): ArrayLike<number> {
+  return new Proxy({ length } as ArrayLike<number>, {
+    get(target, key) {
+      if (typeof key === 'string' && key !== 'length') {
+        const i = Number(key);
+        if (Number.isInteger(i) && i >= 0 && i < length) return fillerTokenId(seed, i);
+        return undefined;
+      }
+      return Reflect.get(target, key);
+    },
+  });
 }
 
 export interface Generation {
@@ -52,6 +72,9 @@ export function startGeneration(
       inputIds,
       // max_tokens 0 still runs the prefill (one hidden token: the model needs at least one).
       maxNewTokens: Math.max(1, maxTokens),
+      ...(input.cacheReply === true && maxTokens > 0
+        ? { outputIds: replyIdsView(seed, maxTokens) }
+        : {}),
       routingKey: input.routingKey,
       routedRank: input.routedRank,
       bootstrapRoom: input.bootstrapRoom,

@@ -25,5 +25,12 @@ export {
   resolveOptions,
   USAGE,
 } from './options.ts';
+export {
+  KvStoreClient,
+  type KvStoreOptions,
+  type KvStoreStats,
+  type RunningKvStore,
+  startKvStore,
+} from './pd/kv-store.ts';
 export { RealtimeScheduler } from './scheduler.ts';
 export { type RunningMockWorker, type StartMockWorkerOptions, startMockWorker } from './start.ts';

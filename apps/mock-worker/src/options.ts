@@ -63,6 +63,19 @@ export interface MockWorkerOptions {
   kvTransferSetupMs?: number;
   /** How long the decode side waits for a room's prefill (rank registration and KV), wall ms. Default 30000. */
   bootstrapTimeoutMs?: number;
+  /**
+   * URL of a KV store the PD workers share (`kvroute-mock-worker kv-store`; SGLang's HiCache storage
+   * backend): a prefill worker loads from it what its GPU cache lacks and writes each prompt
+   * it computed to it. Default: none.
+   */
+  kvStore?: string;
+  /** Store-to-GPU load bandwidth of a prefill worker, Gb/s. Default 100. */
+  kvStoreGbps?: number;
+  /**
+   * Decode role: write each finished request's prompt + generated tokens to the KV store
+   * (SGLang's --disaggregation-decode-enable-offload-kvcache). Needs kvStore. Default false.
+   */
+  decodeOffload?: boolean;
 }
 
 export type WorkerRole = 'colocated' | 'prefill' | 'decode';
@@ -109,6 +122,9 @@ export interface ResolvedOptions {
   kvTransferGbps: number;
   kvTransferSetupMs: number;
   bootstrapTimeoutMs: number;
+  kvStore: string | undefined;
+  kvStoreGbps: number;
+  decodeOffload: boolean;
 }
 
 export const DEFAULTS = {
@@ -128,6 +144,7 @@ export const DEFAULTS = {
   kvTransferGbps: DEFAULT_KV_LINK_GBPS,
   kvTransferSetupMs: DEFAULT_KV_SETUP_MS,
   bootstrapTimeoutMs: 30_000,
+  kvStoreGbps: 100,
 } as const;
 
 export class MockWorkerConfigError extends Error {
@@ -168,6 +185,30 @@ export function resolveOptions(o: MockWorkerOptions = {}): ResolvedOptions {
       `role must be prefill, decode or colocated (SGLang's --disaggregation-mode null), got ${o.role}`,
     );
   }
+  const role = o.role === undefined || (o.role as string) === 'null' ? DEFAULTS.role : o.role;
+  if (o.kvStore !== undefined) {
+    if (role === 'colocated') {
+      throw new MockWorkerConfigError(
+        'kvStore (--kv-store) is for the PD roles: give --role prefill or --role decode',
+      );
+    }
+    let url: URL | undefined;
+    try {
+      url = new URL(o.kvStore);
+    } catch {
+      url = undefined;
+    }
+    if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
+      throw new MockWorkerConfigError(
+        `kvStore (--kv-store) must be the store's http:// URL, got ${JSON.stringify(o.kvStore)}`,
+      );
+    }
+  }
+  if (o.decodeOffload === true && (role !== 'decode' || o.kvStore === undefined)) {
+    throw new MockWorkerConfigError(
+      'decodeOffload (--decode-offload) needs --role decode and --kv-store URL (the store it writes to)',
+    );
+  }
   if (o.failMode !== undefined && o.failMode !== 'http500' && o.failMode !== 'reset') {
     throw new MockWorkerConfigError(`failMode must be 'http500' or 'reset', got ${o.failMode}`);
   }
@@ -191,13 +232,16 @@ export function resolveOptions(o: MockWorkerOptions = {}): ResolvedOptions {
     seed: o.seed ?? DEFAULTS.seed,
     logger: o.logger ?? false,
     kvEvents: resolveKvEvents(o),
-    role: o.role === undefined || (o.role as string) === 'null' ? DEFAULTS.role : o.role,
+    role,
     bootstrapPort: int('bootstrapPort', o.bootstrapPort, 0) ?? DEFAULTS.bootstrapPort,
     kvTransferGbps: positive('kvTransferGbps', o.kvTransferGbps) ?? DEFAULTS.kvTransferGbps,
     kvTransferSetupMs:
       num('kvTransferSetupMs', o.kvTransferSetupMs, 0) ?? DEFAULTS.kvTransferSetupMs,
     bootstrapTimeoutMs:
       int('bootstrapTimeoutMs', o.bootstrapTimeoutMs, 1) ?? DEFAULTS.bootstrapTimeoutMs,
+    kvStore: o.kvStore?.replace(/\/+$/, ''),
+    kvStoreGbps: positive('kvStoreGbps', o.kvStoreGbps) ?? DEFAULTS.kvStoreGbps,
+    decodeOffload: o.decodeOffload ?? false,
   };
 }
 
@@ -277,6 +321,13 @@ An SGLang/OpenAI-compatible worker driven by @kvroute/sim's radix cache and cost
                                setup + prompt KV bytes x 8 / (X x 1e9) before decoding (default 400)
   --kv-transfer-setup-ms MS    fixed model ms per KV transfer (default 1)
   --bootstrap-timeout-ms MS    decode side's wait for the prefill's rank and KV (default 30000)
+  --kv-store URL               PD roles: a KV store the workers share ('kvroute-mock-worker kv-store';
+                               SGLang's HiCache storage backend): prefill loads from it what its
+                               GPU cache lacks and writes each computed prompt (default: none)
+  --kv-store-gbps X            prefill: store-to-GPU load bandwidth in Gb/s (default 100)
+  --decode-offload             decode: write each finished request's prompt + reply to the store
+                               (SGLang's --disaggregation-decode-enable-offload-kvcache; alias
+                               that flag), so the next turn's prefill finds the reply (default off)
   --log                        fastify request logging
   -h, --help                   this text
 `;
@@ -338,6 +389,13 @@ export function parseMockWorkerArgs(argv: readonly string[]): CliArgs {
     kvTransferGbps: cliNumber('--kv-transfer-gbps', values['kv-transfer-gbps']),
     kvTransferSetupMs: cliNumber('--kv-transfer-setup-ms', values['kv-transfer-setup-ms']),
     bootstrapTimeoutMs: cliNumber('--bootstrap-timeout-ms', values['bootstrap-timeout-ms']),
+    kvStore: values['kv-store'],
+    kvStoreGbps: cliNumber('--kv-store-gbps', values['kv-store-gbps']),
+    decodeOffload:
+      values['decode-offload'] === true ||
+      values['disaggregation-decode-enable-offload-kvcache'] === true
+        ? true
+        : undefined,
   };
   const rawEvents = values['kv-events-config'];
   if (rawEvents !== undefined) {
@@ -387,6 +445,10 @@ function parse(argv: readonly string[]) {
       'kv-transfer-gbps': { type: 'string' },
       'kv-transfer-setup-ms': { type: 'string' },
       'bootstrap-timeout-ms': { type: 'string' },
+      'kv-store': { type: 'string' },
+      'kv-store-gbps': { type: 'string' },
+      'decode-offload': { type: 'boolean' },
+      'disaggregation-decode-enable-offload-kvcache': { type: 'boolean' },
       log: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },

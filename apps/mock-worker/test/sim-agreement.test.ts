@@ -3,6 +3,7 @@
 // cached_tokens, request by request. (Sequential requests, so batching cannot differ.)
 import { EventQueue, getProfile, RankModel } from '@kvroute/sim/model';
 import { afterEach, describe, expect, it } from 'vitest';
+import { fillerTokenId, promptSeed } from '../src/filler.ts';
 import { closeAll, post, worker } from './helpers.ts';
 
 /** Agent-like sessions: a shared system prefix, each turn extending its session's history. */
@@ -50,10 +51,14 @@ describe('mock worker vs @kvroute/sim', () => {
     });
     const viaSim: number[] = [];
     seq.forEach((ids, i) => {
+      // The worker caches a token-id prompt's reply with it, as SGLang does: the filler ids it
+      // returns, which the simulator is told as the request's output.
+      const seed = promptSeed(ids);
       rank.submit({
         id: i,
         inputIds: ids,
         maxNewTokens: 8,
+        outputIds: Array.from({ length: 8 }, (_, k) => fillerTokenId(seed, k)),
         onFinish: (_t, info) => viaSim.push(info.cachedTokens),
       });
       q.run();

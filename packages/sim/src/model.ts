@@ -40,13 +40,14 @@ export type { ScheduledEvent, Scheduler } from './engine/event-queue.ts';
 export { EventHeap, EventQueue, HeapEvent } from './engine/event-queue.ts';
 export { DpAttentionGroup } from './entities/dp-attention-group.ts';
 export type {
+  HostKvOptions,
   RankLoad,
   RankModelOptions,
   RankRequest,
   RankStats,
   StepDriver,
 } from './entities/rank.ts';
-export { KvCapacityError, RankModel } from './entities/rank.ts';
+export { KvCapacityError, RankModel, writeBack } from './entities/rank.ts';
 export { latencyStats, percentile, summarize } from './metrics/summary.ts';
 export type {
   LatencyStats,

@@ -7,4 +7,5 @@ export {
   DEFAULT_KV_SETUP_MS,
   kvTransferMs,
   profileKvBytesPerToken,
+  writeBack,
 } from '@kvroute/sim/model';

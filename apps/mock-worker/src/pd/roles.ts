@@ -32,7 +32,8 @@ import type { MockEngine } from '../engine.ts';
 import type { Generation } from '../generation.ts';
 import type { ResolvedOptions } from '../options.ts';
 import type { BootstrapServer } from './bootstrap.ts';
-import { kvTransferMs, profileKvBytesPerToken } from './kv-transfer.ts';
+import { KvStoreClient } from './kv-store.ts';
+import { kvTransferMs, profileKvBytesPerToken, writeBack } from './kv-transfer.ts';
 
 export type PdRole = 'prefill' | 'decode';
 
@@ -66,6 +67,11 @@ export interface PdPlan {
   /** Copied into a non-streaming answer (vLLM's kv_transfer_params). */
   extraBody?: Record<string, unknown>;
   headers: Record<string, string>;
+  /**
+   * Awaited before the generation starts (prefill role with a KV store): learns what the
+   * store holds of the prompt, so the rank loads it instead of computing it.
+   */
+  prefetch?(inputIds: Uint32Array, signal: AbortSignal): Promise<void>;
   /** Called right before the generation starts: the decode side lands the transferred KV. */
   beforeStart?(rank: number, inputIds: Uint32Array): void;
   /** The first output token was produced (the decode side stamps its record). */
@@ -73,7 +79,12 @@ export interface PdPlan {
   /** Called right after the generation starts (synchronously): the prefill side registers. */
   started(
     gen: Generation,
-    outcome: { readonly promptTokens: number; readonly finished: boolean },
+    outcome: {
+      readonly promptTokens: number;
+      readonly finished: boolean;
+      readonly completionTokens: number;
+      readonly outputIds: readonly number[];
+    },
   ): void;
 }
 
@@ -128,6 +139,53 @@ export function createPdRoles(deps: PdDeps) {
   const role = opts.role as PdRole;
   const infoCache = new Map<string, PrefillInfo>();
   const kvBytes = profileKvBytesPerToken(engine.profile);
+  const store = opts.kvStore !== undefined ? new KvStoreClient(opts.kvStore) : null;
+  let lastStoreWarning = Number.NEGATIVE_INFINITY;
+  let storeErrors = 0;
+
+  /** A store that fails is a miss (as a HiCache storage backend's error is), said every 5 s. */
+  function storeFailed(err: unknown): void {
+    storeErrors++;
+    const now = performance.now();
+    if (now - lastStoreWarning < 5_000) return;
+    lastStoreWarning = now;
+    console.warn(
+      `mock worker (--role ${role}): ${(err as Error).message} (${storeErrors} store errors so far)`,
+    );
+  }
+
+  /**
+   * The prefill side of a shared KV store (SGLang HiCache with a storage backend): before the
+   * prefill, what the store holds of the prompt joins the ranks' host tier (loaded at
+   * --kv-store-gbps, counted as cached); after it, the prompt is written through to the store.
+   * Changes the plan in place (the vLLM plan sets its own extraBody when it starts).
+   */
+  function withStorePrefill(plan: PdPlan): PdPlan {
+    const view = engine.storeView;
+    if (store === null || view === null) return plan;
+    let prompt: Uint32Array | undefined;
+    plan.prefetch = async (inputIds, signal) => {
+      prompt = inputIds;
+      let held: number;
+      try {
+        held = await store.match(inputIds, signal);
+      } catch (err) {
+        if (!signal.aborted) storeFailed(err);
+        return;
+      }
+      if (held > view.match(inputIds).matchedTokens) writeBack(view, inputIds.subarray(0, held));
+    };
+    const started = plan.started;
+    plan.started = (gen, outcome) => {
+      started.call(plan, gen, outcome);
+      void gen.done.then(() => {
+        if (!outcome.finished || prompt === undefined) return;
+        writeBack(view, prompt);
+        store.write(prompt).catch(storeFailed);
+      });
+    };
+    return plan;
+  }
 
   function intField(body: Record<string, unknown>, key: string): number | undefined {
     const v = body[key];
@@ -322,7 +380,7 @@ export function createPdRoles(deps: PdDeps) {
         (opts.loadBalanceMethod === 'follow_bootstrap_room'
           ? Number(BigInt(room) % BigInt(opts.dpSize))
           : undefined);
-      return {
+      return withStorePrefill({
         ...(rank !== undefined ? { routedRank: rank } : {}),
         maxTokens: 1,
         headers: { 'x-kvroute-bootstrap-room': room },
@@ -333,7 +391,7 @@ export function createPdRoles(deps: PdDeps) {
             else bootstrap.fail(room, 'prefill aborted');
           });
         },
-      };
+      });
     }
     if (port === undefined) throw missingBootstrap(role, 'bootstrap_port');
     const addr = `${host.includes(':') ? `[${host}]` : host}:${port}`;
@@ -389,6 +447,7 @@ export function createPdRoles(deps: PdDeps) {
     waitMs: number,
   ): PdPlan {
     const record = transfers[transfers.length - 1];
+    let prompt: Uint32Array | undefined;
     return {
       firstToken() {
         if (record) record.firstTokenAt = performance.now();
@@ -400,11 +459,25 @@ export function createPdRoles(deps: PdDeps) {
         'x-kvroute-kv-wait-ms': waitMs.toFixed(3),
       },
       beforeStart(r, inputIds) {
+        prompt = inputIds;
         // The transferred KV lands in this rank's pool (evictable once the request is done), so
         // its own prefill finds the whole prompt cached and computes no more than a page.
         engine.ranks[r]?.cache.insert(inputIds);
       },
-      started() {},
+      started(gen, outcome) {
+        if (store === null || !opts.decodeOffload) return;
+        // SGLang's decode offload: the finished request's prompt + reply (minus the last
+        // sampled token, whose KV was never computed) goes to the store, after the prompt's
+        // pages, so the next turn's prefill loads the reply instead of computing it.
+        void gen.done.then(() => {
+          if (!outcome.finished || prompt === undefined) return;
+          const n = Math.max(0, Math.min(outcome.outputIds.length, outcome.completionTokens - 1));
+          const path = new Uint32Array(prompt.length + n);
+          path.set(prompt, 0);
+          for (let i = 0; i < n; i++) path[prompt.length + i] = outcome.outputIds[i]!;
+          store.write(path).catch(storeFailed);
+        });
+      },
     };
   }
 
@@ -446,7 +519,7 @@ export function createPdRoles(deps: PdDeps) {
         });
       },
     };
-    return plan;
+    return withStorePrefill(plan);
   }
 
   async function vllmDecode(

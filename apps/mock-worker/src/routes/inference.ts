@@ -63,6 +63,8 @@ const PROMPT_PARAM: Record<RequestKind, string> = {
 interface Planned {
   inputIds: Uint32Array;
   maxTokens: number;
+  /** The prompt came as token ids, so a client can send this reply's output ids back. */
+  cacheReply: boolean;
 }
 
 const hex = () => randomUUID().replaceAll('-', '');
@@ -131,6 +133,15 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
         }));
       }
       for (const [k, v] of Object.entries(p.headers)) reply.header(k, v);
+      if (p.prefetch) {
+        reply.raw.once('close', onGone);
+        try {
+          for (const x of planned) await p.prefetch(x.inputIds, ac.signal);
+        } finally {
+          reply.raw.off('close', onGone);
+        }
+        if (ac.signal.aborted) return reply;
+      }
     }
 
     if (opts.slowMs > 0) {
@@ -154,10 +165,9 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
 
   /** Each prompt's ids and output limit; 400 for an empty prompt or one that cannot fit. */
   function plan(kind: RequestKind, parsed: ParsedRequest): Planned[] {
+    const sources = kind === 'rerank' ? undefined : (parsed.items ?? [parsed.prompt]);
     const prompts =
-      kind === 'rerank'
-        ? rerankPairs(parsed)
-        : (parsed.items ?? [parsed.prompt]).map((p) => tokenizer.encodePrompt(p));
+      sources === undefined ? rerankPairs(parsed) : sources.map((p) => tokenizer.encodePrompt(p));
     const limit = parsed.maxTokens ?? DEFAULT_MAX_TOKENS[kind];
     const batch = prompts.length > 1;
     return prompts.map((inputIds, i) => {
@@ -182,7 +192,7 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
           { param, code: 'context_length_exceeded' },
         );
       }
-      return { inputIds, maxTokens };
+      return { inputIds, maxTokens, cacheReply: sources?.[i]?.type === 'ids' };
     });
   }
 
