@@ -11,7 +11,17 @@
 //              servers): decode writes prompt + reply to it, prefill loads what it lacks.
 // Hit rate = cached / prompt tokens on the ranks that prefill (the router's metrics). Targets:
 // PD + store at least colocated; plain PD below it (the reply share), which is the mechanism.
-import { type RunningKvStore, startKvStore } from '@kvroute/mock-worker';
+// The mock's replies are a function of the prompt, so the same sessions can be built ahead as
+// a plan: the simulator's PD layout (with and without its store and decode offload) must
+// predict both PD hit rates within 2 points.
+import { fillerTokenId, promptSeed, type RunningKvStore, startKvStore } from '@kvroute/mock-worker';
+import {
+  buildWorkload,
+  getProfile,
+  simulatePd,
+  type WorkloadPlan,
+  type WorkloadRequest,
+} from '@kvroute/sim/model';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startCluster } from './helpers/cluster.ts';
 import { startPdCluster } from './helpers/pd-cluster.ts';
@@ -42,6 +52,45 @@ function sessions(): Session[] {
     const next = lcg(500 + s);
     return { history: [...tenants[s % 2]!, ...ids(next, 40 + s)] };
   });
+}
+
+/** The requests runSessions sends, in its order, each with the reply the mock will give. */
+function plannedSessions(): WorkloadPlan {
+  const all = sessions();
+  const user = lcg(9_000);
+  const list: WorkloadRequest[] = [];
+  for (let turn = 0; turn < TURNS; turn++) {
+    for (const [k, s] of all.entries()) {
+      const seed = promptSeed(s.history);
+      const reply = Array.from({ length: REPLY_TOKENS }, (_, i) => fillerTokenId(seed, i));
+      list.push({
+        id: list.length,
+        clientId: 0,
+        thinkMs: 20,
+        inputIds: Uint32Array.from(s.history),
+        outputTokens: REPLY_TOKENS,
+        outputIds: Uint32Array.from(reply),
+        sessionKey: `s${k}`,
+      });
+      s.history.push(...reply, ...ids(user, 30 + (turn % 3)));
+    }
+  }
+  const base = buildWorkload('seed-sequential', { requests: 1 }, 1);
+  return { ...base, mode: 'closed', clients: [list], events: [] };
+}
+
+function predictedPdHit(store: boolean): number {
+  const run = simulatePd(plannedSessions(), {
+    prefillPolicy: { method: 'cache_aware' },
+    decodePolicy: { method: 'total_tokens' },
+    prefillRanks: PREFILL,
+    decodeRanks: DECODE,
+    profile: getProfile('h200-llama-3.1-8b'),
+    seed: 1,
+    ...(store ? { kvStore: { gbps: 100, decodeOffload: true } } : {}),
+  });
+  expect(run.summary.requests).toBe(SESSIONS * TURNS);
+  return run.summary.hitRate;
 }
 
 async function runSessions(url: string): Promise<void> {
@@ -123,6 +172,14 @@ describe('PD keeps the colocated hit rate with a shared store and decode offload
         `PD ${(plainHit * 100).toFixed(2)}%, PD + store with decode offload ${(storeHit * 100).toFixed(2)}% ` +
         `(store: ${stats.writes} writes, ${stats.used_tokens} tokens held, ${stats.matches} lookups)`,
     );
+    const predictedPlain = predictedPdHit(false);
+    const predictedStore = predictedPdHit(true);
+    console.log(
+      `simulator, same sessions: PD ${(predictedPlain * 100).toFixed(2)}% (observed ${(plainHit * 100).toFixed(2)}%), ` +
+        `PD + store ${(predictedStore * 100).toFixed(2)}% (observed ${(storeHit * 100).toFixed(2)}%)`,
+    );
+    expect(Math.abs(predictedPlain - plainHit) * 100).toBeLessThanOrEqual(2);
+    expect(Math.abs(predictedStore - storeHit) * 100).toBeLessThanOrEqual(2);
     // Every request looked the store up once and every prefill and decode wrote to it.
     expect(stats.matches).toBe(requests);
     expect(stats.writes).toBe(2 * requests);

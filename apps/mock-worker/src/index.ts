@@ -6,7 +6,7 @@ export {
   MockEngine,
   type RankLoadInfo,
 } from './engine.ts';
-export { fillerText, fillerToken, promptSeed } from './filler.ts';
+export { fillerText, fillerToken, fillerTokenId, promptSeed } from './filler.ts';
 export {
   KV_EVENTS_DEFAULT_ENDPOINT,
   type KvEventsOptions,
