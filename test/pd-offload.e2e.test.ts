@@ -24,6 +24,7 @@ import {
 } from '@kvroute/sim/model';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startCluster } from './helpers/cluster.ts';
+import { metricSum, pdPrefillTokens } from './helpers/metrics.ts';
 import { startPdCluster } from './helpers/pd-cluster.ts';
 
 const PREFILL = 2;
@@ -118,14 +119,6 @@ async function runSessions(url: string): Promise<void> {
   }
 }
 
-async function metric(url: string, name: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  return [...text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'gm'))].reduce(
-    (n, m) => n + Number(m[1]),
-    0,
-  );
-}
-
 const closers: (() => Promise<void>)[] = [];
 afterEach(async () => {
   for (const c of closers.splice(0)) await c();
@@ -142,10 +135,9 @@ async function pdHitRate(store?: RunningKvStore): Promise<number> {
   });
   closers.push(() => cluster.close());
   await runSessions(cluster.url);
-  const prompt = await metric(cluster.url, 'kvroute_pd_prefill_prompt_tokens_total');
-  const cached = await metric(cluster.url, 'kvroute_pd_prefill_cached_tokens_total');
-  expect(prompt).toBeGreaterThan(0);
-  return cached / prompt;
+  const { prompted, cached } = await pdPrefillTokens(cluster.url);
+  expect(prompted).toBeGreaterThan(0);
+  return cached / prompted;
 }
 
 describe('PD keeps the colocated hit rate with a shared store and decode offload', () => {
@@ -156,8 +148,9 @@ describe('PD keeps the colocated hit rate with a shared store and decode offload
     });
     closers.push(() => colocated.close());
     await runSessions(colocated.url);
-    const coPrompt = await metric(colocated.url, 'kvroute_router_prompt_tokens_total');
-    const coCached = await metric(colocated.url, 'kvroute_router_cached_tokens_total');
+    const coMetrics = await (await fetch(`${colocated.url}/metrics`)).text();
+    const coPrompt = metricSum(coMetrics, 'kvroute_router_prompt_tokens_total');
+    const coCached = metricSum(coMetrics, 'kvroute_router_cached_tokens_total');
     const coHit = coCached / coPrompt;
 
     const plainHit = await pdHitRate();

@@ -16,6 +16,7 @@ import { join } from 'node:path';
 import { buildWorkload, loadProfileFile, simulatePd, type WorkloadPlan } from '@kvroute/sim/model';
 import { chatRoutingIds, idsToChatText } from '@kvroute/validate';
 import { afterEach, describe, expect, it } from 'vitest';
+import { pdPrefillTokens } from './helpers/metrics.ts';
 import { type PdCluster, startPdCluster } from './helpers/pd-cluster.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvroute-pd-predict-'));
@@ -180,14 +181,7 @@ describe('the simulator predicts the PD e2e run', () => {
       if (byId.get(i)?.rank === o.prefillRank) samePrefill++;
       if (byId.get(i)?.decodeRank === o.decodeRank) sameDecode++;
     });
-    const metrics = await (await fetch(`${cluster.url}/metrics`)).text();
-    const sum = (name: string) =>
-      [...metrics.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'gm'))].reduce(
-        (n, m) => n + Number(m[1]),
-        0,
-      );
-    const prompted = sum('kvroute_pd_prefill_prompt_tokens_total');
-    const cached = sum('kvroute_pd_prefill_cached_tokens_total');
+    const { prompted, cached } = await pdPrefillTokens(cluster.url);
     const observedHit = cached / prompted;
     const predictedHit = predicted.summary.hitRate;
     const predictedP50 = predicted.summary.ttftMs.p50;

@@ -5,6 +5,7 @@
 
 import { spawnSync } from 'node:child_process';
 import { afterEach, describe, expect, it } from 'vitest';
+import { pdPrefillTokens } from './helpers/metrics.ts';
 import { type PdCluster, startPdCluster } from './helpers/pd-cluster.ts';
 import { formatAddedLatency, measureAddedLatency } from './helpers/pd-latency.ts';
 
@@ -173,14 +174,7 @@ describe('PD mode, SGLang style', () => {
       ranks.add(r.headers['x-kvroute-rank'] as string);
     }
     expect(ranks.size).toBe(1);
-    const metrics = await (await fetch(`${c.url}/metrics`)).text();
-    const sum = (name: string) =>
-      [...metrics.matchAll(new RegExp(`^${name}\\{[^}]*\\} (\\S+)$`, 'gm'))].reduce(
-        (n, m) => n + Number(m[1]),
-        0,
-      );
-    const prompted = sum('kvroute_pd_prefill_prompt_tokens_total');
-    const cached = sum('kvroute_pd_prefill_cached_tokens_total');
+    const { prompted, cached } = await pdPrefillTokens(c.url);
     expect(prompted).toBeGreaterThan(0);
     // Four of five requests found the shared prefix cached on their prefill rank.
     expect(cached / prompted).toBeGreaterThan(0.5);

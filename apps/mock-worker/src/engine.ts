@@ -12,11 +12,11 @@ import {
   type CostModel,
   getProfile,
   loadProfileFile,
-  profileKvBytesPerToken,
   RadixCache,
   RankModel,
 } from '@kvroute/sim/model';
 import type { ResolvedOptions } from './options.ts';
+import { kvLoadTokensPerMs, profileKvBytesPerToken } from './pd/kv-transfer.ts';
 import { RealtimeScheduler } from './scheduler.ts';
 
 export interface EngineRequest {
@@ -87,8 +87,10 @@ export class MockEngine {
         ? undefined
         : {
             capacityTokens: storeView.capacity,
-            loadTokensPerMs:
-              (opts.kvStoreGbps * 1e9) / 8 / profileKvBytesPerToken(this.profile) / 1000,
+            loadTokensPerMs: kvLoadTokensPerMs(
+              opts.kvStoreGbps,
+              profileKvBytesPerToken(this.profile),
+            ),
             shared: storeView,
           };
     this.ranks = Array.from(

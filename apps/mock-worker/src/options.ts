@@ -405,11 +405,81 @@ export function parseMockWorkerArgs(argv: readonly string[]): CliArgs {
       throw new MockWorkerConfigError(`--kv-events-config must be JSON: ${(err as Error).message}`);
     }
   }
-  const port = cliNumber('--port', values.port) ?? 0;
+  return {
+    options,
+    host: values.host ?? '127.0.0.1',
+    port: cliPort(values.port),
+    help: values.help ?? false,
+  };
+}
+
+function cliPort(raw: string | undefined): number {
+  const port = cliNumber('--port', raw) ?? 0;
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
     throw new MockWorkerConfigError(`--port must be an integer in [0, 65535], got ${port}`);
   }
-  return { options, host: values.host ?? '127.0.0.1', port, help: values.help ?? false };
+  return port;
+}
+
+export const KV_STORE_USAGE = `Usage: kvroute-mock-worker kv-store [flags]
+
+A KV store the mock PD workers share (SGLang's HiCache storage backend): prefill workers started
+with --kv-store URL load what it holds and write their prompts to it; decode workers with
+--kv-store URL --decode-offload write each finished prompt + reply to it.
+
+  --host HOST          listen address (default 127.0.0.1)
+  --port N             listen port (default 0: any free port; the URL is printed)
+  --kv-store-tokens N  tokens held before least recently used paths are evicted (default: unbounded)
+  --page-size N        radix page size in tokens (default 1, as the workers')
+  -h, --help           this text
+`;
+
+export interface KvStoreCliArgs {
+  host: string;
+  port: number;
+  capacityTokens?: number;
+  pageSize?: number;
+  help: boolean;
+}
+
+/** `kvroute-mock-worker kv-store [flags]`, with the worker's number rules and errors. */
+export function parseKvStoreArgs(argv: readonly string[]): KvStoreCliArgs {
+  let values: {
+    host?: string;
+    port?: string;
+    'kv-store-tokens'?: string;
+    'page-size'?: string;
+    help?: boolean;
+  };
+  try {
+    ({ values } = parseArgs({
+      args: argv.filter((a) => a !== '--'),
+      strict: true,
+      allowPositionals: false,
+      options: {
+        host: { type: 'string' },
+        port: { type: 'string' },
+        'kv-store-tokens': { type: 'string' },
+        'page-size': { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }));
+  } catch (err) {
+    throw new MockWorkerConfigError(`${(err as Error).message}\n\n${KV_STORE_USAGE}`);
+  }
+  const capacityTokens = int(
+    '--kv-store-tokens',
+    cliNumber('--kv-store-tokens', values['kv-store-tokens']),
+    1,
+  );
+  const pageSize = int('--page-size', cliNumber('--page-size', values['page-size']), 1);
+  return {
+    host: values.host ?? '127.0.0.1',
+    port: cliPort(values.port),
+    ...(capacityTokens !== undefined ? { capacityTokens } : {}),
+    ...(pageSize !== undefined ? { pageSize } : {}),
+    help: values.help ?? false,
+  };
 }
 
 function parse(argv: readonly string[]) {

@@ -29,6 +29,7 @@ export {
   checkKvLink,
   DEFAULT_KV_LINK_GBPS,
   DEFAULT_KV_SETUP_MS,
+  kvLoadTokensPerMs,
   kvTransferBytes,
   kvTransferMs,
   profileKvBytesPerToken,
@@ -47,7 +48,7 @@ export type {
   RankStats,
   StepDriver,
 } from './entities/rank.ts';
-export { KvCapacityError, RankModel, writeBack } from './entities/rank.ts';
+export { finishedPath, KvCapacityError, RankModel, writeBack } from './entities/rank.ts';
 export { latencyStats, percentile, summarize } from './metrics/summary.ts';
 export type {
   LatencyStats,

@@ -5,6 +5,8 @@
 export {
   DEFAULT_KV_LINK_GBPS,
   DEFAULT_KV_SETUP_MS,
+  finishedPath,
+  kvLoadTokensPerMs,
   kvTransferMs,
   profileKvBytesPerToken,
   writeBack,

@@ -33,7 +33,7 @@ import type { Generation } from '../generation.ts';
 import type { ResolvedOptions } from '../options.ts';
 import type { BootstrapServer } from './bootstrap.ts';
 import { KvStoreClient } from './kv-store.ts';
-import { kvTransferMs, profileKvBytesPerToken, writeBack } from './kv-transfer.ts';
+import { finishedPath, kvTransferMs, profileKvBytesPerToken, writeBack } from './kv-transfer.ts';
 
 export type PdRole = 'prefill' | 'decode';
 
@@ -471,10 +471,7 @@ export function createPdRoles(deps: PdDeps) {
         // pages, so the next turn's prefill loads the reply instead of computing it.
         void gen.done.then(() => {
           if (!outcome.finished || prompt === undefined) return;
-          const n = Math.max(0, Math.min(outcome.outputIds.length, outcome.completionTokens - 1));
-          const path = new Uint32Array(prompt.length + n);
-          path.set(prompt, 0);
-          for (let i = 0; i < n; i++) path[prompt.length + i] = outcome.outputIds[i]!;
+          const path = finishedPath(prompt, outcome.outputIds, outcome.completionTokens) ?? prompt;
           store.write(path).catch(storeFailed);
         });
       },

@@ -74,6 +74,15 @@ export function kvTransferMs(tokens: number, kv: number | ModelShape, link: KvLi
 }
 
 /**
+ * Tokens of KV per model ms that `gbps` (gigabits per second) moves: the rate a rank loads
+ * from a KV store at. The simulator's PD layout and the mock worker's store share it, so
+ * both charge a load identically.
+ */
+export function kvLoadTokensPerMs(gbps: number, bytesPerToken: number): number {
+  return (gbps * 1e9) / 8 / bytesPerToken / 1000;
+}
+
+/**
  * KV bytes per token of a cost profile, from its memory model; a clear error when it has
  * none (a profile file without `memory` cannot price a transfer).
  */

@@ -812,16 +812,9 @@ export class RankModel {
 
   private finish(r: ActiveRequest, now: number): void {
     const out = r.spec.outputIds;
-    if (out !== undefined && out.length > 0) {
-      // SGLang caches input + output of a finished request (minus the last sampled token,
-      // whose KV was never written).
-      const n = Math.min(out.length, r.generated - 1);
-      if (n > 0) {
-        const all = new Uint32Array(r.inputLen + n);
-        all.set(r.ids, 0);
-        for (let i = 0; i < n; i++) all[r.inputLen + i] = out[i]!;
-        this.moveIntoTree(r, all, all.length);
-      }
+    if (out !== undefined) {
+      const all = finishedPath(r.ids, out, r.generated);
+      if (all !== null) this.moveIntoTree(r, all, all.length);
     }
     r.phase = 'done';
     this.release(r);
@@ -840,6 +833,24 @@ export class RankModel {
     this.heldTotal -= r.held;
     r.held = 0;
   }
+}
+
+/**
+ * What SGLang caches of a finished request: its input, then its output up to the last
+ * sampled token (whose KV was never written); null when the output adds nothing. The rank's
+ * own tree, the PD layout's decode offload and the mock worker's all cache this path.
+ */
+export function finishedPath(
+  input: ArrayLike<number>,
+  output: ArrayLike<number>,
+  generated: number,
+): Uint32Array | null {
+  const n = Math.min(output.length, generated - 1);
+  if (n <= 0) return null;
+  const all = new Uint32Array(input.length + n);
+  all.set(input, 0);
+  for (let i = 0; i < n; i++) all[input.length + i] = output[i]!;
+  return all;
 }
 
 /** Writes a path into a host or storage tier, making room there first (evicted GPU paths). */

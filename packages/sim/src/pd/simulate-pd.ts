@@ -48,11 +48,12 @@ import {
   checkKvLink,
   DEFAULT_KV_LINK_GBPS,
   type KvLink,
+  kvLoadTokensPerMs,
   kvTransferMs,
   profileKvBytesPerToken,
 } from '../cost/kv-transfer.ts';
 import { EventQueue } from '../engine/event-queue.ts';
-import { type HostKvOptions, type StepRecord, writeBack } from '../entities/rank.ts';
+import { finishedPath, type HostKvOptions, type StepRecord, writeBack } from '../entities/rank.ts';
 import { Cluster, checkRanks, type RankOverrides } from '../host/cluster.ts';
 import { driveRequests } from '../host/drive.ts';
 import { latencyStats, round3, summarize } from '../metrics/summary.ts';
@@ -245,7 +246,7 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
     store = new RadixCache({ capacityTokens: cap, pageSize: opts.rank?.pageSize ?? 1 });
     storeHostKv = {
       capacityTokens: cap,
-      loadTokensPerMs: (storeOpts.gbps * 1e9) / 8 / kvBytes / 1000,
+      loadTokensPerMs: kvLoadTokensPerMs(storeOpts.gbps, kvBytes),
       shared: store,
     };
   }
@@ -473,15 +474,10 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
         dTicket.done();
         const out = req.outputIds;
         if (store !== null && storeOpts?.decodeOffload === true && out !== undefined) {
-          // The decode side offloads the prompt + reply path (minus the last sampled token,
-          // whose KV was never written): the prompt part is already in the store.
-          const n = Math.min(out.length, info.outputTokens - 1);
-          if (n > 0) {
-            const path = new Uint32Array(inputIds.length + n);
-            path.set(toU32(inputIds), 0);
-            path.set(out.subarray(0, n), inputIds.length);
-            writeBack(store, path);
-          }
+          // The decode side offloads the prompt + reply path: the prompt part is already in
+          // the store.
+          const path = finishedPath(inputIds, out, info.outputTokens);
+          if (path !== null) writeBack(store, path);
         }
         finish(req, t, info.outputTokens, pTicket, dTicket, false, times);
       },
