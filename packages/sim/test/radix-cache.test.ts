@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { RadixCache } from '../src/cache/radix-cache.ts';
 
@@ -90,5 +91,77 @@ describe('RadixCache hooks', () => {
     log.length = 0;
     cache.reset();
     expect(log).toEqual(['clear']);
+  });
+});
+
+describe('RadixCache.extend', () => {
+  // A request's node spells path[0:depth]; extend(node, depth, path[depth:]) must leave the
+  // cache exactly as insertFrom(node, depth, path) would, hooks included.
+  const state = (c: RadixCache) => ({ used: c.used, nodes: c.nodeCount, evictable: c.evictable });
+
+  it('leaves the same tree as inserting the whole path, at any page size and depth', () => {
+    fc.assert(
+      fc.property(
+        fc.constantFrom(1, 4, 16),
+        fc.array(fc.array(fc.integer({ min: 1, max: 3 }), { minLength: 0, maxLength: 60 }), {
+          minLength: 1,
+          maxLength: 6,
+        }),
+        fc.nat(),
+        (pageSize, prompts, pick) => {
+          const make = () => {
+            const c = new RadixCache({ capacityTokens: 10_000, pageSize });
+            const log: string[] = [];
+            c.hooks = { stored: (p, s) => log.push(`${s}:${Array.from(p).join(',')}`) };
+            return { c, log };
+          };
+          const a = make();
+          const b = make();
+          for (const p of prompts) {
+            const path = Uint32Array.from(p);
+            // The request already holds its prompt up to a page-aligned depth.
+            const cut = Math.min(path.length, pick % (path.length + 1));
+            const depth = cut - (cut % pageSize);
+            const ha = depth > 0 ? a.c.insert(path, depth) : null;
+            const hb = depth > 0 ? b.c.insert(path, depth) : null;
+            if (ha) a.c.lock(ha);
+            if (hb) b.c.lock(hb);
+            const ea = a.c.insertFrom(ha, depth, path);
+            const eb = b.c.extend(hb, depth, path.subarray(depth));
+            expect(state(b.c)).toEqual(state(a.c));
+            expect(b.c.match(path).matchedTokens).toBe(a.c.match(path).matchedTokens);
+            // Both handles end where the whole path (page aligned) does.
+            a.c.lock(ea);
+            b.c.lock(eb);
+            expect(state(b.c)).toEqual(state(a.c));
+            if (ha) a.c.unlock(ha);
+            if (hb) b.c.unlock(hb);
+          }
+          expect(b.log).toEqual(a.log);
+          // Without observers it takes the tail-only path: same tree again.
+          const c = new RadixCache({ capacityTokens: 10_000, pageSize });
+          const d = new RadixCache({ capacityTokens: 10_000, pageSize });
+          for (const p of prompts) {
+            const path = Uint32Array.from(p);
+            const depth = Math.floor(path.length / 2 / pageSize) * pageSize;
+            const hc = depth > 0 ? c.insert(path, depth) : null;
+            const hd = depth > 0 ? d.insert(path, depth) : null;
+            c.insertFrom(hc, depth, path);
+            d.extend(hd, depth, path.subarray(depth));
+            expect(state(d)).toEqual(state(c));
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('refuses a depth that does not fit the handle', () => {
+    const c = new RadixCache({ capacityTokens: 100, pageSize: 4 });
+    const h = c.insert(seq(1, 8));
+    expect(() => c.extend(null, 4, seq(5, 4))).toThrow(/depth 4 does not match/);
+    expect(() => c.extend(h, 6, seq(7, 4))).toThrow(/depth 6 does not match/);
+    c.hooks = { stored: () => {} };
+    expect(() => c.extend(h, 4, seq(5, 4))).toThrow(/spells 8 tokens, not 4/);
   });
 });

@@ -215,9 +215,16 @@ export class RadixCache {
     const start = handle !== null && handle.parent !== null && depth <= len ? handle : this.root;
     const { node, pos } = this.walk(u, len, start, start === this.root ? 0 : depth);
     if (pos >= len) return node;
+    const leaf = this.addLeaf(node, u, pos, len);
+    this.hooks?.stored?.(u.subarray(0, len), pos);
+    return leaf;
+  }
+
+  /** Hangs ids[pos, len) below `node` as a new leaf. */
+  private addLeaf(node: RadixNode, ids: Uint32Array, pos: number, len: number): RadixNode {
     // Copy: a view would pin the caller's whole buffer for as long as the node lives.
     const leaf: RadixNode = {
-      key: u.slice(pos, len),
+      key: ids.slice(pos, len),
       parent: node,
       children: new Map(),
       lockRef: 0,
@@ -229,8 +236,34 @@ export class RadixCache {
     this.candidate(leaf);
     this.size += leaf.key.length;
     this.evictableSize += leaf.key.length;
-    this.hooks?.stored?.(u.subarray(0, len), pos);
     return leaf;
+  }
+
+  /**
+   * insertFrom() given only the part past `depth`: `tail[i]` is the token at depth + i and
+   * `handle` (held locked by the caller, or null with depth 0) spells the path up to depth,
+   * which is page aligned. A caller appending a short reply to a long prompt then copies the
+   * reply, not the prompt. Observers are given the full path, rebuilt from the tree.
+   */
+  extend(handle: RadixHandle | null, depth: number, tail: Uint32Array): RadixHandle {
+    const start = handle ?? this.root;
+    if (start === this.root ? depth !== 0 : depth % this.pageSize !== 0) {
+      throw new Error(`RadixCache.extend: depth ${depth} does not match the handle`);
+    }
+    if (this.hooks?.stored) {
+      const head = start === this.root ? new Uint32Array(0) : this.pathOf(start);
+      if (head.length !== depth) {
+        throw new Error(`RadixCache.extend: handle spells ${head.length} tokens, not ${depth}`);
+      }
+      const full = new Uint32Array(depth + tail.length);
+      full.set(head, 0);
+      full.set(tail, depth);
+      return this.insertFrom(start === this.root ? null : start, depth, full);
+    }
+    const len = this.floorPage(tail.length);
+    const { node, pos } = this.walk(tail, len, start, 0);
+    if (pos >= len) return node;
+    return this.addLeaf(node, tail, pos, len);
   }
 
   lock(handle: RadixHandle): void {

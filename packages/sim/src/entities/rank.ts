@@ -799,7 +799,11 @@ export class RankModel {
   /** Inserts `ids[0:len]` and moves the request's lock to the new end; frees its reservation. */
   private moveIntoTree(r: ActiveRequest, ids: ArrayLike<number>, len: number): void {
     // Resume from the request's locked node: its path is exactly ids[0:inTree].
-    const handle = this.cache.insertFrom(r.handle, r.inTree, ids, len);
+    this.holdAt(r, this.cache.insertFrom(r.handle, r.inTree, ids, len), len);
+  }
+
+  /** Moves the request's lock to `handle`, which spells its first `len` tokens. */
+  private holdAt(r: ActiveRequest, handle: RadixHandle, len: number): void {
     this.cache.lock(handle);
     if (r.handle !== null) this.cache.unlock(r.handle);
     r.handle = handle;
@@ -813,8 +817,12 @@ export class RankModel {
   private finish(r: ActiveRequest, now: number): void {
     const out = r.spec.outputIds;
     if (out !== undefined) {
-      const all = finishedPath(r.ids, out, r.generated);
-      if (all !== null) this.moveIntoTree(r, all, all.length);
+      // The request's node already spells ids[0:inTree]: copy only what follows it, so a
+      // long prompt with a short reply costs the reply, not the prompt.
+      const tail = finishedPath(r.ids, out, r.generated, r.inTree);
+      if (tail !== null) {
+        this.holdAt(r, this.cache.extend(r.handle, r.inTree, tail), r.inTree + tail.length);
+      }
     }
     r.phase = 'done';
     this.release(r);
@@ -839,17 +847,21 @@ export class RankModel {
  * What SGLang caches of a finished request: its input, then its output up to the last
  * sampled token (whose KV was never written); null when the output adds nothing. The rank's
  * own tree, the PD layout's decode offload and the mock worker's all cache this path.
+ * `from` > 0 returns only the path's positions from `from` on.
  */
 export function finishedPath(
   input: ArrayLike<number>,
   output: ArrayLike<number>,
   generated: number,
+  from = 0,
 ): Uint32Array | null {
   const n = Math.min(output.length, generated - 1);
   if (n <= 0) return null;
-  const all = new Uint32Array(input.length + n);
-  all.set(input, 0);
-  for (let i = 0; i < n; i++) all[input.length + i] = output[i]!;
+  const head = Math.max(0, input.length - from);
+  const all = new Uint32Array(head + n);
+  if (input instanceof Uint32Array) all.set(input.subarray(from), 0);
+  else for (let i = 0; i < head; i++) all[i] = input[from + i]!;
+  for (let i = 0; i < n; i++) all[head + i] = output[i]!;
   return all;
 }
 
