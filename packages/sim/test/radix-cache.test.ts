@@ -165,3 +165,33 @@ describe('RadixCache.extend', () => {
     expect(() => c.extend(h, 4, seq(5, 4))).toThrow(/spells 8 tokens, not 4/);
   });
 });
+
+describe('RadixCache matching over long segments', () => {
+  // Walks compare long equal runs natively: the match must still be the longest common
+  // prefix with anything cached, wherever the first difference falls (before, at or past
+  // the native-compare threshold, at the segment's end).
+  it('equals the longest common prefix with any cached prompt', () => {
+    const base = seq(1, 600);
+    const lcp = (a: Uint32Array, b: Uint32Array) => {
+      let i = 0;
+      while (i < a.length && i < b.length && a[i] === b[i]) i++;
+      return i;
+    };
+    const variant = fc
+      .tuple(fc.integer({ min: 0, max: 600 }), fc.integer({ min: 0, max: 600 }), fc.nat(3))
+      .map(([len, at, v]) => {
+        const p = base.slice(0, len);
+        if (at < len && v > 0) p[at] = 10_000 + v;
+        return p;
+      });
+    fc.assert(
+      fc.property(fc.array(variant, { minLength: 1, maxLength: 8 }), variant, (cached, query) => {
+        const c = new RadixCache({ capacityTokens: 100_000 });
+        for (const p of cached) c.insert(p);
+        const expected = Math.max(0, ...cached.map((p) => lcp(p, query)));
+        expect(c.match(query).matchedTokens).toBe(expected);
+      }),
+      { numRuns: 500 },
+    );
+  });
+});
