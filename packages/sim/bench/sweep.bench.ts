@@ -1,46 +1,150 @@
 // Sweep throughput on worker threads: a 16-cell sweep (4 windows x 4 prefix lengths of
-// prefix_match on the agentic scenario, 16 ranks) with 1 worker and with 2, and a 1,000-cell
-// sweep (40 windows x 25 prefix lengths on seed-sequential) on every core. Prints wall times,
-// the speed-up (target >= 1.7x on 2 cores) and the load average before and after each run,
-// since the machine may be shared. No assertions.
-//   pnpm --filter @kvroute/sim bench:sweep [-- --skip-1000]
+// prefix_match on the agentic scenario, 16 ranks) with --jobs 1 and with --jobs 2, and a
+// 1,000-cell sweep (40 windows x 25 prefix lengths on seed-sequential) on every core.
+//
+// Every run is a fresh `kvroute-sim sweep` process from the compiled dist/ (built first if
+// missing or older than the source), so no run inherits another's warm JIT, and the job
+// counts alternate over rounds so a change in the machine's load hits both alike. Prints each
+// run's wall time and how many cores it kept busy (CPU time / wall time: V8's compiler and
+// GC threads keep part of a second core busy even at --jobs 1, which bounds what a second
+// thread can add), the medians and their ratio (target >= 1.7x on 2 cores), and the load
+// average, since the machine may be shared. No assertions.
+// --trace adds the same 16 cells on the Mooncake trace (cells of about a second; one round,
+// about a minute).
+//   pnpm --filter @kvroute/sim bench:sweep [-- --rounds 3] [--skip-1000] [--trace]
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { availableParallelism, loadavg } from 'node:os';
-import { runCli } from '../src/cli/main.ts';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
-const quiet = { write: () => true };
-async function sweep(args: string[], jobs: number): Promise<number> {
-  const t0 = performance.now();
-  const code = await runCli(['sweep', ...args, '--jobs', String(jobs), '--json', '-'], {
-    stdout: quiet,
-    stderr: { write: (s: string) => process.stderr.write(s) },
-    cwd: process.cwd(),
-  });
-  if (code !== 0) throw new Error(`sweep exited ${code}`);
-  return (performance.now() - t0) / 1000;
+const args = process.argv.slice(2).filter((a) => a !== '--');
+const flag = (name: string, fallback: string) => {
+  const i = args.indexOf(`--${name}`);
+  return i >= 0 && args[i + 1] !== undefined ? args[i + 1]! : fallback;
+};
+const rounds = Number(flag('rounds', '3'));
+if (!Number.isInteger(rounds) || rounds < 1) {
+  console.error(`--rounds must be a positive integer, got ${flag('rounds', '3')}`);
+  process.exit(2);
 }
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const cli = join(root, 'dist', 'cli.js');
+
+/** Newest modification time under a directory (recursively). */
+function newest(dir: string): number {
+  let t = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    t = Math.max(t, e.isDirectory() ? newest(p) : statSync(p).mtimeMs);
+  }
+  return t;
+}
+if (!existsSync(cli) || statSync(cli).mtimeMs < newest(join(root, 'src'))) {
+  console.log('building dist/ (older than src/) ...');
+  const b = spawnSync('pnpm', ['run', 'build'], { cwd: root, stdio: 'inherit' });
+  if (b.status !== 0) process.exit(b.status ?? 1);
+}
+
+interface Run {
+  wallS: number;
+  cpuS: number;
+}
+
+/** One sweep in a fresh process: wall time, and CPU time of it and its threads. */
+function sweep(grid: string[], jobs: number): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    // The child reports its own CPU time (all threads) on exit, on fd 3.
+    const report =
+      "import { writeSync } from 'node:fs'; process.on('exit', () => { " +
+      'const u = process.cpuUsage(); ' +
+      'writeSync(3, JSON.stringify({ cpu: (u.user + u.system) / 1e6 })); });';
+    const t0 = performance.now();
+    const child = spawn(
+      process.execPath,
+      [
+        '--import',
+        `data:text/javascript,${encodeURIComponent(report)}`,
+        cli,
+        'sweep',
+        ...grid,
+        '--jobs',
+        String(jobs),
+        '--json',
+        '-',
+      ],
+      { stdio: ['ignore', 'ignore', 'pipe', 'pipe'] },
+    );
+    let err = '';
+    let out = '';
+    child.stderr!.on('data', (d) => {
+      err += d;
+    });
+    child.stdio[3]!.on('data', (d) => {
+      out += d;
+    });
+    child.on('error', reject);
+    child.on('close', (code) => {
+      const wallS = (performance.now() - t0) / 1000;
+      if (code !== 0) {
+        reject(new Error(`sweep --jobs ${jobs} exited ${code}: ${err.slice(-2000)}`));
+        return;
+      }
+      resolve({ wallS, cpuS: (JSON.parse(out) as { cpu: number }).cpu });
+    });
+  });
+}
+
 const load = () => loadavg()[0]!.toFixed(1);
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+};
 const range = (n: number, from: number, step: number) =>
   Array.from({ length: n }, (_, i) => from + i * step).join(',');
+const show = (r: Run) => `${r.wallS.toFixed(2)} s (${(r.cpuS / r.wallS).toFixed(2)} cores busy)`;
 
-const grid16 = [
-  '--scenario',
-  'agentic',
-  '--window',
-  '64,128,256,512',
-  '--prefix-length',
-  '1024,2048,4096,8192',
-];
-console.log(`cores: ${availableParallelism()}`);
-const l0 = load();
-const one = await sweep(grid16, 1);
-const l1 = load();
-const two = await sweep(grid16, 2);
-const l2 = load();
-const speedup = one / two;
-console.log(
-  `16-cell sweep (agentic, prefix_match): 1 worker ${one.toFixed(1)} s (load ${l0} -> ${l1}), 2 workers ${two.toFixed(1)} s (load ${l1} -> ${l2}): ${speedup.toFixed(2)}x (target >= 1.7x: ${speedup >= 1.7 ? 'met' : 'MISSED'})`,
+/** Runs a grid with --jobs 1 and 2 in alternating order; prints each run and the medians. */
+async function compareJobs(name: string, grid: string[], n: number): Promise<void> {
+  const one: Run[] = [];
+  const two: Run[] = [];
+  for (let r = 0; r < n; r++) {
+    const order = r % 2 === 0 ? [1, 2] : [2, 1];
+    const got: string[] = [];
+    for (const jobs of order) {
+      const run = await sweep(grid, jobs);
+      (jobs === 1 ? one : two).push(run);
+      got.push(`--jobs ${jobs} ${show(run)}`);
+    }
+    console.log(`  round ${r + 1}: ${got.join(', ')}; load ${load()}`);
+  }
+  const m1 = median(one.map((r) => r.wallS));
+  const m2 = median(two.map((r) => r.wallS));
+  const speedup = m1 / m2;
+  const busy1 = median(one.map((r) => r.cpuS / r.wallS));
+  console.log(
+    `${name}, fresh processes, median of ${n}: --jobs 1 ${m1.toFixed(2)} s, --jobs 2 ${m2.toFixed(2)} s: ${speedup.toFixed(2)}x (target >= 1.7x: ${speedup >= 1.7 ? 'met' : 'MISSED'}); --jobs 1 alone keeps ${busy1.toFixed(2)} cores busy`,
+  );
+}
+
+const window4 = ['--window', '64,128,256,512', '--prefix-length', '1024,2048,4096,8192'];
+console.log(`cores: ${availableParallelism()}; load average before: ${load()}`);
+await compareJobs(
+  '16-cell sweep (agentic, prefix_match)',
+  ['--scenario', 'agentic', ...window4],
+  rounds,
 );
-if (!process.argv.includes('--skip-1000')) {
+if (args.includes('--trace')) {
+  // The same 16 cells on the Mooncake trace: cells of about a second each.
+  await compareJobs(
+    '16-cell sweep (Mooncake trace replay, prefix_match)',
+    ['--scenario', 'replay', ...window4],
+    1,
+  );
+}
+if (!args.includes('--skip-1000')) {
   // 40 windows x 25 prefix lengths, every prefix length >= every window: 1,000 cells.
   const grid1000 = [
     '--scenario',
@@ -53,6 +157,6 @@ if (!process.argv.includes('--skip-1000')) {
   const lb = load();
   const all = await sweep(grid1000, availableParallelism());
   console.log(
-    `1,000-cell sweep (seed-sequential, prefix_match) on ${availableParallelism()} workers: ${all.toFixed(1)} s wall (load ${lb} -> ${load()})`,
+    `1,000-cell sweep (seed-sequential, prefix_match) on ${availableParallelism()} threads: ${show(all)} wall (load ${lb} -> ${load()})`,
   );
 }
