@@ -4,9 +4,12 @@
 // counter rather than wall or simulated time, so ties cannot depend on event timing.
 
 import { Buffer } from 'node:buffer';
+import { type KeyChunk, type KeyStore, sharedKeyStore } from './key-store.ts';
 
 export interface RadixNode {
   key: Uint32Array;
+  /** The key store chunk the key is a view of (null: its own buffer). */
+  chunk: KeyChunk | null;
   parent: RadixNode | null;
   children: Map<number | string, RadixNode>;
   lockRef: number;
@@ -41,6 +44,11 @@ export interface RadixCacheOptions {
   eviction?: 'lru' | 'fifo';
   /** Called with the full token path of every evicted leaf (e.g. to write it to a host tier). */
   onEvict?(path: Uint32Array): void;
+  /**
+   * Where keys are copied: default this thread's shared store (see key-store.ts); null gives
+   * each key its own buffer.
+   */
+  keys?: KeyStore | null;
 }
 
 export interface MatchResult {
@@ -63,6 +71,8 @@ function sameTokens(a: Uint32Array, ai: number, b: Uint32Array, bi: number, n: n
   const y = Buffer.from(b.buffer, b.byteOffset + 4 * bi, 4 * n);
   return x.equals(y);
 }
+
+const EMPTY = new Uint32Array(0);
 
 export class RadixCache {
   readonly capacity: number;
@@ -90,6 +100,7 @@ export class RadixCache {
   evictedNodes = 0;
   private readonly touch: boolean;
   private readonly onEvict: ((path: Uint32Array) => void) | null;
+  private readonly keys: KeyStore | null;
 
   constructor(opts: RadixCacheOptions) {
     const pageSize = opts.pageSize ?? 1;
@@ -107,8 +118,10 @@ export class RadixCache {
     }
     this.touch = eviction === 'lru';
     this.onEvict = opts.onEvict ?? null;
+    this.keys = opts.keys === undefined ? sharedKeyStore() : opts.keys;
     this.root = {
       key: new Uint32Array(0),
+      chunk: null,
       parent: null,
       children: new Map(),
       lockRef: 1,
@@ -156,6 +169,7 @@ export class RadixCache {
     const parent = child.parent!;
     const upper: RadixNode = {
       key: child.key.subarray(0, at),
+      chunk: null,
       parent,
       children: new Map(),
       lockRef: child.lockRef,
@@ -163,6 +177,7 @@ export class RadixCache {
     };
     parent.children.set(this.childKey(child.key, 0), upper);
     child.key = child.key.subarray(at);
+    this.keys?.share(child, upper);
     child.parent = upper;
     upper.children.set(this.childKey(child.key, 0), child);
     return upper;
@@ -240,14 +255,17 @@ export class RadixCache {
 
   /** Hangs ids[pos, len) below `node` as a new leaf. */
   private addLeaf(node: RadixNode, ids: Uint32Array, pos: number, len: number): RadixNode {
-    // Copy: a view would pin the caller's whole buffer for as long as the node lives.
     const leaf: RadixNode = {
-      key: ids.slice(pos, len),
+      key: EMPTY,
+      chunk: null,
       parent: node,
       children: new Map(),
       lockRef: 0,
       lastAccess: this.tick,
     };
+    // Copy: a view would pin the caller's whole buffer for as long as the node lives.
+    if (this.keys !== null) this.keys.place(leaf, ids, pos, len);
+    else leaf.key = ids.slice(pos, len);
     if (node !== this.root && node.children.size === 0) this.leaves.delete(node);
     node.children.set(this.childKey(leaf.key, 0), leaf);
     this.leaves.add(leaf);
@@ -319,6 +337,7 @@ export class RadixCache {
       this.size -= leaf.key.length;
       this.evictableSize -= leaf.key.length;
       freed += leaf.key.length;
+      this.keys?.release(leaf);
       this.evictedNodes++;
       if (parent !== this.root && parent.children.size === 0) {
         this.leaves.add(parent);
@@ -372,6 +391,14 @@ export class RadixCache {
 
   /** Drops everything (a rank restart); locked nodes included. */
   reset(): void {
+    if (this.keys !== null) {
+      const stack = [...this.root.children.values()];
+      while (stack.length > 0) {
+        const node = stack.pop()!;
+        for (const c of node.children.values()) stack.push(c);
+        this.keys.release(node);
+      }
+    }
     this.root.children.clear();
     this.leaves.clear();
     this.heapNodes = [];

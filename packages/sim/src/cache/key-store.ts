@@ -1,0 +1,145 @@
+// Where radix keys live. A key copied into its own ArrayBuffer is an external allocation, and
+// V8 starts a full garbage collection at every fixed step (64 MB) of external memory growth,
+// marking the whole heap each time: a long replay on many ranks spent most of its CPU there,
+// and as both the number of steps and the heap grow with the trace, its time grew
+// superlinearly. Keys are copied instead into chunks sized to what the store already holds,
+// (up to 256 MiB), so the full collections it triggers are few; a chunk only takes resident
+// memory as it fills. A chunk that lost a third of its keys (evicted) is compacted: its live
+// keys move to the current chunk and the emptied chunk is reused, not left for a collection
+// to free, so the store holds at most 1.5x its live keys plus the chunk being filled.
+
+/** A holder of one key (a radix node): the store may move its key to another chunk. */
+export interface KeyOwner {
+  key: Uint32Array;
+  chunk: KeyChunk | null;
+}
+
+export class KeyChunk {
+  /** Tokens handed out, live or not. */
+  used = 0;
+  /** Tokens of keys still held. */
+  live = 0;
+  readonly owners = new Set<KeyOwner>();
+  constructor(readonly data: Uint32Array) {}
+}
+
+export interface KeyStoreOptions {
+  /** Smallest chunk, in tokens (default 2^18: 1 MiB). */
+  minChunkTokens?: number;
+  /** Largest chunk, in tokens (default 2^26: 256 MiB of address space, resident as it fills). */
+  maxChunkTokens?: number;
+}
+
+export class KeyStore {
+  private current: KeyChunk | null = null;
+  /** Compacted chunks, empty and reused before allocating: their memory is ours to reuse at
+   * once, where a dropped chunk would wait for a full collection to be freed. */
+  private spare: KeyChunk[] = [];
+  private readonly minChunk: number;
+  private readonly maxChunk: number;
+  /** Live tokens over all chunks (keys placed and not released). */
+  private liveTokens = 0;
+  /** Chunks created and keys moved by compaction since creation (for tests and benches). */
+  chunksCreated = 0;
+  tokensMoved = 0;
+
+  constructor(opts: KeyStoreOptions = {}) {
+    this.minChunk = opts.minChunkTokens ?? 1 << 18;
+    this.maxChunk = opts.maxChunkTokens ?? 1 << 26;
+    if (!Number.isInteger(this.minChunk) || this.minChunk < 1) {
+      throw new RangeError(`minChunkTokens must be a positive integer, got ${this.minChunk}`);
+    }
+    if (!Number.isInteger(this.maxChunk) || this.maxChunk < this.minChunk) {
+      throw new RangeError(
+        `maxChunkTokens must be an integer >= minChunkTokens (${this.minChunk}), got ${this.maxChunk}`,
+      );
+    }
+  }
+
+  /** Live tokens held (placed and not released). */
+  get live(): number {
+    return this.liveTokens;
+  }
+
+  /** Copies ids[pos, len) into the store as `owner`'s key. */
+  place(owner: KeyOwner, ids: Uint32Array, pos: number, len: number): void {
+    const n = len - pos;
+    if (n > this.maxChunk >> 2) {
+      // Too large to share a chunk usefully: its own buffer.
+      owner.key = ids.slice(pos, len);
+      owner.chunk = null;
+      return;
+    }
+    let c = this.current;
+    if (c === null || c.used + n > c.data.length) c = this.grow(n);
+    const key = c.data.subarray(c.used, c.used + n);
+    key.set(ids.subarray(pos, len));
+    c.used += n;
+    c.live += n;
+    this.liveTokens += n;
+    c.owners.add(owner);
+    owner.key = key;
+    owner.chunk = c;
+  }
+
+  /** `other` now holds part of `owner`'s key (a split): both keys are views of one chunk. */
+  share(owner: KeyOwner, other: KeyOwner): void {
+    other.chunk = owner.chunk;
+    owner.chunk?.owners.add(other);
+  }
+
+  /** `owner`'s key is no longer held (evicted or dropped). */
+  release(owner: KeyOwner): void {
+    const c = owner.chunk;
+    if (c === null) return;
+    owner.chunk = null;
+    c.owners.delete(owner);
+    c.live -= owner.key.length;
+    this.liveTokens -= owner.key.length;
+    if (c !== this.current && c.live * 3 < c.used * 2) this.compact(c);
+  }
+
+  /** Moves a chunk's live keys to the current chunk; the old one is then unreferenced. */
+  private compact(c: KeyChunk): void {
+    const owners = [...c.owners];
+    c.owners.clear();
+    for (const o of owners) {
+      const k = o.key;
+      c.live -= k.length;
+      this.liveTokens -= k.length;
+      this.tokensMoved += k.length;
+      this.place(o, k, 0, k.length);
+    }
+    // Nothing views it now (keys moved, released ones gone): reuse it.
+    c.used = 0;
+    c.live = 0;
+    this.spare.push(c);
+    if (this.spare.length > 2) this.spare.shift();
+  }
+
+  private grow(n: number): KeyChunk {
+    // Sized to what is held: the external-memory collections V8 runs as the store grows
+    // from 0 to L tokens are then O(log L), and a store that only churns allocates one chunk
+    // of its own size per that many tokens inserted.
+    const i = this.spare.findIndex((c) => c.data.length >= n);
+    if (i >= 0) {
+      const [c] = this.spare.splice(i, 1);
+      this.current = c!;
+      return c!;
+    }
+    let size = this.minChunk;
+    while (size < this.liveTokens && size < this.maxChunk) size *= 2;
+    const c = new KeyChunk(new Uint32Array(Math.max(size, n)));
+    this.current = c;
+    this.chunksCreated++;
+    return c;
+  }
+}
+
+let shared: KeyStore | undefined;
+
+/** This thread's store, shared by every radix cache that was not given its own. */
+export function sharedKeyStore(): KeyStore {
+  shared ??= new KeyStore();
+  return shared;
+}
