@@ -163,6 +163,12 @@ describe('RadixCache.extend', () => {
     expect(() => c.extend(h, 6, seq(7, 4))).toThrow(/depth 6 does not match/);
     c.hooks = { stored: () => {} };
     expect(() => c.extend(h, 4, seq(5, 4))).toThrow(/spells 8 tokens, not 4/);
+    c.lock(h);
+    c.reset();
+    expect(() => c.extend(h, 8, seq(9, 4))).toThrow(/handle was dropped/);
+    // Unlocking a handle from before the reset changes nothing.
+    c.unlock(h);
+    expect([c.used, c.evictable, c.nodeCount]).toEqual([0, 0, 0]);
   });
 });
 

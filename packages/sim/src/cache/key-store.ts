@@ -2,11 +2,12 @@
 // V8 starts a full garbage collection at every fixed step (64 MB) of external memory growth,
 // marking the whole heap each time: a long replay on many ranks spent most of its CPU there,
 // and as both the number of steps and the heap grow with the trace, its time grew
-// superlinearly. Keys are copied instead into chunks sized to what the store already holds,
-// (up to 256 MiB), so the full collections it triggers are few; a chunk only takes resident
-// memory as it fills. A chunk that lost a third of its keys (evicted) is compacted: its live
-// keys move to the current chunk and the emptied chunk is reused, not left for a collection
-// to free, so the store holds at most 1.5x its live keys plus the chunk being filled.
+// superlinearly. Keys are copied instead into chunks of an eighth of what the store already
+// holds (1 MiB to 256 MiB), so the full collections it triggers are few; a chunk only takes
+// resident memory as it fills. A chunk that lost half its keys (evicted) is compacted: its
+// live keys move to the current chunk and the emptied chunk is kept for reuse (up to a
+// quarter of the live keys), not left for a collection to free and fresh pages to fault in,
+// so the store holds about 2x its live keys at most.
 
 /** A holder of one key (a radix node): the store may move its key to another chunk. */
 export interface KeyOwner {
@@ -35,6 +36,7 @@ export class KeyStore {
   /** Compacted chunks, empty and reused before allocating: their memory is ours to reuse at
    * once, where a dropped chunk would wait for a full collection to be freed. */
   private spare: KeyChunk[] = [];
+  private spareTokens = 0;
   private readonly minChunk: number;
   private readonly maxChunk: number;
   /** Live tokens over all chunks (keys placed and not released). */
@@ -96,10 +98,10 @@ export class KeyStore {
     c.owners.delete(owner);
     c.live -= owner.key.length;
     this.liveTokens -= owner.key.length;
-    if (c !== this.current && c.live * 3 < c.used * 2) this.compact(c);
+    if (c !== this.current && c.live * 2 < c.used) this.compact(c);
   }
 
-  /** Moves a chunk's live keys to the current chunk; the old one is then unreferenced. */
+  /** Moves a chunk's live keys to the current chunk and keeps the emptied one for reuse. */
   private compact(c: KeyChunk): void {
     const owners = [...c.owners];
     c.owners.clear();
@@ -114,21 +116,25 @@ export class KeyStore {
     c.used = 0;
     c.live = 0;
     this.spare.push(c);
-    if (this.spare.length > 2) this.spare.shift();
+    this.spareTokens += c.data.length;
+    while (this.spare.length > 1 && this.spareTokens * 4 > this.liveTokens) {
+      this.spareTokens -= this.spare.shift()!.data.length;
+    }
   }
 
   private grow(n: number): KeyChunk {
-    // Sized to what is held: the external-memory collections V8 runs as the store grows
-    // from 0 to L tokens are then O(log L), and a store that only churns allocates one chunk
-    // of its own size per that many tokens inserted.
+    // A compacted chunk first: its pages are resident already.
     const i = this.spare.findIndex((c) => c.data.length >= n);
     if (i >= 0) {
-      const [c] = this.spare.splice(i, 1);
-      this.current = c!;
-      return c!;
+      const c = this.spare.splice(i, 1)[0]!;
+      this.spareTokens -= c.data.length;
+      this.current = c;
+      return c;
     }
+    // An eighth of what is held: V8's external-memory collections as the store grows from
+    // 0 to L tokens are then O(log L) until chunks reach the largest size.
     let size = this.minChunk;
-    while (size < this.liveTokens && size < this.maxChunk) size *= 2;
+    while (size * 8 < this.liveTokens && size < this.maxChunk) size *= 2;
     const c = new KeyChunk(new Uint32Array(Math.max(size, n)));
     this.current = c;
     this.chunksCreated++;

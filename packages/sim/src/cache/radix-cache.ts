@@ -283,6 +283,9 @@ export class RadixCache {
    */
   extend(handle: RadixHandle | null, depth: number, tail: Uint32Array): RadixHandle {
     const start = handle ?? this.root;
+    if (start !== this.root && start.parent === null) {
+      throw new Error('RadixCache.extend: the handle was dropped (evicted or reset)');
+    }
     if (start === this.root ? depth !== 0 : depth % this.pageSize !== 0) {
       throw new Error(`RadixCache.extend: depth ${depth} does not match the handle`);
     }
@@ -309,6 +312,8 @@ export class RadixCache {
   }
 
   unlock(handle: RadixHandle): void {
+    // A handle from before a reset: its tree is gone, nothing to unlock.
+    if (handle.parent === null && handle !== this.root) return;
     for (let n: RadixNode | null = handle; n !== null && n !== this.root; n = n.parent) {
       if (n.lockRef <= 0) throw new Error('RadixCache.unlock: node is not locked');
       if (--n.lockRef === 0) {
@@ -391,13 +396,14 @@ export class RadixCache {
 
   /** Drops everything (a rank restart); locked nodes included. */
   reset(): void {
-    if (this.keys !== null) {
-      const stack = [...this.root.children.values()];
-      while (stack.length > 0) {
-        const node = stack.pop()!;
-        for (const c of node.children.values()) stack.push(c);
-        this.keys.release(node);
-      }
+    // Detach every node (a handle still held is then known to be dropped) and give its key
+    // back to the store.
+    const stack = [...this.root.children.values()];
+    while (stack.length > 0) {
+      const node = stack.pop()!;
+      for (const c of node.children.values()) stack.push(c);
+      node.parent = null;
+      this.keys?.release(node);
     }
     this.root.children.clear();
     this.leaves.clear();
