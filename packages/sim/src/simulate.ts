@@ -4,6 +4,7 @@
 // (host/requests.ts: dispatch, submit, records), the cluster (host/cluster.ts: ranks and
 // cluster events). The policy (from @kvroute/policy, used as is) only decides.
 import { createDispatcher, createLoadTracker, type DispatcherConfig } from '@kvroute/policy';
+import { KeyStore } from './cache/key-store.ts';
 import type { CostModel } from './cost/cost-model.ts';
 import { EventQueue } from './engine/event-queue.ts';
 import type { RankModel, StepRecord } from './entities/rank.ts';
@@ -122,7 +123,9 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
     ...(opts.loadPollMs !== undefined ? { loadPollMs: opts.loadPollMs } : {}),
     onDone: (record, req) => driver.complete(req, record),
   });
-  const cluster = new Cluster(q, opts.profile, opts.rank ?? {}, numRanks, tracker, {
+  // The run's own key store: its chunks are sized to this run and go with it.
+  const rankOptions = { ...(opts.rank ?? {}), keys: new KeyStore() };
+  const cluster = new Cluster(q, opts.profile, rankOptions, numRanks, tracker, {
     redispatch: (moved) => requests.redispatch(moved),
     drainPending: () => requests.drainPending(),
     ...(opts.onStep ? { onStep: opts.onStep } : {}),

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { KeyStore } from '../src/cache/key-store.ts';
+import { KeyStore, OWN_BUFFER } from '../src/cache/key-store.ts';
 import { RadixCache, type RadixNode } from '../src/cache/radix-cache.ts';
 
 // Radix keys in shared, compacted chunks must behave exactly as keys in their own buffers:
@@ -44,7 +44,7 @@ function checkKeys(cache: RadixCache): void {
   while (stack.length > 0) {
     const n = stack.pop()!;
     for (const c of n.children.values()) stack.push(c);
-    if (n.chunk === null) continue;
+    if (n.chunk === null || n.chunk === OWN_BUFFER) continue;
     expect(n.key.buffer).toBe(n.chunk.data.buffer);
     expect(n.chunk.owners.has(n)).toBe(true);
   }
@@ -68,7 +68,11 @@ describe('KeyStore under a radix cache', () => {
         (pageSize, ops) => {
           // Chunks of 96 tokens (an eighth of ~250 live is less): a few keys per chunk, and
           // evictions compact often.
-          const store = new KeyStore({ minChunkTokens: 96, maxChunkTokens: 512 });
+          const store = new KeyStore({
+            minChunkTokens: 96,
+            maxChunkTokens: 512,
+            chunkFromTokens: 0,
+          });
           const logA: string[] = [];
           const logB: string[] = [];
           const a = new RadixCache({
@@ -140,7 +144,11 @@ describe('KeyStore under a radix cache', () => {
   });
 
   it('compacts a mostly evicted chunk: what it holds stays within about twice what is live', () => {
-    const store = new KeyStore({ minChunkTokens: 1024, maxChunkTokens: 1 << 16 });
+    const store = new KeyStore({
+      minChunkTokens: 1024,
+      maxChunkTokens: 1 << 16,
+      chunkFromTokens: 0,
+    });
     const cache = new RadixCache({ capacityTokens: 1 << 20, keys: store });
     const prompts = Array.from({ length: 400 }, (_, i) =>
       Uint32Array.from({ length: 100 }, (_, j) => i * 1000 + j + 1),
@@ -158,7 +166,11 @@ describe('KeyStore under a radix cache', () => {
   });
 
   it('grows chunks with what it holds, so few are created', () => {
-    const store = new KeyStore({ minChunkTokens: 256, maxChunkTokens: 1 << 20 });
+    const store = new KeyStore({
+      minChunkTokens: 256,
+      maxChunkTokens: 1 << 20,
+      chunkFromTokens: 0,
+    });
     const cache = new RadixCache({ capacityTokens: 1 << 22, keys: store });
     for (let i = 0; i < 1000; i++) {
       cache.insert(Uint32Array.from({ length: 500 }, (_, j) => i * 1000 + j + 1));
@@ -171,8 +183,28 @@ describe('KeyStore under a radix cache', () => {
 
   it('rejects bad chunk sizes', () => {
     expect(() => new KeyStore({ minChunkTokens: 0 })).toThrow(/minChunkTokens/);
+    expect(() => new KeyStore({ chunkFromTokens: -1 })).toThrow(/chunkFromTokens/);
     expect(() => new KeyStore({ minChunkTokens: 64, maxChunkTokens: 32 })).toThrow(
       /maxChunkTokens/,
     );
+  });
+});
+
+describe('KeyStore below its chunking size', () => {
+  it('keeps keys in their own buffers, counted, until it holds chunkFromTokens', () => {
+    const store = new KeyStore({ chunkFromTokens: 1000, minChunkTokens: 64 });
+    const cache = new RadixCache({ capacityTokens: 10_000, keys: store });
+    const a = cache.insert(Uint32Array.from({ length: 600 }, (_, i) => i + 1));
+    const b = cache.insert(Uint32Array.from({ length: 600 }, (_, i) => 5000 + i));
+    expect(a.chunk).toBe(OWN_BUFFER);
+    expect(b.chunk).toBe(OWN_BUFFER);
+    expect(store.chunksCreated).toBe(0);
+    // Past 1,000 live tokens keys go into chunks.
+    const c = cache.insert(Uint32Array.from({ length: 100 }, (_, i) => 9000 + i));
+    expect(c.chunk).not.toBe(OWN_BUFFER);
+    expect(store.chunksCreated).toBe(1);
+    expect(store.live).toBe(1300);
+    cache.evict(1300);
+    expect(store.live).toBe(0);
   });
 });

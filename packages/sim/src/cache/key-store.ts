@@ -2,16 +2,19 @@
 // V8 starts a full garbage collection at every fixed step (64 MB) of external memory growth,
 // marking the whole heap each time: a long replay on many ranks spent most of its CPU there,
 // and as both the number of steps and the heap grow with the trace, its time grew
-// superlinearly. Keys are copied instead into chunks of an eighth of what the store already
-// holds (1 MiB to 256 MiB), so the full collections it triggers are few; a chunk only takes
-// resident memory as it fills. A chunk that lost half its keys (evicted) is compacted: its
-// live keys move to the current chunk and the emptied chunk is kept for reuse (up to a
-// quarter of the live keys), not left for a collection to free and fresh pages to fault in,
-// so the store holds about 2x its live keys at most.
+// superlinearly. Below 256 MiB of keys (by default) they stay in their own buffers, which is
+// as fast there: the allocator reuses freed memory and few full collections happen. Above it,
+// keys are copied into chunks of an eighth of what the store holds (up to 256 MiB), so the
+// full collections it triggers are few; a chunk only takes resident memory as it fills. A
+// chunk that lost half its keys (evicted) is compacted: its live keys move to the current
+// chunk and the emptied chunk is kept for reuse (up to a quarter of the live keys), not left
+// for a collection to free and fresh pages to fault in, so the store holds about 2x its live
+// keys at most.
 
 /** A holder of one key (a radix node): the store may move its key to another chunk. */
 export interface KeyOwner {
   key: Uint32Array;
+  /** The chunk its key is a view of, OWN_BUFFER for its own buffer, null: not in a store. */
   chunk: KeyChunk | null;
 }
 
@@ -24,11 +27,16 @@ export class KeyChunk {
   constructor(readonly data: Uint32Array) {}
 }
 
+/** What a key in its own buffer points to: counted as live, never compacted. */
+export const OWN_BUFFER = new KeyChunk(new Uint32Array(0));
+
 export interface KeyStoreOptions {
   /** Smallest chunk, in tokens (default 2^18: 1 MiB). */
   minChunkTokens?: number;
   /** Largest chunk, in tokens (default 2^26: 256 MiB of address space, resident as it fills). */
   maxChunkTokens?: number;
+  /** Live tokens from which keys go into chunks (default 2^26: 256 MiB); own buffers below. */
+  chunkFromTokens?: number;
 }
 
 export class KeyStore {
@@ -39,6 +47,7 @@ export class KeyStore {
   private spareTokens = 0;
   private readonly minChunk: number;
   private readonly maxChunk: number;
+  private readonly chunkFrom: number;
   /** Live tokens over all chunks (keys placed and not released). */
   private liveTokens = 0;
   /** Chunks created and keys moved by compaction since creation (for tests and benches). */
@@ -48,6 +57,10 @@ export class KeyStore {
   constructor(opts: KeyStoreOptions = {}) {
     this.minChunk = opts.minChunkTokens ?? 1 << 18;
     this.maxChunk = opts.maxChunkTokens ?? 1 << 26;
+    this.chunkFrom = opts.chunkFromTokens ?? 1 << 26;
+    if (!Number.isInteger(this.chunkFrom) || this.chunkFrom < 0) {
+      throw new RangeError(`chunkFromTokens must be an integer >= 0, got ${this.chunkFrom}`);
+    }
     if (!Number.isInteger(this.minChunk) || this.minChunk < 1) {
       throw new RangeError(`minChunkTokens must be a positive integer, got ${this.minChunk}`);
     }
@@ -66,10 +79,11 @@ export class KeyStore {
   /** Copies ids[pos, len) into the store as `owner`'s key. */
   place(owner: KeyOwner, ids: Uint32Array, pos: number, len: number): void {
     const n = len - pos;
-    if (n > this.maxChunk >> 2) {
-      // Too large to share a chunk usefully: its own buffer.
+    if (this.liveTokens < this.chunkFrom || n > this.maxChunk >> 2) {
+      // A small store, or a key too large to share a chunk usefully: its own buffer.
       owner.key = ids.slice(pos, len);
-      owner.chunk = null;
+      owner.chunk = OWN_BUFFER;
+      this.liveTokens += n;
       return;
     }
     let c = this.current;
@@ -87,7 +101,7 @@ export class KeyStore {
   /** `other` now holds part of `owner`'s key (a split): both keys are views of one chunk. */
   share(owner: KeyOwner, other: KeyOwner): void {
     other.chunk = owner.chunk;
-    owner.chunk?.owners.add(other);
+    if (owner.chunk !== null && owner.chunk !== OWN_BUFFER) owner.chunk.owners.add(other);
   }
 
   /** `owner`'s key is no longer held (evicted or dropped). */
@@ -95,6 +109,10 @@ export class KeyStore {
     const c = owner.chunk;
     if (c === null) return;
     owner.chunk = null;
+    if (c === OWN_BUFFER) {
+      this.liveTokens -= owner.key.length;
+      return;
+    }
     c.owners.delete(owner);
     c.live -= owner.key.length;
     this.liveTokens -= owner.key.length;

@@ -7,6 +7,7 @@
 // chunk). When there is nothing to prefill, the decode steps until the next completion are
 // identical in shape, so they run as one event (`coalesceDecode`); a new arrival or abort
 // cuts that run at the next step boundary, exactly where SGLang would pick the new request up.
+import type { KeyStore } from '../cache/key-store.ts';
 import { RadixCache, type RadixHandle } from '../cache/radix-cache.ts';
 import type { CostModel } from '../cost/cost-model.ts';
 import type { ScheduledEvent, Scheduler } from '../engine/event-queue.ts';
@@ -21,6 +22,11 @@ export interface RankModelOptions {
   kvCapacityTokens?: number;
   chunkedPrefillSize?: number;
   pageSize?: number;
+  /**
+   * Where the rank's radix keys are copied (see cache/key-store.ts): one store per simulation,
+   * so its chunks go with the run. Default: the thread's shared store.
+   */
+  keys?: KeyStore | null;
   schedulePolicy?: 'fcfs' | 'lpm';
   /** Run identical decode steps as one event (default true). False: one event per step. */
   coalesceDecode?: boolean;
@@ -282,6 +288,7 @@ export class RankModel {
           capacityTokens: hostKv.capacityTokens,
           pageSize: opts.pageSize ?? 1,
           eviction: hostKv.eviction ?? 'lru',
+          ...(opts.keys !== undefined ? { keys: opts.keys } : {}),
         });
       this.hostLoadTokensPerMs = hostKv.loadTokensPerMs;
     }
@@ -289,6 +296,7 @@ export class RankModel {
     this.cache = new RadixCache({
       capacityTokens: this.capacityTokens,
       pageSize: opts.pageSize ?? 1,
+      ...(opts.keys !== undefined ? { keys: opts.keys } : {}),
       ...(host !== null ? { onEvict: (path: Uint32Array) => writeBack(host, path) } : {}),
     });
     const maxRunning = opts.maxRunningRequests ?? Number.POSITIVE_INFINITY;

@@ -23,6 +23,7 @@ export type RankOverrides = Partial<
     | 'kvCapacityTokens'
     | 'chunkedPrefillSize'
     | 'pageSize'
+    | 'keys'
     | 'schedulePolicy'
     | 'coalesceDecode'
     | 'maxRunningRequests'

@@ -42,6 +42,7 @@ import {
   type DispatcherConfig,
   type DispatchTicket,
 } from '@kvroute/policy';
+import { KeyStore } from '../cache/key-store.ts';
 import { RadixCache } from '../cache/radix-cache.ts';
 import type { CostModel } from '../cost/cost-model.ts';
 import {
@@ -222,6 +223,8 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
   const refuse = () => {
     throw new Error('the pd layout has no cluster events, so no request is ever moved');
   };
+  // The run's own key store: its chunks are sized to this run and go with it.
+  const keys = new KeyStore();
   const storeOpts = opts.kvStore;
   let store: RadixCache | null = null;
   let storeHostKv: HostKvOptions | undefined;
@@ -243,7 +246,7 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
         'a shared KV store with local prefill on the decode side is not modelled',
       );
     }
-    store = new RadixCache({ capacityTokens: cap, pageSize: opts.rank?.pageSize ?? 1 });
+    store = new RadixCache({ capacityTokens: cap, pageSize: opts.rank?.pageSize ?? 1, keys });
     storeHostKv = {
       capacityTokens: cap,
       loadTokensPerMs: kvLoadTokensPerMs(storeOpts.gbps, kvBytes),
@@ -255,6 +258,7 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
     opts.profile,
     {
       ...(opts.rank ?? {}),
+      keys,
       dpAttention: false,
       ...(storeHostKv !== undefined ? { hostKv: storeHostKv } : {}),
     },
@@ -289,6 +293,7 @@ export function simulatePd(plan: WorkloadPlan, opts: PdSimulateOptions): PdRunRe
           opts.profile,
           {
             ...(opts.rank ?? {}),
+            keys,
             dpAttention: false,
             kvCapacityTokens: decodeCapacity,
             ...(decodeMaxRunning !== undefined ? { maxRunningRequests: decodeMaxRunning } : {}),
