@@ -159,11 +159,3 @@ export class KeyStore {
     return c;
   }
 }
-
-let shared: KeyStore | undefined;
-
-/** This thread's store, shared by every radix cache that was not given its own. */
-export function sharedKeyStore(): KeyStore {
-  shared ??= new KeyStore();
-  return shared;
-}

@@ -4,7 +4,7 @@
 // counter rather than wall or simulated time, so ties cannot depend on event timing.
 
 import { Buffer } from 'node:buffer';
-import { type KeyChunk, type KeyStore, sharedKeyStore } from './key-store.ts';
+import type { KeyChunk, KeyStore } from './key-store.ts';
 
 export interface RadixNode {
   key: Uint32Array;
@@ -45,8 +45,8 @@ export interface RadixCacheOptions {
   /** Called with the full token path of every evicted leaf (e.g. to write it to a host tier). */
   onEvict?(path: Uint32Array): void;
   /**
-   * Where keys are copied: default this thread's shared store (see key-store.ts); null gives
-   * each key its own buffer.
+   * Where keys are copied (see key-store.ts): a simulation gives its ranks one store. Default
+   * null: each key its own buffer.
    */
   keys?: KeyStore | null;
 }
@@ -118,7 +118,7 @@ export class RadixCache {
     }
     this.touch = eviction === 'lru';
     this.onEvict = opts.onEvict ?? null;
-    this.keys = opts.keys === undefined ? sharedKeyStore() : opts.keys;
+    this.keys = opts.keys ?? null;
     this.root = {
       key: new Uint32Array(0),
       chunk: null,

@@ -24,7 +24,7 @@ export interface RankModelOptions {
   pageSize?: number;
   /**
    * Where the rank's radix keys are copied (see cache/key-store.ts): one store per simulation,
-   * so its chunks go with the run. Default: the thread's shared store.
+   * so its chunks go with the run. Default: none (each key its own buffer).
    */
   keys?: KeyStore | null;
   schedulePolicy?: 'fcfs' | 'lpm';
