@@ -444,26 +444,9 @@ export interface KvStoreCliArgs {
 
 /** `kvroute-mock-worker kv-store [flags]`, with the worker's number rules and errors. */
 export function parseKvStoreArgs(argv: readonly string[]): KvStoreCliArgs {
-  let values: {
-    host?: string;
-    port?: string;
-    'kv-store-tokens'?: string;
-    'page-size'?: string;
-    help?: boolean;
-  };
+  let values: ReturnType<typeof parseKvStore>['values'];
   try {
-    ({ values } = parseArgs({
-      args: argv.filter((a) => a !== '--'),
-      strict: true,
-      allowPositionals: false,
-      options: {
-        host: { type: 'string' },
-        port: { type: 'string' },
-        'kv-store-tokens': { type: 'string' },
-        'page-size': { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
-      },
-    }));
+    values = parseKvStore(argv.filter((a) => a !== '--')).values;
   } catch (err) {
     throw new MockWorkerConfigError(`${(err as Error).message}\n\n${KV_STORE_USAGE}`);
   }
@@ -480,6 +463,21 @@ export function parseKvStoreArgs(argv: readonly string[]): KvStoreCliArgs {
     ...(pageSize !== undefined ? { pageSize } : {}),
     help: values.help ?? false,
   };
+}
+
+function parseKvStore(argv: readonly string[]) {
+  return parseArgs({
+    args: [...argv],
+    strict: true,
+    allowPositionals: false,
+    options: {
+      host: { type: 'string' },
+      port: { type: 'string' },
+      'kv-store-tokens': { type: 'string' },
+      'page-size': { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
 }
 
 function parse(argv: readonly string[]) {

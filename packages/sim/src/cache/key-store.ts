@@ -125,7 +125,7 @@ export class KeyStore {
     c.owners.clear();
     for (const o of owners) {
       const k = o.key;
-      c.live -= k.length;
+      // place() counts it live again where it lands.
       this.liveTokens -= k.length;
       this.tokensMoved += k.length;
       this.place(o, k, 0, k.length);

@@ -8,7 +8,7 @@ import type { KeyChunk, KeyStore } from './key-store.ts';
 
 export interface RadixNode {
   key: Uint32Array;
-  /** The key store chunk the key is a view of (null: its own buffer). */
+  /** The key store chunk the key is a view of (key-store.ts); null: no store, its own buffer. */
   chunk: KeyChunk | null;
   parent: RadixNode | null;
   children: Map<number | string, RadixNode>;
@@ -120,7 +120,7 @@ export class RadixCache {
     this.onEvict = opts.onEvict ?? null;
     this.keys = opts.keys ?? null;
     this.root = {
-      key: new Uint32Array(0),
+      key: EMPTY,
       chunk: null,
       parent: null,
       children: new Map(),
@@ -290,7 +290,7 @@ export class RadixCache {
       throw new Error(`RadixCache.extend: depth ${depth} does not match the handle`);
     }
     if (this.hooks?.stored) {
-      const head = start === this.root ? new Uint32Array(0) : this.pathOf(start);
+      const head = start === this.root ? EMPTY : this.pathOf(start);
       if (head.length !== depth) {
         throw new Error(`RadixCache.extend: handle spells ${head.length} tokens, not ${depth}`);
       }

@@ -274,6 +274,7 @@ export class RankModel {
     this.admission = admission;
     this.growsKv = admission !== 'reserve';
     const hostKv = opts.hostKv;
+    const keys = opts.keys ?? null;
     let host: RadixCache | null = null;
     this.hostLoadTokensPerMs = 0;
     if (hostKv !== undefined) {
@@ -288,7 +289,7 @@ export class RankModel {
           capacityTokens: hostKv.capacityTokens,
           pageSize: opts.pageSize ?? 1,
           eviction: hostKv.eviction ?? 'lru',
-          ...(opts.keys !== undefined ? { keys: opts.keys } : {}),
+          keys,
         });
       this.hostLoadTokensPerMs = hostKv.loadTokensPerMs;
     }
@@ -296,7 +297,7 @@ export class RankModel {
     this.cache = new RadixCache({
       capacityTokens: this.capacityTokens,
       pageSize: opts.pageSize ?? 1,
-      ...(opts.keys !== undefined ? { keys: opts.keys } : {}),
+      keys,
       ...(host !== null ? { onEvict: (path: Uint32Array) => writeBack(host, path) } : {}),
     });
     const maxRunning = opts.maxRunningRequests ?? Number.POSITIVE_INFINITY;
