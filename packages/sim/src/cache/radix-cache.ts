@@ -1,15 +1,23 @@
 // A token-level radix tree of cached KV, as SGLang's RadixCache keeps one per rank.
-// Edges are segments (Uint32Array views), never per-token objects, so a 100k-token prompt
-// is one node until another prompt diverges inside it. LRU is over a logical access
+// Edges are segments (Uint32Array views, or a range of a synthesised request's token source:
+// token-source.ts), never per-token objects, so a 100k-token prompt is one node until
+// another prompt diverges inside it. LRU is over a logical access
 // counter rather than wall or simulated time, so ties cannot depend on event timing.
 
 import { Buffer } from 'node:buffer';
 import type { KeyChunk, KeyStore } from './key-store.ts';
+import { type BlockTokenSource, tokenSourceOf } from './token-source.ts';
 
 export interface RadixNode {
+  /** The key's tokens; empty when `src` spells them. */
   key: Uint32Array;
   /** The key store chunk the key is a view of (key-store.ts); null: no store, its own buffer. */
   chunk: KeyChunk | null;
+  /** When set, the key is positions [start, start + len) of this source (no copy). */
+  src: BlockTokenSource | null;
+  start: number;
+  /** Tokens in the key. */
+  len: number;
   parent: RadixNode | null;
   children: Map<number | string, RadixNode>;
   lockRef: number;
@@ -72,6 +80,38 @@ function sameTokens(a: Uint32Array, ai: number, b: Uint32Array, bi: number, n: n
   return x.equals(y);
 }
 
+/**
+ * How many of ids[pos, pos + lim) equal a source's tokens from position `at` on. When the
+ * query is a view of the same family's source at the same positions, a block with equal ids
+ * on both sides is equal as a whole; any other block is compared token by token.
+ */
+function sourceMatch(
+  s: BlockTokenSource,
+  at: number,
+  ids: Uint32Array,
+  pos: number,
+  lim: number,
+  q: BlockTokenSource | null,
+  off: number,
+): number {
+  let m = 0;
+  if (q !== null && q.family === s.family && off + pos === at) {
+    const b = s.blockTokens;
+    while (m < lim) {
+      const block = Math.floor((at + m) / b);
+      const end = Math.min(lim, (block + 1) * b - at);
+      if (q.blockId(block) !== s.blockId(block)) {
+        while (m < end && s.tokenAt(at + m) === ids[pos + m]) m++;
+        if (m < end) return m;
+      }
+      m = end;
+    }
+    return m;
+  }
+  while (m < lim && s.tokenAt(at + m) === ids[pos + m]) m++;
+  return m;
+}
+
 const EMPTY = new Uint32Array(0);
 
 export class RadixCache {
@@ -122,6 +162,9 @@ export class RadixCache {
     this.root = {
       key: EMPTY,
       chunk: null,
+      src: null,
+      start: 0,
+      len: 0,
       parent: null,
       children: new Map(),
       lockRef: 1,
@@ -160,6 +203,16 @@ export class RadixCache {
     return ids.subarray(offset, offset + this.pageSize).join(',');
   }
 
+  /** The key `node` is filed under in its parent's children (childKey of its first tokens). */
+  private firstKey(node: RadixNode): number | string {
+    const s = node.src;
+    if (s === null) return this.childKey(node.key, 0);
+    if (this.pageSize === 1) return s.tokenAt(node.start);
+    const page: number[] = [];
+    for (let i = 0; i < this.pageSize; i++) page.push(s.tokenAt(node.start + i));
+    return page.join(',');
+  }
+
   private floorPage(n: number): number {
     return this.pageSize === 1 ? n : n - (n % this.pageSize);
   }
@@ -168,27 +221,41 @@ export class RadixCache {
   private split(child: RadixNode, at: number): RadixNode {
     const parent = child.parent!;
     const upper: RadixNode = {
-      key: child.key.subarray(0, at),
+      key: child.src === null ? child.key.subarray(0, at) : EMPTY,
       chunk: null,
+      src: child.src,
+      start: child.start,
+      len: at,
       parent,
       children: new Map(),
       lockRef: child.lockRef,
       lastAccess: child.lastAccess,
     };
-    parent.children.set(this.childKey(child.key, 0), upper);
-    child.key = child.key.subarray(at);
-    this.keys?.share(child, upper);
+    parent.children.set(this.firstKey(child), upper);
+    if (child.src === null) {
+      child.key = child.key.subarray(at);
+      this.keys?.share(child, upper);
+    } else {
+      child.start += at;
+    }
+    child.len -= at;
     child.parent = upper;
-    upper.children.set(this.childKey(child.key, 0), child);
+    upper.children.set(this.firstKey(child), child);
     return upper;
   }
 
-  /** Walks the common prefix of `ids` (page-aligned); splits so the result ends on a node. */
+  /**
+   * Walks the common prefix of `ids` (page-aligned); splits so the result ends on a node.
+   * `src` is the source `ids` is a view of (token-source.ts) and `off` the source position
+   * of ids[0].
+   */
   private walk(
     ids: Uint32Array,
     len: number,
-    from: RadixNode = this.root,
-    fromPos = 0,
+    from: RadixNode,
+    fromPos: number,
+    src: BlockTokenSource | null,
+    off: number,
   ): { node: RadixNode; pos: number } {
     const t = ++this.tick;
     let node = from;
@@ -196,13 +263,17 @@ export class RadixCache {
     while (pos < len) {
       const child = node.children.get(this.childKey(ids, pos));
       if (child === undefined) break;
-      const key = child.key;
-      const lim = Math.min(key.length, len - pos);
+      const lim = Math.min(child.len, len - pos);
       let m = 0;
-      while (m < lim && m < NATIVE_COMPARE && key[m] === ids[pos + m]) m++;
-      if (m === NATIVE_COMPARE) {
-        if (sameTokens(key, m, ids, pos + m, lim - m)) m = lim;
-        else while (m < lim && key[m] === ids[pos + m]) m++;
+      if (child.src === null) {
+        const key = child.key;
+        while (m < lim && m < NATIVE_COMPARE && key[m] === ids[pos + m]) m++;
+        if (m === NATIVE_COMPARE) {
+          if (sameTokens(key, m, ids, pos + m, lim - m)) m = lim;
+          else while (m < lim && key[m] === ids[pos + m]) m++;
+        }
+      } else {
+        m = sourceMatch(child.src, child.start, ids, pos, lim, src, off);
       }
       m = this.floorPage(m);
       if (m === 0) break;
@@ -210,7 +281,7 @@ export class RadixCache {
         child.lastAccess = t;
         if (child.children.size === 0 && child.lockRef === 0) this.candidate(child);
       }
-      if (m < key.length) {
+      if (m < child.len) {
         node = this.split(child, m);
         pos += m;
         break;
@@ -224,7 +295,15 @@ export class RadixCache {
   /** Longest cached prefix of `ids`, rounded down to whole pages. Touches it for LRU. */
   match(ids: ArrayLike<number>): MatchResult {
     const u = toU32(ids);
-    const { node, pos } = this.walk(u, this.floorPage(u.length));
+    const src = tokenSourceOf(u);
+    const { node, pos } = this.walk(
+      u,
+      this.floorPage(u.length),
+      this.root,
+      0,
+      src,
+      u.byteOffset >>> 2,
+    );
     return { matchedTokens: pos, handle: node };
   }
 
@@ -246,32 +325,46 @@ export class RadixCache {
     const u = toU32(ids);
     const len = this.floorPage(Math.min(length, u.length));
     const start = handle !== null && handle.parent !== null && depth <= len ? handle : this.root;
-    const { node, pos } = this.walk(u, len, start, start === this.root ? 0 : depth);
+    const src = tokenSourceOf(u);
+    const off = u.byteOffset >>> 2;
+    const { node, pos } = this.walk(u, len, start, start === this.root ? 0 : depth, src, off);
     if (pos >= len) return node;
-    const leaf = this.addLeaf(node, u, pos, len);
+    const leaf = this.addLeaf(node, u, pos, len, src, off);
     this.hooks?.stored?.(u.subarray(0, len), pos);
     return leaf;
   }
 
-  /** Hangs ids[pos, len) below `node` as a new leaf. */
-  private addLeaf(node: RadixNode, ids: Uint32Array, pos: number, len: number): RadixNode {
+  /** Hangs ids[pos, len) below `node` as a new leaf (see walk() for `src` and `off`). */
+  private addLeaf(
+    node: RadixNode,
+    ids: Uint32Array,
+    pos: number,
+    len: number,
+    src: BlockTokenSource | null,
+    off: number,
+  ): RadixNode {
     const leaf: RadixNode = {
       key: EMPTY,
       chunk: null,
+      src,
+      start: src === null ? 0 : off + pos,
+      len: len - pos,
       parent: node,
       children: new Map(),
       lockRef: 0,
       lastAccess: this.tick,
     };
-    // Copy: a view would pin the caller's whole buffer for as long as the node lives.
-    if (this.keys !== null) this.keys.place(leaf, ids, pos, len);
-    else leaf.key = ids.slice(pos, len);
+    // Else copy: a view would pin the caller's whole buffer for as long as the node lives.
+    if (src === null) {
+      if (this.keys !== null) this.keys.place(leaf, ids, pos, len);
+      else leaf.key = ids.slice(pos, len);
+    }
     if (node !== this.root && node.children.size === 0) this.leaves.delete(node);
-    node.children.set(this.childKey(leaf.key, 0), leaf);
+    node.children.set(this.childKey(ids, pos), leaf);
     this.leaves.add(leaf);
     this.candidate(leaf);
-    this.size += leaf.key.length;
-    this.evictableSize += leaf.key.length;
+    this.size += leaf.len;
+    this.evictableSize += leaf.len;
     return leaf;
   }
 
@@ -300,14 +393,16 @@ export class RadixCache {
       return this.insertFrom(start === this.root ? null : start, depth, full);
     }
     const len = this.floorPage(tail.length);
-    const { node, pos } = this.walk(tail, len, start, 0);
+    const src = tokenSourceOf(tail);
+    const off = tail.byteOffset >>> 2;
+    const { node, pos } = this.walk(tail, len, start, 0, src, off);
     if (pos >= len) return node;
-    return this.addLeaf(node, tail, pos, len);
+    return this.addLeaf(node, tail, pos, len, src, off);
   }
 
   lock(handle: RadixHandle): void {
     for (let n: RadixNode | null = handle; n !== null && n !== this.root; n = n.parent) {
-      if (n.lockRef++ === 0) this.evictableSize -= n.key.length;
+      if (n.lockRef++ === 0) this.evictableSize -= n.len;
     }
   }
 
@@ -317,7 +412,7 @@ export class RadixCache {
     for (let n: RadixNode | null = handle; n !== null && n !== this.root; n = n.parent) {
       if (n.lockRef <= 0) throw new Error('RadixCache.unlock: node is not locked');
       if (--n.lockRef === 0) {
-        this.evictableSize += n.key.length;
+        this.evictableSize += n.len;
         if (n.children.size === 0) this.candidate(n);
       }
     }
@@ -334,14 +429,14 @@ export class RadixCache {
       if (this.onEvict !== null || this.hooks?.evicted) {
         const path = this.pathOf(leaf);
         this.onEvict?.(path);
-        this.hooks?.evicted?.(path, path.length - leaf.key.length);
+        this.hooks?.evicted?.(path, path.length - leaf.len);
       }
-      parent.children.delete(this.childKey(leaf.key, 0));
+      parent.children.delete(this.firstKey(leaf));
       this.leaves.delete(leaf);
       leaf.parent = null;
-      this.size -= leaf.key.length;
-      this.evictableSize -= leaf.key.length;
-      freed += leaf.key.length;
+      this.size -= leaf.len;
+      this.evictableSize -= leaf.len;
+      freed += leaf.len;
       this.keys?.release(leaf);
       this.evictedNodes++;
       if (parent !== this.root && parent.children.size === 0) {
@@ -385,11 +480,13 @@ export class RadixCache {
 
   private pathOf(node: RadixNode): Uint32Array {
     let len = 0;
-    for (let n: RadixNode | null = node; n !== null; n = n.parent) len += n.key.length;
+    for (let n: RadixNode | null = node; n !== null; n = n.parent) len += n.len;
     const out = new Uint32Array(len);
     for (let n: RadixNode | null = node; n !== null; n = n.parent) {
-      len -= n.key.length;
-      out.set(n.key, len);
+      len -= n.len;
+      const s = n.src;
+      if (s === null) out.set(n.key, len);
+      else for (let i = 0; i < n.len; i++) out[len + i] = s.tokenAt(n.start + i);
     }
     return out;
   }

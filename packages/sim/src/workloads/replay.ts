@@ -5,6 +5,7 @@
 // a request's token array is built only when it is read (the whole trace is ~144M tokens).
 import { existsSync } from 'node:fs';
 import { isAbsolute, resolve } from 'node:path';
+import { type BlockTokenSource, describeTokens } from '../cache/token-source.ts';
 import { repoRoot, sharedFile } from '../cost/calibration.ts';
 import { optBool, optInt, optNum } from './options.ts';
 import { stream, VOCAB } from './random.ts';
@@ -32,16 +33,53 @@ export function resolveTracePath(file: string): string {
   return existsSync(fromRepo) ? fromRepo : fromCwd;
 }
 
+/** The per-block part of a token's mix: (salt, id) -> seed. */
+function blockSeed(salt: number, id: number): number {
+  const h0 = Math.imul(salt ^ id, 0x9e3779b1) ^ (id >>> 16);
+  return Math.imul(h0 ^ (h0 >>> 15), 0x85ebca6b);
+}
+
+const SCALE = (VOCAB - 1) / 2 ** 32;
+
+/** Token `pos` of a block with seed `h0`: a 32-bit mix scaled into [1, VOCAB). */
+function blockToken(h0: number, pos: number): number {
+  let h = (h0 + Math.imul(pos + 1, 0x9e3779b9)) | 0;
+  h = Math.imul(h ^ (h >>> 16), 0x7feb352d);
+  h ^= h >>> 15;
+  return 1 + Math.floor((h >>> 0) * SCALE);
+}
+
 /** Token `pos` of block `id`: a 32-bit mix of (salt, id, pos), scaled into [1, VOCAB). */
 function fillBlock(out: Uint32Array, offset: number, n: number, salt: number, id: number): void {
-  let h0 = Math.imul(salt ^ id, 0x9e3779b1) ^ (id >>> 16);
-  h0 = Math.imul(h0 ^ (h0 >>> 15), 0x85ebca6b);
-  const scale = (VOCAB - 1) / 2 ** 32;
-  for (let p = 0; p < n; p++) {
-    let h = (h0 + Math.imul(p + 1, 0x9e3779b9)) | 0;
-    h = Math.imul(h ^ (h >>> 16), 0x7feb352d);
-    h ^= h >>> 15;
-    out[offset + p] = 1 + Math.floor((h >>> 0) * scale);
+  const h0 = blockSeed(salt, id);
+  for (let p = 0; p < n; p++) out[offset + p] = blockToken(h0, p);
+}
+
+/**
+ * What traceTokens() built, as ids per block (token-source.ts): the radix caches keep this,
+ * not a copy of the tokens.
+ */
+class TraceTokens implements BlockTokenSource {
+  /** One salt and block size: equal block ids give equal tokens. */
+  readonly family: string;
+  constructor(
+    private readonly hashIds: readonly number[],
+    readonly length: number,
+    readonly blockTokens: number,
+    private readonly salt: number,
+    private readonly tailId: number | undefined,
+  ) {
+    this.family = `${salt}/${blockTokens}`;
+  }
+
+  blockId(b: number): number {
+    const partial = (b + 1) * this.blockTokens > this.length;
+    return partial && this.tailId !== undefined ? this.tailId : this.hashIds[b]!;
+  }
+
+  tokenAt(p: number): number {
+    const b = Math.floor(p / this.blockTokens);
+    return blockToken(blockSeed(this.salt, this.blockId(b)), p - b * this.blockTokens);
   }
 }
 
@@ -56,13 +94,48 @@ export function traceTokens(
   salt: number,
   tailId?: number,
 ): Uint32Array {
+  const source = new TraceTokens(line.hashIds, line.inputLength, blockTokens, salt, tailId);
   const out = new Uint32Array(line.inputLength);
   for (let b = 0, off = 0; off < line.inputLength; b++, off += blockTokens) {
     const n = Math.min(blockTokens, line.inputLength - off);
-    const id = n < blockTokens && tailId !== undefined ? tailId : line.hashIds[b]!;
-    fillBlock(out, off, n, salt, id);
+    fillBlock(out, off, n, salt, source.blockId(b));
   }
+  describeTokens(out, source);
   return out;
+}
+
+/**
+ * One trace line as a request. Its tokens are built on each read of `inputIds` and not kept:
+ * holding every request's tokens would take ~576 MB. A class, so that its fields and getter
+ * live on one shape (an accessor defined per object took ~800 bytes a request).
+ */
+class TraceRequest implements WorkloadRequest {
+  readonly clientId: number;
+  readonly outputTokens: number;
+  readonly arrivalMs: number;
+  readonly sessionKey: string;
+  declare after?: { id: number; gapMs: number };
+  declare routingKey?: string;
+
+  constructor(
+    readonly id: number,
+    private readonly line: TraceLine,
+    speedup: number,
+    private readonly blockTokens: number,
+    private readonly salt: number,
+    private readonly tailId: number | undefined,
+  ) {
+    this.clientId = id;
+    this.outputTokens = Math.max(1, line.outputLength);
+    this.arrivalMs = line.timestamp / speedup;
+    const h = line.hashIds;
+    this.sessionKey =
+      line.observed?.key ?? (h.length > 1 ? `h${h[0]}-${h[1]}` : `h${h[0] ?? 'none'}`);
+  }
+
+  get inputIds(): Uint32Array {
+    return traceTokens(this.line, this.blockTokens, this.salt, this.tailId);
+  }
 }
 
 export const replay: ScenarioDefinition = {
@@ -111,23 +184,10 @@ export const replay: ScenarioDefinition = {
     const requests: WorkloadRequest[] = trace.lines.map((line, id) => {
       const link = openLoop ? undefined : links[id];
       if (link !== undefined) linked++;
-      const h = line.hashIds;
-      const key = h.length > 1 ? `h${h[0]}-${h[1]}` : `h${h[0] ?? 'none'}`;
-      const req = {
-        id,
-        clientId: id,
-        outputTokens: Math.max(1, line.outputLength),
-        arrivalMs: line.timestamp / speedup,
-        ...(link !== undefined ? { after: { id: link.prev, gapMs: link.gapMs / speedup } } : {}),
-        sessionKey: line.observed?.key ?? key,
-        // The recorded (keyed) routing key or session: replayed affinity sticks as it did.
-        ...(line.observed?.key !== undefined ? { routingKey: line.observed.key } : {}),
-      } as WorkloadRequest;
-      // Built on each read and not kept: holding every request's tokens would take ~576 MB.
-      Object.defineProperty(req, 'inputIds', {
-        enumerable: true,
-        get: () => traceTokens(line, blockTokens, salt, tails[id]),
-      });
+      const req = new TraceRequest(id, line, speedup, blockTokens, salt, tails[id]);
+      if (link !== undefined) req.after = { id: link.prev, gapMs: link.gapMs / speedup };
+      // The recorded (keyed) routing key or session: replayed affinity sticks as it did.
+      if (line.observed?.key !== undefined) req.routingKey = line.observed.key;
       return req;
     });
     return {
