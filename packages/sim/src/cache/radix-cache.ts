@@ -19,6 +19,7 @@ export interface RadixNode {
   /** Tokens in the key. */
   len: number;
   parent: RadixNode | null;
+  /** NO_CHILDREN (shared, never written) until it has one: most nodes are leaves. */
   children: Map<number | string, RadixNode>;
   lockRef: number;
   lastAccess: number;
@@ -113,6 +114,14 @@ function sourceMatch(
 }
 
 const EMPTY = new Uint32Array(0);
+
+/** The children of every leaf; attach() gives a node its own map. */
+const NO_CHILDREN: Map<number | string, RadixNode> = new Map();
+
+function attach(parent: RadixNode, key: number | string, child: RadixNode): void {
+  if (parent.children === NO_CHILDREN) parent.children = new Map();
+  parent.children.set(key, child);
+}
 
 export class RadixCache {
   readonly capacity: number;
@@ -227,11 +236,11 @@ export class RadixCache {
       start: child.start,
       len: at,
       parent,
-      children: new Map(),
+      children: NO_CHILDREN,
       lockRef: child.lockRef,
       lastAccess: child.lastAccess,
     };
-    parent.children.set(this.firstKey(child), upper);
+    attach(parent, this.firstKey(child), upper);
     if (child.src === null) {
       child.key = child.key.subarray(at);
       this.keys?.share(child, upper);
@@ -240,7 +249,7 @@ export class RadixCache {
     }
     child.len -= at;
     child.parent = upper;
-    upper.children.set(this.firstKey(child), child);
+    attach(upper, this.firstKey(child), child);
     return upper;
   }
 
@@ -350,7 +359,7 @@ export class RadixCache {
       start: src === null ? 0 : off + pos,
       len: len - pos,
       parent: node,
-      children: new Map(),
+      children: NO_CHILDREN,
       lockRef: 0,
       lastAccess: this.tick,
     };
@@ -360,7 +369,7 @@ export class RadixCache {
       else leaf.key = ids.slice(pos, len);
     }
     if (node !== this.root && node.children.size === 0) this.leaves.delete(node);
-    node.children.set(this.childKey(ids, pos), leaf);
+    attach(node, this.childKey(ids, pos), leaf);
     this.leaves.add(leaf);
     this.candidate(leaf);
     this.size += leaf.len;
@@ -432,6 +441,7 @@ export class RadixCache {
         this.hooks?.evicted?.(path, path.length - leaf.len);
       }
       parent.children.delete(this.firstKey(leaf));
+      if (parent.children.size === 0 && parent !== this.root) parent.children = NO_CHILDREN;
       this.leaves.delete(leaf);
       leaf.parent = null;
       this.size -= leaf.len;

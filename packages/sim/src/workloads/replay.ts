@@ -55,6 +55,22 @@ function fillBlock(out: Uint32Array, offset: number, n: number, salt: number, id
   for (let p = 0; p < n; p++) out[offset + p] = blockToken(h0, p);
 }
 
+/** One string per (salt, block size), not one per request. */
+const familyNames = new Map<number, Map<number, string>>();
+function familyOf(salt: number, blockTokens: number): string {
+  let bySize = familyNames.get(salt);
+  if (bySize === undefined) {
+    bySize = new Map();
+    familyNames.set(salt, bySize);
+  }
+  let name = bySize.get(blockTokens);
+  if (name === undefined) {
+    name = `${salt}/${blockTokens}`;
+    bySize.set(blockTokens, name);
+  }
+  return name;
+}
+
 /**
  * What traceTokens() built, as ids per block (token-source.ts): the radix caches keep this,
  * not a copy of the tokens.
@@ -69,7 +85,7 @@ class TraceTokens implements BlockTokenSource {
     private readonly salt: number,
     private readonly tailId: number | undefined,
   ) {
-    this.family = `${salt}/${blockTokens}`;
+    this.family = familyOf(salt, blockTokens);
   }
 
   blockId(b: number): number {
