@@ -9,8 +9,10 @@
 // GC threads keep part of a second core busy even at --jobs 1, which bounds what a second
 // thread can add), the medians and their ratio (target >= 1.7x on 2 cores), and the load
 // average, since the machine may be shared. No assertions.
-// --trace adds the same 16 cells on the Mooncake trace (cells of about a second; one round,
-// about a minute).
+// Where `taskset` exists, each round also runs --jobs 1 pinned to one core: the target
+// compares two cores with one, and an unpinned --jobs 1 already uses part of the second.
+// --trace adds the same 16 cells on the Mooncake trace (cells of about a second; at most two
+// rounds, about two minutes).
 //   pnpm --filter @kvroute/sim bench:sweep [-- --rounds 3] [--skip-1000] [--trace]
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
@@ -52,8 +54,13 @@ interface Run {
   cpuS: number;
 }
 
-/** One sweep in a fresh process: wall time, and CPU time of it and its threads. */
-function sweep(grid: string[], jobs: number): Promise<Run> {
+const taskset = ['/usr/bin/taskset', '/bin/taskset'].find((p) => existsSync(p));
+
+/**
+ * One sweep in a fresh process: wall time, and CPU time of it and its threads. `pinned` runs
+ * it on one core (taskset -c 0).
+ */
+function sweep(grid: string[], jobs: number, pinned = false): Promise<Run> {
   return new Promise((resolve, reject) => {
     // The child reports its own CPU time (all threads) on exit, on fd 3.
     const report =
@@ -61,21 +68,20 @@ function sweep(grid: string[], jobs: number): Promise<Run> {
       'const u = process.cpuUsage(); ' +
       'writeSync(3, JSON.stringify({ cpu: (u.user + u.system) / 1e6 })); });';
     const t0 = performance.now();
-    const child = spawn(
+    const node = [
       process.execPath,
-      [
-        '--import',
-        `data:text/javascript,${encodeURIComponent(report)}`,
-        cli,
-        'sweep',
-        ...grid,
-        '--jobs',
-        String(jobs),
-        '--json',
-        '-',
-      ],
-      { stdio: ['ignore', 'ignore', 'pipe', 'pipe'] },
-    );
+      '--import',
+      `data:text/javascript,${encodeURIComponent(report)}`,
+      cli,
+      'sweep',
+      ...grid,
+      '--jobs',
+      String(jobs),
+      '--json',
+      '-',
+    ];
+    const [cmd, ...argv] = pinned && taskset !== undefined ? [taskset, '-c', '0', ...node] : node;
+    const child = spawn(cmd!, argv, { stdio: ['ignore', 'ignore', 'pipe', 'pipe'] });
     let err = '';
     let out = '';
     child.stderr!.on('data', (d) => {
@@ -106,17 +112,22 @@ const range = (n: number, from: number, step: number) =>
   Array.from({ length: n }, (_, i) => from + i * step).join(',');
 const show = (r: Run) => `${r.wallS.toFixed(2)} s (${(r.cpuS / r.wallS).toFixed(2)} cores busy)`;
 
-/** Runs a grid with --jobs 1 and 2 in alternating order; prints each run and the medians. */
+/**
+ * Runs a grid with --jobs 1, --jobs 2 and (with taskset) --jobs 1 on one core, in rotating
+ * order; prints each run and the medians.
+ */
 async function compareJobs(name: string, grid: string[], n: number): Promise<void> {
   const one: Run[] = [];
   const two: Run[] = [];
+  const pin: Run[] = [];
+  const kinds = taskset !== undefined ? ['1', '2', 'pin'] : ['1', '2'];
   for (let r = 0; r < n; r++) {
-    const order = r % 2 === 0 ? [1, 2] : [2, 1];
+    const order = kinds.map((_, i) => kinds[(i + r) % kinds.length]!);
     const got: string[] = [];
-    for (const jobs of order) {
-      const run = await sweep(grid, jobs);
-      (jobs === 1 ? one : two).push(run);
-      got.push(`--jobs ${jobs} ${show(run)}`);
+    for (const kind of order) {
+      const run = await sweep(grid, kind === '2' ? 2 : 1, kind === 'pin');
+      (kind === '1' ? one : kind === '2' ? two : pin).push(run);
+      got.push(`${kind === 'pin' ? '--jobs 1 on one core' : `--jobs ${kind}`} ${show(run)}`);
     }
     console.log(`  round ${r + 1}: ${got.join(', ')}; load ${load()}`);
   }
@@ -127,6 +138,12 @@ async function compareJobs(name: string, grid: string[], n: number): Promise<voi
   console.log(
     `${name}, fresh processes, median of ${n}: --jobs 1 ${m1.toFixed(2)} s, --jobs 2 ${m2.toFixed(2)} s: ${speedup.toFixed(2)}x (target >= 1.7x: ${speedup >= 1.7 ? 'met' : 'MISSED'}); --jobs 1 alone keeps ${busy1.toFixed(2)} cores busy`,
   );
+  if (pin.length > 0) {
+    const mp = median(pin.map((r) => r.wallS));
+    console.log(
+      `  two cores (--jobs 2) against one core (--jobs 1 pinned by taskset, ${mp.toFixed(2)} s): ${(mp / m2).toFixed(2)}x`,
+    );
+  }
 }
 
 const window4 = ['--window', '64,128,256,512', '--prefix-length', '1024,2048,4096,8192'];
@@ -141,7 +158,7 @@ if (args.includes('--trace')) {
   await compareJobs(
     '16-cell sweep (Mooncake trace replay, prefix_match)',
     ['--scenario', 'replay', ...window4],
-    1,
+    Math.min(rounds, 2),
   );
 }
 if (!args.includes('--skip-1000')) {
