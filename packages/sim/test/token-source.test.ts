@@ -241,6 +241,26 @@ describe('radix keys kept as ranges of a token source', () => {
     );
   });
 
+  it("a trace block's tokens are the documented mix of (salt, id, position)", () => {
+    // The reference: token pos of block id, as the replay's header comment defines it. Any
+    // change here changes every replay's results.
+    const reference = (salt: number, id: number, pos: number) => {
+      let h0 = Math.imul(salt ^ id, 0x9e3779b1) ^ (id >>> 16);
+      h0 = Math.imul(h0 ^ (h0 >>> 15), 0x85ebca6b);
+      let h = (h0 + Math.imul(pos + 1, 0x9e3779b9)) | 0;
+      h = Math.imul(h ^ (h >>> 16), 0x7feb352d);
+      h ^= h >>> 15;
+      return 1 + Math.floor((h >>> 0) * ((30_000 - 1) / 2 ** 32));
+    };
+    fc.assert(
+      fc.property(fc.integer(), fc.nat(), (salt, id) => {
+        const ids = traceTokens({ inputLength: 512, hashIds: [id] }, 512, salt);
+        for (let p = 0; p < 512; p++) expect(ids[p]).toBe(reference(salt, id, p));
+      }),
+      { numRuns: 200 },
+    );
+  });
+
   it('a replay gives the same results as one whose requests carry plain token arrays', () => {
     const plan = buildWorkload('replay', { limit: 400, ranks: 4 }, 3);
     const plain = {
