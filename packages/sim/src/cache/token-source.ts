@@ -23,6 +23,13 @@ export interface BlockTokenSource {
 const sources = new WeakMap<ArrayBufferLike, BlockTokenSource>();
 
 /**
+ * Arrays this short are neither described nor looked up: V8 keeps a typed array of up to 64
+ * bytes on its heap, and asking for its buffer would move it out. Their keys are copied,
+ * which is cheap at that size and gives the same results.
+ */
+const MIN_TOKENS = 17;
+
+/**
  * Records that `ids` holds exactly what `source` describes. `ids` must own its whole buffer
  * (views of it, e.g. a prompt without its last token, are then described too) and must not be
  * written afterwards.
@@ -36,10 +43,10 @@ export function describeTokens(ids: Uint32Array, source: BlockTokenSource): void
       `describeTokens: the array has ${ids.length} tokens, the source ${source.length}`,
     );
   }
-  sources.set(ids.buffer, source);
+  if (ids.length >= MIN_TOKENS) sources.set(ids.buffer, source);
 }
 
 /** The source `ids` (or the array it is a view of) was described by; null if none. */
 export function tokenSourceOf(ids: Uint32Array): BlockTokenSource | null {
-  return sources.get(ids.buffer) ?? null;
+  return ids.length < MIN_TOKENS ? null : (sources.get(ids.buffer) ?? null);
 }
