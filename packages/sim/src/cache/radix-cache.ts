@@ -1,8 +1,8 @@
 // A token-level radix tree of cached KV, as SGLang's RadixCache keeps one per rank.
 // Edges are segments (Uint32Array views, or a range of a synthesised request's token source:
 // token-source.ts), never per-token objects, so a 100k-token prompt is one node until
-// another prompt diverges inside it. LRU is over a logical access
-// counter rather than wall or simulated time, so ties cannot depend on event timing.
+// another prompt diverges inside it. LRU is over a logical access counter rather than wall
+// or simulated time, so ties cannot depend on event timing.
 
 import { Buffer } from 'node:buffer';
 import type { KeyChunk, KeyStore } from './key-store.ts';
