@@ -284,6 +284,10 @@ describe('radix keys kept as ranges of a token source', () => {
       })),
     };
     expect(tokenSourceOf(plan.requests[0]!.inputIds)).not.toBeNull();
+    // inputIds is an own, enumerable property: a copy by spread carries the tokens.
+    const first = plan.requests[0]!;
+    expect(Object.keys(first)).toContain('inputIds');
+    expect({ ...first }.inputIds).toEqual(first.inputIds);
     expect(tokenSourceOf(plain.requests[0]!.inputIds)).toBeNull();
     // A small KV pool, so eviction runs too.
     const profile = { ...getProfile('h200-llama-3.1-8b'), kvCapacityTokens: 200_000 };

@@ -135,14 +135,24 @@ export function traceTokens(
 
 /**
  * One trace line as a request. Its tokens are built on each read of `inputIds` and not kept:
- * holding every request's tokens would take ~576 MB. A class, so that its fields and getter
- * live on one shape (an accessor defined per object took ~800 bytes a request).
+ * holding every request's tokens would take ~576 MB. `inputIds` is an own, enumerable
+ * accessor, so a copy by spread (`{ ...request }`) carries the tokens; every request shares
+ * one descriptor, so all keep one shape (an accessor with its own getter per request made
+ * each a dictionary of ~800 bytes).
  */
 class TraceRequest implements WorkloadRequest {
+  private static readonly inputIdsProperty: PropertyDescriptor = {
+    enumerable: true,
+    get(this: TraceRequest): Uint32Array {
+      return traceTokens(this.line, this.blockTokens, this.salt, this.tailId);
+    },
+  };
+
   readonly clientId: number;
   readonly outputTokens: number;
   readonly arrivalMs: number;
   readonly sessionKey: string;
+  declare readonly inputIds: Uint32Array;
   declare after?: { id: number; gapMs: number };
   declare routingKey?: string;
 
@@ -160,10 +170,7 @@ class TraceRequest implements WorkloadRequest {
     const h = line.hashIds;
     this.sessionKey =
       line.observed?.key ?? (h.length > 1 ? `h${h[0]}-${h[1]}` : `h${h[0] ?? 'none'}`);
-  }
-
-  get inputIds(): Uint32Array {
-    return traceTokens(this.line, this.blockTokens, this.salt, this.tailId);
+    Object.defineProperty(this, 'inputIds', TraceRequest.inputIdsProperty);
   }
 }
 
