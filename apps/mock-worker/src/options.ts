@@ -465,18 +465,20 @@ export function parseKvStoreArgs(argv: readonly string[]): KvStoreCliArgs {
   };
 }
 
+/** Flags the worker and its kv-store subcommand both take, read the same way. */
+const SHARED_FLAGS = {
+  host: { type: 'string' },
+  port: { type: 'string' },
+  'page-size': { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
 function parseKvStore(argv: readonly string[]) {
   return parseArgs({
     args: [...argv],
     strict: true,
     allowPositionals: false,
-    options: {
-      host: { type: 'string' },
-      port: { type: 'string' },
-      'kv-store-tokens': { type: 'string' },
-      'page-size': { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-    },
+    options: { ...SHARED_FLAGS, 'kv-store-tokens': { type: 'string' } },
   });
 }
 
@@ -486,8 +488,7 @@ function parse(argv: readonly string[]) {
     strict: true,
     allowPositionals: false,
     options: {
-      host: { type: 'string' },
-      port: { type: 'string' },
+      ...SHARED_FLAGS,
       'dp-size': { type: 'string' },
       'load-balance-method': { type: 'string' },
       'policy-option': { type: 'string', multiple: true },
@@ -495,7 +496,6 @@ function parse(argv: readonly string[]) {
       'profile-file': { type: 'string' },
       'time-scale': { type: 'string' },
       'kv-capacity': { type: 'string' },
-      'page-size': { type: 'string' },
       'chunked-prefill-size': { type: 'string' },
       'max-context': { type: 'string' },
       'model-name': { type: 'string' },
@@ -518,7 +518,6 @@ function parse(argv: readonly string[]) {
       'decode-offload': { type: 'boolean' },
       'disaggregation-decode-enable-offload-kvcache': { type: 'boolean' },
       log: { type: 'boolean' },
-      help: { type: 'boolean', short: 'h' },
     },
   });
 }

@@ -83,7 +83,7 @@ function sameTokens(a: Uint32Array, ai: number, b: Uint32Array, bi: number, n: n
 
 /**
  * How many of ids[pos, pos + lim) equal a source's tokens from position `at` on. When the
- * query is a view of the same family's source at the same positions, a block with equal ids
+ * query is a view of a source of the same family and block size at the same positions, a block with equal ids
  * on both sides is equal as a whole; any other block is compared token by token.
  */
 function sourceMatch(
@@ -96,7 +96,7 @@ function sourceMatch(
   off: number,
 ): number {
   let m = 0;
-  if (q !== null && q.family === s.family && off + pos === at) {
+  if (q !== null && q.family === s.family && q.blockTokens === s.blockTokens && off + pos === at) {
     const b = s.blockTokens;
     while (m < lim) {
       const block = Math.floor((at + m) / b);
@@ -441,7 +441,6 @@ export class RadixCache {
         this.hooks?.evicted?.(path, path.length - leaf.len);
       }
       parent.children.delete(this.firstKey(leaf));
-      if (parent.children.size === 0 && parent !== this.root) parent.children = NO_CHILDREN;
       this.leaves.delete(leaf);
       leaf.parent = null;
       this.size -= leaf.len;
@@ -450,6 +449,7 @@ export class RadixCache {
       this.keys?.release(leaf);
       this.evictedNodes++;
       if (parent !== this.root && parent.children.size === 0) {
+        parent.children = NO_CHILDREN;
         this.leaves.add(parent);
         if (parent.lockRef === 0) this.candidate(parent);
       }

@@ -1,15 +1,18 @@
 // A token array the simulator synthesised block by block can be described by a source: the
 // id each block's tokens were computed from, and how to compute one token. A radix node whose
 // key such a source spells keeps the source and a range instead of a copy of the tokens, and
-// two keys from one family compare a block at a time (equal ids, equal tokens) instead of a
+// two keys from one family and block size compare a block at a time (equal ids, equal tokens) instead of a
 // token at a time. On a long replay across many ranks the copies were nearly all of the
 // memory (the caches held ~4 GB of 4-byte tokens for the Mooncake trace ten times over on
 // 1,024 ranks); the sources are a few ids per request. Results are unchanged: a block whose
 // ids differ is compared token by token, so a chance-equal token still matches.
 
 export interface BlockTokenSource {
-  /** Sources of one family (===) compute equal tokens at equal positions from equal block ids. */
-  readonly family: string;
+  /**
+   * Sources of one family (compared with ===) and one block size compute equal tokens at
+   * equal positions from equal block ids.
+   */
+  readonly family: unknown;
   /** Tokens per block; block b spans positions [b * blockTokens, (b + 1) * blockTokens). */
   readonly blockTokens: number;
   /** Tokens it describes, from position 0. */

@@ -68,38 +68,19 @@ function fillBlock(out: Uint32Array, offset: number, n: number, salt: number, id
   }
 }
 
-/** One string per (salt, block size), not one per request. */
-const familyNames = new Map<number, Map<number, string>>();
-function familyOf(salt: number, blockTokens: number): string {
-  let bySize = familyNames.get(salt);
-  if (bySize === undefined) {
-    bySize = new Map();
-    familyNames.set(salt, bySize);
-  }
-  let name = bySize.get(blockTokens);
-  if (name === undefined) {
-    name = `${salt}/${blockTokens}`;
-    bySize.set(blockTokens, name);
-  }
-  return name;
-}
-
 /**
  * What traceTokens() built, as ids per block (token-source.ts): the radix caches keep this,
  * not a copy of the tokens.
  */
 class TraceTokens implements BlockTokenSource {
-  /** One salt and block size: equal block ids give equal tokens. */
-  readonly family: string;
   constructor(
     private readonly hashIds: readonly number[],
     readonly length: number,
     readonly blockTokens: number,
-    private readonly salt: number,
+    /** The salt: with one block size, equal block ids give equal tokens. */
+    readonly family: number,
     private readonly tailId: number | undefined,
-  ) {
-    this.family = familyOf(salt, blockTokens);
-  }
+  ) {}
 
   blockId(b: number): number {
     const partial = (b + 1) * this.blockTokens > this.length;
@@ -108,7 +89,7 @@ class TraceTokens implements BlockTokenSource {
 
   tokenAt(p: number): number {
     const b = Math.floor(p / this.blockTokens);
-    return blockToken(blockSeed(this.salt, this.blockId(b)), p - b * this.blockTokens);
+    return blockToken(blockSeed(this.family, this.blockId(b)), p - b * this.blockTokens);
   }
 }
 
