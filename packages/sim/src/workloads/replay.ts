@@ -10,11 +10,12 @@ import { repoRoot, sharedFile } from '../cost/calibration.ts';
 import { optBool, optInt, optNum } from './options.ts';
 import { stream, VOCAB } from './random.ts';
 import {
-  readTraceFile,
+  readTraceTable,
   sessionLinks,
   sessionTailIds,
   TraceFormatError,
   type TraceLine,
+  type TraceTable,
 } from './trace-file.ts';
 import type { ScenarioDefinition, WorkloadRequest } from './types.ts';
 
@@ -70,11 +71,12 @@ function fillBlock(out: Uint32Array, offset: number, n: number, salt: number, id
 
 /**
  * What traceTokens() built, as ids per block (token-source.ts): the radix caches keep this,
- * not a copy of the tokens.
+ * not a copy of the tokens. Block b's id is ids[offset + b] (a TraceTable's id column).
  */
 class TraceTokens implements BlockTokenSource {
   constructor(
-    private readonly hashIds: readonly number[],
+    private readonly ids: ArrayLike<number>,
+    private readonly offset: number,
     readonly length: number,
     readonly blockTokens: number,
     /** The salt: with one block size, equal block ids give equal tokens. */
@@ -84,13 +86,24 @@ class TraceTokens implements BlockTokenSource {
 
   blockId(b: number): number {
     const partial = (b + 1) * this.blockTokens > this.length;
-    return partial && this.tailId !== undefined ? this.tailId : this.hashIds[b]!;
+    return partial && this.tailId !== undefined ? this.tailId : this.ids[this.offset + b]!;
   }
 
   tokenAt(p: number): number {
     const b = Math.floor(p / this.blockTokens);
     return blockToken(blockSeed(this.family, this.blockId(b)), p - b * this.blockTokens);
   }
+}
+
+function tokensOf(source: TraceTokens): Uint32Array {
+  const length = source.length;
+  const blockTokens = source.blockTokens;
+  const out = new Uint32Array(length);
+  for (let b = 0, off = 0; off < length; b++, off += blockTokens) {
+    fillBlock(out, off, Math.min(blockTokens, length - off), source.family, source.blockId(b));
+  }
+  describeTokens(out, source);
+  return out;
 }
 
 /**
@@ -104,18 +117,18 @@ export function traceTokens(
   salt: number,
   tailId?: number,
 ): Uint32Array {
-  const source = new TraceTokens(line.hashIds, line.inputLength, blockTokens, salt, tailId);
-  const out = new Uint32Array(line.inputLength);
-  for (let b = 0, off = 0; off < line.inputLength; b++, off += blockTokens) {
-    const n = Math.min(blockTokens, line.inputLength - off);
-    fillBlock(out, off, n, salt, source.blockId(b));
-  }
-  describeTokens(out, source);
-  return out;
+  return tokensOf(new TraceTokens(line.hashIds, 0, line.inputLength, blockTokens, salt, tailId));
+}
+
+/** What every request of one replay shares. */
+interface ReplayContext {
+  table: TraceTable;
+  blockTokens: number;
+  salt: number;
 }
 
 /**
- * One trace line as a request. Its tokens are built on each read of `inputIds` and not kept:
+ * One trace row as a request. Its tokens are built on each read of `inputIds` and not kept:
  * holding every request's tokens would take ~576 MB. `inputIds` is an own, enumerable
  * accessor, so a copy by spread (`{ ...request }`) carries the tokens; every request shares
  * one descriptor, so all keep one shape (an accessor with its own getter per request made
@@ -125,7 +138,18 @@ class TraceRequest implements WorkloadRequest {
   private static readonly inputIdsProperty: PropertyDescriptor = {
     enumerable: true,
     get(this: TraceRequest): Uint32Array {
-      return traceTokens(this.line, this.blockTokens, this.salt, this.tailId);
+      const { table, blockTokens, salt } = this.context;
+      const row = this.id;
+      return tokensOf(
+        new TraceTokens(
+          table.hashIdColumn(),
+          table.hashOffset(row),
+          table.inputLength(row),
+          blockTokens,
+          salt,
+          this.tailId,
+        ),
+      );
     },
   };
 
@@ -137,20 +161,25 @@ class TraceRequest implements WorkloadRequest {
   declare after?: { id: number; gapMs: number };
   declare routingKey?: string;
 
+  /** Not enumerable: a copy or JSON of a request leaves the shared trace out. */
+  declare private readonly context: ReplayContext;
+
+  /** Request `id` is the table's row `id`. */
   constructor(
     readonly id: number,
-    private readonly line: TraceLine,
+    context: ReplayContext,
     speedup: number,
-    private readonly blockTokens: number,
-    private readonly salt: number,
     private readonly tailId: number | undefined,
   ) {
+    Object.defineProperty(this, 'context', { value: context });
+    const { table } = context;
     this.clientId = id;
-    this.outputTokens = Math.max(1, line.outputLength);
-    this.arrivalMs = line.timestamp / speedup;
-    const h = line.hashIds;
+    this.outputTokens = Math.max(1, table.outputLength(id));
+    this.arrivalMs = table.timestamp(id) / speedup;
+    const n = table.hashCount(id);
+    const h0 = n > 0 ? table.hashId(id, 0) : undefined;
     this.sessionKey =
-      line.observed?.key ?? (h.length > 1 ? `h${h[0]}-${h[1]}` : `h${h[0] ?? 'none'}`);
+      table.observed(id)?.key ?? (n > 1 ? `h${h0}-${table.hashId(id, 1)}` : `h${h0 ?? 'none'}`);
     Object.defineProperty(this, 'inputIds', TraceRequest.inputIdsProperty);
   }
 }
@@ -181,7 +210,7 @@ export const replay: ScenarioDefinition = {
     const blockOpt = optInt(name, o, 'blockTokens', 0);
     const ranksOpt = optInt(name, o, 'ranks', 0);
     const openLoop = optBool(name, o, 'openLoop');
-    const trace = readTraceFile(file, {
+    const trace = readTraceTable(file, {
       skipInvalid,
       limit,
       ...(blockOpt > 0 ? { blockTokens: blockOpt } : {}),
@@ -195,18 +224,22 @@ export const replay: ScenarioDefinition = {
     // Live, a session's next turn waits for the previous answer; replayed at its recorded
     // time it would arrive however slow or fast the predicted system is (open loop), and a
     // slower prediction would pile requests up that the live system never had in flight.
-    const links = sessionLinks(trace.lines);
-    const tails = sessionTailIds(trace.lines, links, blockTokens);
+    const { table } = trace;
+    const links = sessionLinks(table);
+    const tails = sessionTailIds(table, links, blockTokens);
+    const context: ReplayContext = { table, blockTokens, salt };
     let linked = 0;
-    const requests: WorkloadRequest[] = trace.lines.map((line, id) => {
+    const requests: WorkloadRequest[] = new Array(table.length);
+    for (let id = 0; id < table.length; id++) {
       const link = openLoop ? undefined : links[id];
       if (link !== undefined) linked++;
-      const req = new TraceRequest(id, line, speedup, blockTokens, salt, tails[id]);
+      const req = new TraceRequest(id, context, speedup, tails[id]);
       if (link !== undefined) req.after = { id: link.prev, gapMs: link.gapMs / speedup };
       // The recorded (keyed) routing key or session: replayed affinity sticks as it did.
-      if (line.observed?.key !== undefined) req.routingKey = line.observed.key;
-      return req;
-    });
+      const key = table.observed(id)?.key;
+      if (key !== undefined) req.routingKey = key;
+      requests[id] = req;
+    }
     return {
       scenario: name,
       mode: 'open',
@@ -220,7 +253,7 @@ export const replay: ScenarioDefinition = {
             recorded: {
               start: trace.start,
               switches: trace.switches.map((s) => ({ ...s, timestamp: s.timestamp / speedup })),
-              lines: trace.lines,
+              lines: table.lines(),
               speedup,
               closedLoop: linked,
             },

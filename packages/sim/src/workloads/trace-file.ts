@@ -8,7 +8,7 @@
 // `policy_switch` marks a change of method or options at a moment of the recording; any other
 // event is skipped. Recorded request lines are written as requests complete, so a recorded
 // file is put in timestamp (receipt) order; a plain Mooncake file must already be in order.
-import { readFileSync } from 'node:fs';
+import { closeSync, openSync, readSync } from 'node:fs';
 
 export class TraceFormatError extends Error {
   readonly code = 'TRACE_FORMAT';
@@ -205,100 +205,369 @@ function parseRequest(o: Obj, line: number, blockTokens: number): TraceLine | st
   };
 }
 
-/** Parses trace text; `file` names it in errors. */
-export function parseTrace(text: string, file: string, opts: ReadTraceOptions = {}): TraceFile {
-  const skipInvalid = opts.skipInvalid === true;
-  const limit = opts.limit ?? 0;
-  let start: TraceStart | undefined;
-  let blockTokens = opts.blockTokens ?? 512;
-  const switches: PolicySwitch[] = [];
-  const lines: TraceLine[] = [];
-  let skipped = 0;
-  let lastTs = 0;
-  let lineNo = 0;
-  const bad = (msg: string) => {
-    if (skipInvalid) {
-      skipped++;
+/** Where parsed request lines go: an array of lines, or a TraceTable. */
+interface RequestSink {
+  readonly length: number;
+  push(line: TraceLine): void;
+}
+
+/**
+ * A trace's request lines as columns: what a replay keeps of each line. A TraceLine object
+ * with its hash id array takes ~300 bytes; a row here takes 20 bytes plus 4 per hash id (8
+ * once an id needs more than 32 bits: a recorded trace's ids are 48-bit), so a long trace
+ * costs a replay a third of the memory. `line(i)` gives the row as a TraceLine.
+ */
+export class TraceTable implements RequestSink {
+  length = 0;
+  private lineNos = new Uint32Array(1024);
+  private timestamps = new Float64Array(1024);
+  private inputs = new Uint32Array(1024);
+  private outputs = new Uint32Array(1024);
+  /** Row i's hash ids are ids[idStart[i], idStart[i + 1]). */
+  private idStart = new Uint32Array(1025);
+  private ids: Uint32Array | Float64Array = new Uint32Array(16384);
+  /** Per row, only once some row has observations. */
+  private observations: (TraceObserved | undefined)[] | undefined;
+
+  push(line: TraceLine): void {
+    const i = this.length;
+    if (i === this.timestamps.length) this.growRows();
+    const from = this.idStart[i]!;
+    const to = from + line.hashIds.length;
+    if (to > this.ids.length) this.ids = grown(this.ids, to);
+    let ids = this.ids;
+    for (let b = 0; b < line.hashIds.length; b++) {
+      const id = line.hashIds[b]!;
+      if (id > 0xffffffff && ids instanceof Uint32Array) {
+        ids = this.ids = Float64Array.from(ids);
+      }
+      ids[from + b] = id;
+    }
+    this.lineNos[i] = line.line;
+    this.timestamps[i] = line.timestamp;
+    this.inputs[i] = line.inputLength;
+    this.outputs[i] = line.outputLength;
+    this.idStart[i + 1] = to;
+    if (line.observed !== undefined) {
+      this.observations ??= new Array<TraceObserved | undefined>(i).fill(undefined);
+    }
+    if (this.observations !== undefined) this.observations[i] = line.observed;
+    this.length = i + 1;
+  }
+
+  private growRows(): void {
+    const n = this.timestamps.length * 2;
+    this.lineNos = grown(this.lineNos, n);
+    this.timestamps = grown(this.timestamps, n);
+    this.inputs = grown(this.inputs, n);
+    this.outputs = grown(this.outputs, n);
+    this.idStart = grown(this.idStart, n + 1);
+  }
+
+  /** 1-based line number in the file. */
+  lineNo(i: number): number {
+    return this.lineNos[i]!;
+  }
+  timestamp(i: number): number {
+    return this.timestamps[i]!;
+  }
+  inputLength(i: number): number {
+    return this.inputs[i]!;
+  }
+  outputLength(i: number): number {
+    return this.outputs[i]!;
+  }
+  hashCount(i: number): number {
+    return this.idStart[i + 1]! - this.idStart[i]!;
+  }
+  hashId(i: number, b: number): number {
+    return this.ids[this.idStart[i]! + b]!;
+  }
+  /** Where row i's hash ids start in hashIdColumn(). */
+  hashOffset(i: number): number {
+    return this.idStart[i]!;
+  }
+  /** Every row's hash ids, one after another (row i's from hashOffset(i)). */
+  hashIdColumn(): ArrayLike<number> {
+    return this.ids;
+  }
+  observed(i: number): TraceObserved | undefined {
+    return this.observations?.[i];
+  }
+
+  /** Row i as a TraceLine. */
+  line(i: number): TraceLine {
+    const from = this.idStart[i]!;
+    const observed = this.observed(i);
+    return {
+      line: this.lineNos[i]!,
+      timestamp: this.timestamps[i]!,
+      inputLength: this.inputs[i]!,
+      outputLength: this.outputs[i]!,
+      hashIds: Array.from(this.ids.subarray(from, this.idStart[i + 1]!)),
+      ...(observed ? { observed } : {}),
+    };
+  }
+
+  lines(): TraceLine[] {
+    return Array.from({ length: this.length }, (_, i) => this.line(i));
+  }
+
+  /** Rows in timestamp order, ties in line order (a recorded trace is written at completion). */
+  sortByTimestamp(): void {
+    const order = Array.from({ length: this.length }, (_, i) => i);
+    order.sort((a, b) => this.timestamps[a]! - this.timestamps[b]! || a - b);
+    if (order.every((r, i) => r === i)) return;
+    const rows = order.map((r) => this.line(r));
+    this.length = 0;
+    this.idStart[0] = 0;
+    this.observations = undefined;
+    for (const l of rows) this.push(l);
+  }
+
+  /** Keeps the first n rows. */
+  truncate(n: number): void {
+    if (n < this.length) this.length = n;
+  }
+
+  /** Releases spare capacity (the columns double as they grow). */
+  trim(): void {
+    const n = this.length;
+    this.lineNos = this.lineNos.slice(0, n);
+    this.timestamps = this.timestamps.slice(0, n);
+    this.inputs = this.inputs.slice(0, n);
+    this.outputs = this.outputs.slice(0, n);
+    this.idStart = this.idStart.slice(0, n + 1);
+    this.ids = this.ids.slice(0, this.idStart[n]!);
+    if (this.observations !== undefined) this.observations.length = n;
+  }
+}
+
+function grown<T extends Uint32Array | Float64Array>(a: T, atLeast: number): T {
+  let n = a.length * 2;
+  while (n < atLeast) n *= 2;
+  const out = new (a.constructor as { new (n: number): T })(n);
+  out.set(a);
+  return out;
+}
+
+/** What a parse found besides the request lines. */
+interface TraceHead {
+  start?: TraceStart;
+  switches: PolicySwitch[];
+  skipped: number;
+  blockTokens: number;
+}
+
+/**
+ * The line-by-line parse behind every reader: `feed` each raw line in order (false: the
+ * limit was reached, stop), then `finish`. Request lines go to the sink.
+ */
+class TraceParser {
+  private start: TraceStart | undefined;
+  private blockTokens: number;
+  private readonly switches: PolicySwitch[] = [];
+  private skipped = 0;
+  private lastTs = 0;
+  private lineNo = 0;
+  private readonly skipInvalid: boolean;
+  private readonly limit: number;
+
+  constructor(
+    private readonly file: string,
+    private readonly opts: ReadTraceOptions,
+    private readonly sink: RequestSink,
+  ) {
+    this.skipInvalid = opts.skipInvalid === true;
+    this.limit = opts.limit ?? 0;
+    this.blockTokens = opts.blockTokens ?? 512;
+  }
+
+  private bad(msg: string): void {
+    if (this.skipInvalid) {
+      this.skipped++;
       return;
     }
-    throw new TraceFormatError(`${file}:${lineNo}: ${msg}`);
-  };
-  for (const raw of text.split('\n')) {
-    lineNo++;
-    if (raw.trim() === '') continue;
+    throw new TraceFormatError(`${this.file}:${this.lineNo}: ${msg}`);
+  }
+
+  feed(raw: string): boolean {
+    this.lineNo++;
+    if (raw.trim() === '') return true;
     let o: unknown;
     try {
       o = JSON.parse(raw);
     } catch {
-      bad('invalid JSON');
-      continue;
+      this.bad('invalid JSON');
+      return true;
     }
     if (!isObj(o)) {
-      bad('expected a JSON object');
-      continue;
+      this.bad('expected a JSON object');
+      return true;
     }
     if (o.event !== undefined) {
-      if (o.event === 'start') {
-        const s = parseStart(o);
-        if (typeof s === 'string') {
-          // The start line sets how every other line is read: never skipped.
-          throw new TraceFormatError(`${file}:${lineNo}: ${s}`);
-        }
-        if (start === undefined) {
-          if (lines.length > 0) {
-            throw new TraceFormatError(
-              `${file}:${lineNo}: a start event after request lines (it must open the recording)`,
-            );
-          }
-          start = s;
-          blockTokens = opts.blockTokens ?? s.blockTokens;
-        } else if (s.blockTokens !== start.blockTokens) {
-          // Rotated files repeat the start line; concatenated ones must be of one recording.
+      this.event(o);
+      return true;
+    }
+    const parsed = parseRequest(o, this.lineNo, this.blockTokens);
+    if (typeof parsed === 'string') {
+      this.bad(parsed);
+      return true;
+    }
+    if (this.start === undefined) {
+      if (parsed.timestamp < this.lastTs) {
+        this.bad(`timestamp ${parsed.timestamp} goes back in time (previous ${this.lastTs})`);
+        return true;
+      }
+      this.lastTs = parsed.timestamp;
+      if (this.limit > 0 && this.sink.length >= this.limit) return false;
+    }
+    this.sink.push(parsed);
+    return true;
+  }
+
+  private event(o: Obj): void {
+    if (o.event === 'start') {
+      const s = parseStart(o);
+      if (typeof s === 'string') {
+        // The start line sets how every other line is read: never skipped.
+        throw new TraceFormatError(`${this.file}:${this.lineNo}: ${s}`);
+      }
+      if (this.start === undefined) {
+        if (this.sink.length > 0) {
           throw new TraceFormatError(
-            `${file}:${lineNo}: start event with block_tokens ${s.blockTokens}, the recording began with ${start.blockTokens}: files of different recordings were concatenated`,
+            `${this.file}:${this.lineNo}: a start event after request lines (it must open the recording)`,
           );
         }
-      } else if (o.event === 'policy_switch') {
-        const s = parseSwitch(o);
-        if (typeof s === 'string') bad(s);
-        else switches.push(s);
-      } else {
-        skipped++;
+        this.start = s;
+        this.blockTokens = this.opts.blockTokens ?? s.blockTokens;
+      } else if (s.blockTokens !== this.start.blockTokens) {
+        // Rotated files repeat the start line; concatenated ones must be of one recording.
+        throw new TraceFormatError(
+          `${this.file}:${this.lineNo}: start event with block_tokens ${s.blockTokens}, the recording began with ${this.start.blockTokens}: files of different recordings were concatenated`,
+        );
       }
-      continue;
+    } else if (o.event === 'policy_switch') {
+      const s = parseSwitch(o);
+      if (typeof s === 'string') this.bad(s);
+      else this.switches.push(s);
+    } else {
+      this.skipped++;
     }
-    const parsed = parseRequest(o, lineNo, blockTokens);
-    if (typeof parsed === 'string') {
-      bad(parsed);
-      continue;
-    }
-    if (start === undefined) {
-      if (parsed.timestamp < lastTs) {
-        bad(`timestamp ${parsed.timestamp} goes back in time (previous ${lastTs})`);
-        continue;
-      }
-      lastTs = parsed.timestamp;
-      if (limit > 0 && lines.length >= limit) break;
-    }
-    lines.push(parsed);
   }
-  if (start !== undefined) {
+
+  /** Whether the lines need putting in timestamp order (a recording: written at completion). */
+  get recorded(): boolean {
+    return this.start !== undefined;
+  }
+
+  finish(): TraceHead {
+    this.switches.sort((a, b) => a.timestamp - b.timestamp);
+    return {
+      ...(this.start ? { start: this.start } : {}),
+      switches: this.switches,
+      skipped: this.skipped,
+      blockTokens: this.blockTokens,
+    };
+  }
+}
+
+/** Parses trace text; `file` names it in errors. */
+export function parseTrace(text: string, file: string, opts: ReadTraceOptions = {}): TraceFile {
+  const lines: TraceLine[] = [];
+  const parser = new TraceParser(file, opts, lines);
+  for (const raw of text.split('\n')) if (!parser.feed(raw)) break;
+  return linesFile(file, parser, lines, opts.limit ?? 0);
+}
+
+function linesFile(file: string, parser: TraceParser, lines: TraceLine[], limit: number) {
+  if (parser.recorded) {
     // Written at completion, stamped at receipt: put back in arrival order (stable).
     lines.sort((a, b) => a.timestamp - b.timestamp || a.line - b.line);
     if (limit > 0 && lines.length > limit) lines.length = limit;
   }
-  switches.sort((a, b) => a.timestamp - b.timestamp);
-  return { file, ...(start ? { start } : {}), switches, lines, skipped, blockTokens };
+  const head = parser.finish();
+  return { file, ...head, lines };
 }
 
-export function readTraceFile(file: string, opts: ReadTraceOptions = {}): TraceFile {
-  let text: string;
+const CHUNK_BYTES = 1 << 22;
+
+/**
+ * Calls `each` with every line of the file (without its newline), read a chunk at a time,
+ * until it returns false: a trace is never held whole as text (the Mooncake trace ten times
+ * over is 30 MB of text and ~100 MB while split). A line longer than a chunk grows the
+ * buffer. Lines are UTF-8; a newline byte never occurs inside a multi-byte character.
+ */
+export function forEachLine(
+  file: string,
+  each: (raw: string) => boolean,
+  chunkBytes = CHUNK_BYTES,
+): void {
+  let fd: number;
   try {
-    text = readFileSync(file, 'utf8');
+    fd = openSync(file, 'r');
   } catch (err) {
     throw new TraceFormatError(`cannot read ${file} (${(err as Error).message})`);
   }
-  return parseTrace(text, file, opts);
+  try {
+    let buf = Buffer.allocUnsafe(chunkBytes);
+    let kept = 0;
+    for (;;) {
+      if (kept === buf.length) {
+        // One line longer than the buffer: make room for it.
+        const bigger = Buffer.allocUnsafe(buf.length * 2);
+        buf.copy(bigger, 0, 0, kept);
+        buf = bigger;
+      }
+      let n: number;
+      try {
+        n = readSync(fd, buf, kept, buf.length - kept, null);
+      } catch (err) {
+        throw new TraceFormatError(`cannot read ${file} (${(err as Error).message})`);
+      }
+      const end = kept + n;
+      let from = 0;
+      for (let nl = buf.indexOf(10, from); nl >= 0 && nl < end; nl = buf.indexOf(10, from)) {
+        if (!each(buf.toString('utf8', from, nl))) return;
+        from = nl + 1;
+      }
+      if (n === 0) {
+        if (from < end) each(buf.toString('utf8', from, end));
+        return;
+      }
+      kept = end - from;
+      buf.copy(buf, 0, from, end);
+    }
+  } finally {
+    closeSync(fd);
+  }
+}
+
+export function readTraceFile(file: string, opts: ReadTraceOptions = {}): TraceFile {
+  const lines: TraceLine[] = [];
+  const parser = new TraceParser(file, opts, lines);
+  forEachLine(file, (raw) => parser.feed(raw));
+  return linesFile(file, parser, lines, opts.limit ?? 0);
+}
+
+/** A trace read into a TraceTable (what a replay keeps), with what else the file said. */
+export interface TraceTableFile extends TraceHead {
+  file: string;
+  table: TraceTable;
+}
+
+/** readTraceFile, into columns: the same checks and errors, a third of the memory. */
+export function readTraceTable(file: string, opts: ReadTraceOptions = {}): TraceTableFile {
+  const table = new TraceTable();
+  const parser = new TraceParser(file, opts, table);
+  forEachLine(file, (raw) => parser.feed(raw));
+  const limit = opts.limit ?? 0;
+  if (parser.recorded) {
+    table.sortByTimestamp();
+    if (limit > 0) table.truncate(limit);
+  }
+  table.trim();
+  return { file, ...parser.finish(), table };
 }
 
 /** A request that waited for an earlier one of its session: sent `gapMs` after it ended. */
@@ -324,14 +593,17 @@ const END_SLACK_MS = 1;
  * requests of traces without observed e2e times, have no link: they stand on their own
  * timestamp. Indexes refer to `lines`, which must be in timestamp order (as read).
  */
-export function sessionLinks(lines: readonly TraceLine[]): (SessionLink | undefined)[] {
+export function sessionLinks(lines: readonly TraceLine[] | TraceRows): (SessionLink | undefined)[] {
+  const rows = asRows(lines);
   // Per key: requests not yet ended at the current timestamp, and the latest that had ended.
   const open = new Map<string, { index: number; end: number }[]>();
   const last = new Map<string, { index: number; end: number }>();
-  return lines.map((line, index) => {
-    const key = line.observed?.key;
-    if (key === undefined) return undefined;
-    const ts = line.timestamp;
+  const links = new Array<SessionLink | undefined>(rows.length).fill(undefined);
+  for (let index = 0; index < rows.length; index++) {
+    const observed = rows.observed(index);
+    const key = observed?.key;
+    if (key === undefined) continue;
+    const ts = rows.timestamp(index);
     const running = open.get(key) ?? [];
     let best = last.get(key);
     const still: { index: number; end: number }[] = [];
@@ -341,11 +613,12 @@ export function sessionLinks(lines: readonly TraceLine[]): (SessionLink | undefi
       } else still.push(r);
     }
     if (best !== undefined) last.set(key, best);
-    const e2e = line.observed?.e2eMs;
+    const e2e = observed?.e2eMs;
     if (e2e !== undefined) still.push({ index, end: ts + e2e });
     open.set(key, still);
-    return best === undefined ? undefined : { prev: best.index, gapMs: Math.max(0, ts - best.end) };
-  });
+    if (best !== undefined) links[index] = { prev: best.index, gapMs: Math.max(0, ts - best.end) };
+  }
+  return links;
 }
 
 /**
@@ -361,26 +634,45 @@ export function sessionLinks(lines: readonly TraceLine[]): (SessionLink | undefi
  * infer: the prompt ends on a block boundary, no follower, or one that does not extend it.
  */
 export function sessionTailIds(
-  lines: readonly TraceLine[],
+  lines: readonly TraceLine[] | TraceRows,
   links: readonly (SessionLink | undefined)[],
   blockTokens: number,
 ): (number | undefined)[] {
-  const follower = new Array<number | undefined>(lines.length);
+  const rows = asRows(lines);
+  const follower = new Array<number | undefined>(rows.length);
   links.forEach((l, i) => {
     if (l !== undefined && follower[l.prev] === undefined) follower[l.prev] = i;
   });
-  const tail = new Array<number | undefined>(lines.length);
+  const tail = new Array<number | undefined>(rows.length);
   // Followers come later in the file: resolving from the end settles every chain in one pass.
-  for (let i = lines.length - 1; i >= 0; i--) {
-    const line = lines[i]!;
+  for (let i = rows.length - 1; i >= 0; i--) {
     const f = follower[i];
-    const whole = Math.floor(line.inputLength / blockTokens);
-    if (f === undefined || whole * blockTokens === line.inputLength) continue;
-    const next = lines[f]!;
-    if (next.inputLength <= line.inputLength) continue;
-    if (whole > 0 && next.hashIds[whole - 1] !== line.hashIds[whole - 1]) continue;
-    const nextWhole = Math.floor(next.inputLength / blockTokens);
-    tail[i] = nextWhole > whole ? next.hashIds[whole] : (tail[f] ?? next.hashIds[whole]);
+    const length = rows.inputLength(i);
+    const whole = Math.floor(length / blockTokens);
+    if (f === undefined || whole * blockTokens === length) continue;
+    const nextLength = rows.inputLength(f);
+    if (nextLength <= length) continue;
+    if (whole > 0 && rows.hashId(f, whole - 1) !== rows.hashId(i, whole - 1)) continue;
+    const nextWhole = Math.floor(nextLength / blockTokens);
+    tail[i] = nextWhole > whole ? rows.hashId(f, whole) : (tail[f] ?? rows.hashId(f, whole));
   }
   return tail;
+}
+
+/** What sessionLinks and sessionTailIds read of a trace's requests: a TraceTable or lines. */
+export type TraceRows = Pick<
+  TraceTable,
+  'length' | 'timestamp' | 'inputLength' | 'hashId' | 'observed'
+>;
+
+function asRows(lines: readonly TraceLine[] | TraceRows): TraceRows {
+  if (!Array.isArray(lines)) return lines as TraceRows;
+  const l = lines as readonly TraceLine[];
+  return {
+    length: l.length,
+    timestamp: (i) => l[i]!.timestamp,
+    inputLength: (i) => l[i]!.inputLength,
+    hashId: (i, b) => l[i]!.hashIds[b]!,
+    observed: (i) => l[i]!.observed,
+  };
 }
