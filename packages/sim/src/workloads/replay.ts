@@ -120,6 +120,24 @@ export function traceTokens(
   return tokensOf(new TraceTokens(line.hashIds, 0, line.inputLength, blockTokens, salt, tailId));
 }
 
+/**
+ * A row's session: its recorded key, else its first two hash ids (a conversation's turns
+ * share them). One string per session, not per request (`keys` interns them).
+ */
+function sessionKeyOf(table: TraceTable, row: number, keys: Map<string, string>): string {
+  const recorded = table.observed(row)?.key;
+  if (recorded !== undefined) return recorded;
+  const n = table.hashCount(row);
+  const key =
+    n > 1
+      ? `h${table.hashId(row, 0)}-${table.hashId(row, 1)}`
+      : `h${n > 0 ? table.hashId(row, 0) : 'none'}`;
+  const known = keys.get(key);
+  if (known !== undefined) return known;
+  keys.set(key, key);
+  return key;
+}
+
 /** What every request of one replay shares. */
 interface ReplayContext {
   table: TraceTable;
@@ -170,16 +188,14 @@ class TraceRequest implements WorkloadRequest {
     context: ReplayContext,
     speedup: number,
     private readonly tailId: number | undefined,
+    sessionKey: string,
   ) {
     Object.defineProperty(this, 'context', { value: context });
     const { table } = context;
     this.clientId = id;
     this.outputTokens = Math.max(1, table.outputLength(id));
     this.arrivalMs = table.timestamp(id) / speedup;
-    const n = table.hashCount(id);
-    const h0 = n > 0 ? table.hashId(id, 0) : undefined;
-    this.sessionKey =
-      table.observed(id)?.key ?? (n > 1 ? `h${h0}-${table.hashId(id, 1)}` : `h${h0 ?? 'none'}`);
+    this.sessionKey = sessionKey;
     Object.defineProperty(this, 'inputIds', TraceRequest.inputIdsProperty);
   }
 }
@@ -229,11 +245,12 @@ export const replay: ScenarioDefinition = {
     const tails = sessionTailIds(table, links, blockTokens);
     const context: ReplayContext = { table, blockTokens, salt };
     let linked = 0;
+    const keys = new Map<string, string>();
     const requests: WorkloadRequest[] = new Array(table.length);
     for (let id = 0; id < table.length; id++) {
       const link = openLoop ? undefined : links[id];
       if (link !== undefined) linked++;
-      const req = new TraceRequest(id, context, speedup, tails[id]);
+      const req = new TraceRequest(id, context, speedup, tails[id], sessionKeyOf(table, id, keys));
       if (link !== undefined) req.after = { id: link.prev, gapMs: link.gapMs / speedup };
       // The recorded (keyed) routing key or session: replayed affinity sticks as it did.
       const key = table.observed(id)?.key;
