@@ -201,3 +201,86 @@ describe('RadixCache matching over long segments', () => {
     );
   });
 });
+
+describe('RadixCache with many children per node', () => {
+  // Nodes keep their children in an exact-size array, indexed by a map past a few: check the
+  // structure and the matches through inserts, splits, evictions and resets that move nodes
+  // across that threshold both ways.
+  type Node = {
+    first: number | string;
+    parent: Node | null;
+    children: Node[];
+    index: Map<number | string, Node> | null;
+    len: number;
+  };
+  function checkTree(cache: RadixCache): number {
+    const root = (cache as unknown as { root: Node }).root;
+    let tokens = 0;
+    const stack = [root];
+    while (stack.length > 0) {
+      const n = stack.pop()!;
+      tokens += n.len;
+      const firsts = new Set(n.children.map((c) => c.first));
+      expect(firsts.size).toBe(n.children.length);
+      if (n.children.length > 8) expect(n.index).not.toBeNull();
+      if (n.index !== null) {
+        expect(n.index.size).toBe(n.children.length);
+        for (const c of n.children) expect(n.index.get(c.first)).toBe(c);
+      }
+      for (const c of n.children) {
+        expect(c.parent).toBe(n);
+        stack.push(c);
+      }
+    }
+    return tokens;
+  }
+  const lcp = (a: readonly number[], b: readonly number[]) => {
+    let i = 0;
+    while (i < a.length && i < b.length && a[i] === b[i]) i++;
+    return i;
+  };
+
+  it('keeps children filed by first key and matches the longest cached prefix', () => {
+    // Unbiased tokens: fast-check's default favours small values, which keeps fan-out low.
+    const token = fc.noBias(fc.integer({ min: 1, max: 40 }));
+    const prompt = fc.array(token, { minLength: 1, maxLength: 6 });
+    // Mostly inserts and queries, so nodes grow past the threshold before evictions thin them.
+    const op = fc.oneof(
+      { arbitrary: fc.record({ insert: prompt }), weight: 8 },
+      { arbitrary: fc.record({ evict: fc.integer({ min: 1, max: 12 }) }), weight: 2 },
+      { arbitrary: fc.record({ query: prompt }), weight: 6 },
+      { arbitrary: fc.constant({ reset: true }), weight: 1 },
+    );
+    fc.assert(
+      fc.property(fc.constantFrom(1, 2), fc.array(op, { minLength: 40, maxLength: 150, size: 'max' }), (pageSize, ops) => {
+        const cache = new RadixCache({ capacityTokens: 10_000, pageSize });
+        let cached: number[][] = [];
+        let ever: number[][] = [];
+        const whole = (p: number[]) => p.slice(0, p.length - (p.length % pageSize));
+        for (const o of ops) {
+          if ('insert' in o) {
+            cache.insert(o.insert);
+            cached.push(whole(o.insert));
+            ever.push(whole(o.insert));
+          } else if ('evict' in o) {
+            cache.evict(o.evict);
+            // What is left is a subset of what was cached: no match may exceed the reference.
+            cached = cached.filter((p) => cache.match(p).matchedTokens === p.length);
+          } else if ('query' in o) {
+            const best = Math.max(0, ...cached.map((p) => lcp(p, o.query)));
+            const m = cache.match(o.query).matchedTokens;
+            expect(m).toBeGreaterThanOrEqual(best - (best % pageSize));
+            // Nothing matches further than anything inserted since the last reset.
+            expect(m).toBeLessThanOrEqual(Math.max(0, ...ever.map((p) => lcp(p, o.query))));
+          } else {
+            cache.reset();
+            cached = [];
+            ever = [];
+          }
+          expect(checkTree(cache)).toBe(cache.used);
+        }
+      }),
+      { numRuns: 150 },
+    );
+  });
+});

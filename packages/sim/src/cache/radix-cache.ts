@@ -19,8 +19,15 @@ export interface RadixNode {
   /** Tokens in the key. */
   len: number;
   parent: RadixNode | null;
-  /** NO_CHILDREN (shared, never written) until it has one: most nodes are leaves. */
-  children: Map<number | string, RadixNode>;
+  /** The key it is filed under in its parent's children: childKey of its first tokens. */
+  first: number | string;
+  /**
+   * NO_CHILDREN (shared, never written) until it has one: most nodes are leaves. An array of
+   * exactly its children, scanned for `first`; past INDEX_CHILDREN, `index` finds them too.
+   * (A Map per node with children was a fifth of a thousand-rank replay's heap.)
+   */
+  children: RadixNode[];
+  index: Map<number | string, RadixNode> | null;
   lockRef: number;
   lastAccess: number;
 }
@@ -115,12 +122,60 @@ function sourceMatch(
 
 const EMPTY = new Uint32Array(0);
 
-/** The children of every leaf; attach() gives a node its own map. */
-const NO_CHILDREN: Map<number | string, RadixNode> = new Map();
+/** The children of every leaf; attach() gives a node its own array. */
+const NO_CHILDREN: RadixNode[] = [];
 
-function attach(parent: RadixNode, key: number | string, child: RadixNode): void {
-  if (parent.children === NO_CHILDREN) parent.children = new Map();
-  parent.children.set(key, child);
+/** Past this many children a node indexes them by first key (a scan is cheaper up to here). */
+const INDEX_CHILDREN = 8;
+
+function childOf(node: RadixNode, key: number | string): RadixNode | undefined {
+  if (node.index !== null) return node.index.get(key);
+  const kids = node.children;
+  for (let i = 0; i < kids.length; i++) if (kids[i]!.first === key) return kids[i];
+  return undefined;
+}
+
+/** Files `child` under `parent` by child.first, replacing the child filed there before. */
+function attach(parent: RadixNode, child: RadixNode): void {
+  const kids = parent.children;
+  const old = childOf(parent, child.first);
+  if (old !== undefined) {
+    kids[kids.indexOf(old)] = child;
+    parent.index?.set(child.first, child);
+    return;
+  }
+  if (parent.index !== null) {
+    kids.push(child);
+    parent.index.set(child.first, child);
+    return;
+  }
+  // Exactly sized: push() would give a one-child array room for seventeen.
+  const n = kids.length;
+  const next = new Array<RadixNode>(n + 1);
+  for (let i = 0; i < n; i++) next[i] = kids[i]!;
+  next[n] = child;
+  parent.children = next;
+  if (n + 1 > INDEX_CHILDREN) parent.index = new Map(next.map((c) => [c.first, c]));
+}
+
+function detach(parent: RadixNode, child: RadixNode): void {
+  const kids = parent.children;
+  const i = kids.indexOf(child);
+  if (i < 0) return;
+  if (kids.length === 1) {
+    parent.children = NO_CHILDREN;
+    parent.index = null;
+    return;
+  }
+  if (parent.index !== null && kids.length > INDEX_CHILDREN / 2 + 1) {
+    // Order among children does not matter: nothing reads it.
+    kids[i] = kids[kids.length - 1]!;
+    kids.pop();
+    parent.index.delete(child.first);
+    return;
+  }
+  parent.children = kids.filter((c) => c !== child);
+  parent.index = null;
 }
 
 export class RadixCache {
@@ -175,7 +230,9 @@ export class RadixCache {
       start: 0,
       len: 0,
       parent: null,
-      children: new Map(),
+      first: 0,
+      children: NO_CHILDREN,
+      index: null,
       lockRef: 1,
       lastAccess: 0,
     };
@@ -202,7 +259,7 @@ export class RadixCache {
     while (stack.length > 0) {
       const node = stack.pop()!;
       n++;
-      for (const c of node.children.values()) stack.push(c);
+      for (const c of node.children) stack.push(c);
     }
     return n - 1;
   }
@@ -236,11 +293,13 @@ export class RadixCache {
       start: child.start,
       len: at,
       parent,
+      first: child.first,
       children: NO_CHILDREN,
+      index: null,
       lockRef: child.lockRef,
       lastAccess: child.lastAccess,
     };
-    attach(parent, this.firstKey(child), upper);
+    attach(parent, upper);
     if (child.src === null) {
       child.key = child.key.subarray(at);
       this.keys?.share(child, upper);
@@ -249,7 +308,8 @@ export class RadixCache {
     }
     child.len -= at;
     child.parent = upper;
-    attach(upper, this.firstKey(child), child);
+    child.first = this.firstKey(child);
+    attach(upper, child);
     return upper;
   }
 
@@ -270,7 +330,7 @@ export class RadixCache {
     let node = from;
     let pos = fromPos;
     while (pos < len) {
-      const child = node.children.get(this.childKey(ids, pos));
+      const child = childOf(node, this.childKey(ids, pos));
       if (child === undefined) break;
       const lim = Math.min(child.len, len - pos);
       let m = 0;
@@ -288,7 +348,7 @@ export class RadixCache {
       if (m === 0) break;
       if (this.touch) {
         child.lastAccess = t;
-        if (child.children.size === 0 && child.lockRef === 0) this.candidate(child);
+        if (child.children.length === 0 && child.lockRef === 0) this.candidate(child);
       }
       if (m < child.len) {
         node = this.split(child, m);
@@ -359,7 +419,9 @@ export class RadixCache {
       start: src === null ? 0 : off + pos,
       len: len - pos,
       parent: node,
+      first: this.childKey(ids, pos),
       children: NO_CHILDREN,
+      index: null,
       lockRef: 0,
       lastAccess: this.tick,
     };
@@ -368,8 +430,8 @@ export class RadixCache {
       if (this.keys !== null) this.keys.place(leaf, ids, pos, len);
       else leaf.key = ids.slice(pos, len);
     }
-    if (node !== this.root && node.children.size === 0) this.leaves.delete(node);
-    attach(node, this.childKey(ids, pos), leaf);
+    if (node !== this.root && node.children.length === 0) this.leaves.delete(node);
+    attach(node, leaf);
     this.leaves.add(leaf);
     this.candidate(leaf);
     this.size += leaf.len;
@@ -422,7 +484,7 @@ export class RadixCache {
       if (n.lockRef <= 0) throw new Error('RadixCache.unlock: node is not locked');
       if (--n.lockRef === 0) {
         this.evictableSize += n.len;
-        if (n.children.size === 0) this.candidate(n);
+        if (n.children.length === 0) this.candidate(n);
       }
     }
   }
@@ -440,7 +502,7 @@ export class RadixCache {
         this.onEvict?.(path);
         this.hooks?.evicted?.(path, path.length - leaf.len);
       }
-      parent.children.delete(this.firstKey(leaf));
+      detach(parent, leaf);
       this.leaves.delete(leaf);
       leaf.parent = null;
       this.size -= leaf.len;
@@ -448,8 +510,7 @@ export class RadixCache {
       freed += leaf.len;
       this.keys?.release(leaf);
       this.evictedNodes++;
-      if (parent !== this.root && parent.children.size === 0) {
-        parent.children = NO_CHILDREN;
+      if (parent !== this.root && parent.children.length === 0) {
         this.leaves.add(parent);
         if (parent.lockRef === 0) this.candidate(parent);
       }
@@ -478,7 +539,7 @@ export class RadixCache {
       if (node === undefined) return undefined;
       if (
         node.parent !== null &&
-        node.children.size === 0 &&
+        node.children.length === 0 &&
         node.lockRef === 0 &&
         node.lastAccess === t &&
         this.leaves.has(node)
@@ -505,14 +566,15 @@ export class RadixCache {
   reset(): void {
     // Detach every node (a handle still held is then known to be dropped) and give its key
     // back to the store.
-    const stack = [...this.root.children.values()];
+    const stack = [...this.root.children];
     while (stack.length > 0) {
       const node = stack.pop()!;
-      for (const c of node.children.values()) stack.push(c);
+      for (const c of node.children) stack.push(c);
       node.parent = null;
       this.keys?.release(node);
     }
-    this.root.children.clear();
+    this.root.children = NO_CHILDREN;
+    this.root.index = null;
     this.leaves.clear();
     this.heapNodes = [];
     this.heapTimes = [];
