@@ -252,34 +252,38 @@ describe('RadixCache with many children per node', () => {
       { arbitrary: fc.constant({ reset: true }), weight: 1 },
     );
     fc.assert(
-      fc.property(fc.constantFrom(1, 2), fc.array(op, { minLength: 40, maxLength: 150, size: 'max' }), (pageSize, ops) => {
-        const cache = new RadixCache({ capacityTokens: 10_000, pageSize });
-        let cached: number[][] = [];
-        let ever: number[][] = [];
-        const whole = (p: number[]) => p.slice(0, p.length - (p.length % pageSize));
-        for (const o of ops) {
-          if ('insert' in o) {
-            cache.insert(o.insert);
-            cached.push(whole(o.insert));
-            ever.push(whole(o.insert));
-          } else if ('evict' in o) {
-            cache.evict(o.evict);
-            // What is left is a subset of what was cached: no match may exceed the reference.
-            cached = cached.filter((p) => cache.match(p).matchedTokens === p.length);
-          } else if ('query' in o) {
-            const best = Math.max(0, ...cached.map((p) => lcp(p, o.query)));
-            const m = cache.match(o.query).matchedTokens;
-            expect(m).toBeGreaterThanOrEqual(best - (best % pageSize));
-            // Nothing matches further than anything inserted since the last reset.
-            expect(m).toBeLessThanOrEqual(Math.max(0, ...ever.map((p) => lcp(p, o.query))));
-          } else {
-            cache.reset();
-            cached = [];
-            ever = [];
+      fc.property(
+        fc.constantFrom(1, 2),
+        fc.array(op, { minLength: 40, maxLength: 150, size: 'max' }),
+        (pageSize, ops) => {
+          const cache = new RadixCache({ capacityTokens: 10_000, pageSize });
+          let cached: number[][] = [];
+          let ever: number[][] = [];
+          const whole = (p: number[]) => p.slice(0, p.length - (p.length % pageSize));
+          for (const o of ops) {
+            if ('insert' in o) {
+              cache.insert(o.insert);
+              cached.push(whole(o.insert));
+              ever.push(whole(o.insert));
+            } else if ('evict' in o) {
+              cache.evict(o.evict);
+              // What is left is a subset of what was cached: no match may exceed the reference.
+              cached = cached.filter((p) => cache.match(p).matchedTokens === p.length);
+            } else if ('query' in o) {
+              const best = Math.max(0, ...cached.map((p) => lcp(p, o.query)));
+              const m = cache.match(o.query).matchedTokens;
+              expect(m).toBeGreaterThanOrEqual(best - (best % pageSize));
+              // Nothing matches further than anything inserted since the last reset.
+              expect(m).toBeLessThanOrEqual(Math.max(0, ...ever.map((p) => lcp(p, o.query))));
+            } else {
+              cache.reset();
+              cached = [];
+              ever = [];
+            }
+            expect(checkTree(cache)).toBe(cache.used);
           }
-          expect(checkTree(cache)).toBe(cache.used);
-        }
-      }),
+        },
+      ),
       { numRuns: 150 },
     );
   });

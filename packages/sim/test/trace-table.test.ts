@@ -26,7 +26,14 @@ function write(text: string): string {
 
 function lines(file: string, chunk: number): string[] {
   const out: string[] = [];
-  forEachLine(file, (l) => (out.push(l), true), chunk);
+  forEachLine(
+    file,
+    (l) => {
+      out.push(l);
+      return true;
+    },
+    chunk,
+  );
   return out;
 }
 
@@ -53,7 +60,11 @@ describe('forEachLine', () => {
   it('stops when told to, and names a file it cannot read', () => {
     const file = write('a\nb\nc\n');
     const seen: string[] = [];
-    forEachLine(file, (l) => (seen.push(l), l !== 'b'), 2);
+    const upToB = (l: string) => {
+      seen.push(l);
+      return l !== 'b';
+    };
+    forEachLine(file, upToB, 2);
     expect(seen).toEqual(['a', 'b']);
     expect(() => forEachLine(join(dir, 'missing.jsonl'), () => true)).toThrow(
       /cannot read .*missing\.jsonl/,
