@@ -71,12 +71,11 @@ function fillBlock(out: Uint32Array, offset: number, n: number, salt: number, id
 
 /**
  * What traceTokens() built, as ids per block (token-source.ts): the radix caches keep this,
- * not a copy of the tokens. Block b's id is ids[offset + b] (a TraceTable's id column).
+ * not a copy of the tokens. (A replay's requests are their own sources: TraceRequest.)
  */
 class TraceTokens implements BlockTokenSource {
   constructor(
-    private readonly ids: ArrayLike<number>,
-    private readonly offset: number,
+    private readonly hashIds: ArrayLike<number>,
     readonly length: number,
     readonly blockTokens: number,
     /** The salt: with one block size, equal block ids give equal tokens. */
@@ -86,7 +85,7 @@ class TraceTokens implements BlockTokenSource {
 
   blockId(b: number): number {
     const partial = (b + 1) * this.blockTokens > this.length;
-    return partial && this.tailId !== undefined ? this.tailId : this.ids[this.offset + b]!;
+    return partial && this.tailId !== undefined ? this.tailId : this.hashIds[b]!;
   }
 
   tokenAt(p: number): number {
@@ -95,7 +94,7 @@ class TraceTokens implements BlockTokenSource {
   }
 }
 
-function tokensOf(source: TraceTokens): Uint32Array {
+function tokensOf(source: BlockTokenSource & { readonly family: number }): Uint32Array {
   const length = source.length;
   const blockTokens = source.blockTokens;
   const out = new Uint32Array(length);
@@ -117,7 +116,7 @@ export function traceTokens(
   salt: number,
   tailId?: number,
 ): Uint32Array {
-  return tokensOf(new TraceTokens(line.hashIds, 0, line.inputLength, blockTokens, salt, tailId));
+  return tokensOf(new TraceTokens(line.hashIds, line.inputLength, blockTokens, salt, tailId));
 }
 
 /**
@@ -147,27 +146,17 @@ interface ReplayContext {
 
 /**
  * One trace row as a request. Its tokens are built on each read of `inputIds` and not kept:
- * holding every request's tokens would take ~576 MB. `inputIds` is an own, enumerable
+ * holding every request's tokens would take ~576 MB. The request is their token source too
+ * (token-source.ts), so a radix node holding its prompt holds the request, nothing more. `inputIds` is an own, enumerable
  * accessor, so a copy by spread (`{ ...request }`) carries the tokens; every request shares
  * one descriptor, so all keep one shape (an accessor with its own getter per request made
  * each a dictionary of ~800 bytes).
  */
-class TraceRequest implements WorkloadRequest {
+class TraceRequest implements WorkloadRequest, BlockTokenSource {
   private static readonly inputIdsProperty: PropertyDescriptor = {
     enumerable: true,
     get(this: TraceRequest): Uint32Array {
-      const { table, blockTokens, salt } = this.context;
-      const row = this.id;
-      return tokensOf(
-        new TraceTokens(
-          table.hashIdColumn(),
-          table.hashOffset(row),
-          table.inputLength(row),
-          blockTokens,
-          salt,
-          this.tailId,
-        ),
-      );
+      return tokensOf(this);
     },
   };
 
@@ -197,6 +186,34 @@ class TraceRequest implements WorkloadRequest {
     this.arrivalMs = table.timestamp(id) / speedup;
     this.sessionKey = sessionKey;
     Object.defineProperty(this, 'inputIds', TraceRequest.inputIdsProperty);
+  }
+
+  /** The salt: with one block size, equal block ids give equal tokens. */
+  get family(): number {
+    return this.context.salt;
+  }
+
+  get blockTokens(): number {
+    return this.context.blockTokens;
+  }
+
+  /** Prompt tokens. */
+  get length(): number {
+    return this.context.table.inputLength(this.id);
+  }
+
+  blockId(b: number): number {
+    const { table, blockTokens } = this.context;
+    const partial = (b + 1) * blockTokens > table.inputLength(this.id);
+    return partial && this.tailId !== undefined ? this.tailId : table.hashId(this.id, b);
+  }
+
+  tokenAt(p: number): number {
+    const b = Math.floor(p / this.context.blockTokens);
+    return blockToken(
+      blockSeed(this.context.salt, this.blockId(b)),
+      p - b * this.context.blockTokens,
+    );
   }
 }
 

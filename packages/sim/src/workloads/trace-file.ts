@@ -283,14 +283,6 @@ export class TraceTable implements RequestSink {
   hashId(i: number, b: number): number {
     return this.ids[this.idStart[i]! + b]!;
   }
-  /** Where row i's hash ids start in hashIdColumn(). */
-  hashOffset(i: number): number {
-    return this.idStart[i]!;
-  }
-  /** Every row's hash ids, one after another (row i's from hashOffset(i)). */
-  hashIdColumn(): ArrayLike<number> {
-    return this.ids;
-  }
   observed(i: number): TraceObserved | undefined {
     return this.observations?.[i];
   }
