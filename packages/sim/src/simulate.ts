@@ -12,6 +12,7 @@ import { Cluster, checkRanks, type RankOverrides } from './host/cluster.ts';
 import { driveRequests } from './host/drive.ts';
 import { INDEX_SOURCES, type IndexSource, SimKvEvents } from './host/kv-events.ts';
 import { createRequestHost } from './host/requests.ts';
+import { RecordColumns } from './metrics/record-columns.ts';
 import { summarize } from './metrics/summary.ts';
 import type { PolicyRunResult, RequestRecord } from './metrics/types.ts';
 import type { WorkloadPlan } from './workloads/types.ts';
@@ -133,7 +134,13 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
       ? { onModel: (rank: number, model: RankModel) => kvEvents.attach(rank, model) }
       : {}),
   });
-  const driver = driveRequests<RequestRecord>(plan, q, (req) => requests.send(req), opts);
+  const driver = driveRequests<RequestRecord, RecordColumns>(
+    plan,
+    q,
+    (req) => requests.send(req),
+    opts,
+    new RecordColumns(),
+  );
   cluster.schedule(plan.events);
 
   const failed = driver.run();
@@ -161,5 +168,42 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
     durationMs: plan.durationMs,
     warmupMs: plan.warmupMs,
   });
-  return { summary, records, meanInSystem: driver.meanInSystem() };
+  return withRecords(summary, records, driver.meanInSystem());
+}
+
+/**
+ * The result with `records` made from the run's columns on first read (then kept as a plain
+ * property): a caller that wants only the summary never builds one object per request. The
+ * property is own and enumerable, so a spread, JSON or a message to another thread carries
+ * the records as before.
+ */
+function withRecords(
+  summary: PolicyRunResult['summary'],
+  columns: RecordColumns,
+  meanInSystem: number,
+): PolicyRunResult {
+  // Keys in the order they always had (summary, records, meanInSystem).
+  const result = { summary, records: [] as RequestRecord[], meanInSystem };
+  return Object.defineProperty(result, 'records', {
+    enumerable: true,
+    configurable: true,
+    get(this: PolicyRunResult): RequestRecord[] {
+      const records = columns.toArray();
+      Object.defineProperty(this, 'records', {
+        value: records,
+        enumerable: true,
+        configurable: true,
+        writable: true,
+      });
+      return records;
+    },
+    set(this: PolicyRunResult, value: RequestRecord[]) {
+      Object.defineProperty(this, 'records', {
+        value,
+        enumerable: true,
+        configurable: true,
+        writable: true,
+      });
+    },
+  }) as PolicyRunResult;
 }

@@ -13,8 +13,14 @@ export interface DriveOptions {
   onProgress?: ((fraction: number) => void) | undefined;
 }
 
-export interface RequestDriver<R extends RequestRecord> {
-  readonly records: R[];
+/** Where a driver keeps completed requests' records: an array, or columns (RecordColumns). */
+export interface RecordSink<R> {
+  readonly length: number;
+  push(record: R): void;
+}
+
+export interface RequestDriver<R extends RequestRecord, S extends RecordSink<R> = R[]> {
+  readonly records: S;
   /** A request finished: keep its record, and let the arrivals send what waited on it. */
   complete(req: WorkloadRequest, record: R): void;
   /** Runs the queue dry; returns the failed count. */
@@ -48,14 +54,14 @@ class Occupancy {
  * Schedules the plan's arrivals on `q` now (so a host schedules its cluster events after, as
  * before), sending each request to `send`.
  */
-export function driveRequests<R extends RequestRecord>(
+export function driveRequests<R extends RequestRecord, S extends RecordSink<R> = R[]>(
   plan: WorkloadPlan,
   q: EventQueue,
   send: (req: WorkloadRequest) => void,
   opts: DriveOptions,
-): RequestDriver<R> {
+  records: S = [] as unknown as S,
+): RequestDriver<R, S> {
   const occupancy = new Occupancy(() => q.now());
-  const records: R[] = [];
   const arrivals = scheduleArrivals(
     plan,
     q,

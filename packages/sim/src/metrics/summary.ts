@@ -1,5 +1,6 @@
 // Turns request records and per-rank counters into a PolicyRunSummary. Knows nothing of the
 // engine: it works on plain records, so other hosts (validate) can reuse it.
+import { RecordColumns } from './record-columns.ts';
 import type {
   LatencyStats,
   PolicyRunSummary,
@@ -39,14 +40,15 @@ export function latencyStats(values: ArrayLike<number>): LatencyStats {
   };
 }
 
-export function subsetLatency(values: readonly number[]): SubsetLatency | null {
+export function subsetLatency(values: ArrayLike<number>): SubsetLatency | null {
   return values.length === 0 ? null : { ...latencyStats(values), count: values.length };
 }
 
 export interface SummaryInput {
   policy: string;
   options: Record<string, unknown>;
-  records: readonly RequestRecord[];
+  /** Completed requests, as objects or as the columns a run keeps. */
+  records: readonly RequestRecord[] | RecordColumns;
   failed: number;
   ranks: number;
   perRank: RankSummary[];
@@ -59,19 +61,30 @@ export interface SummaryInput {
 }
 
 export function summarize(input: SummaryInput): PolicyRunSummary {
-  const recs = input.records;
-  const byArrival = [...recs].sort((a, b) => a.arrivalMs - b.arrivalMs || a.id - b.id);
+  const recs = RecordColumns.of(input.records);
+  const n = recs.length;
+  const id = recs.column('id');
+  const arrival = recs.column('arrivalMs');
+  const end = recs.column('endMs');
+  const inputTokens = recs.column('inputTokens');
+  const cachedTokens = recs.column('cachedTokens');
+  const outputTokens = recs.column('outputTokens');
+  const ttft = recs.column('ttftMs');
+  // Record indexes by arrival, ties by id (a stable sort: equal keys keep completion order).
+  const byArrival = Uint32Array.from({ length: n }, (_, i) => i).sort(
+    (a, b) => arrival[a]! - arrival[b]! || id[a]! - id[b]!,
+  );
   let inTok = 0;
   let cached = 0;
   let firstArrival = Number.POSITIVE_INFINITY;
   let lastEnd = 0;
-  for (const r of recs) {
-    inTok += r.inputTokens;
-    cached += r.cachedTokens;
-    if (r.arrivalMs < firstArrival) firstArrival = r.arrivalMs;
-    if (r.endMs > lastEnd) lastEnd = r.endMs;
+  for (let i = 0; i < n; i++) {
+    inTok += inputTokens[i]!;
+    cached += cachedTokens[i]!;
+    if (arrival[i]! < firstArrival) firstArrival = arrival[i]!;
+    if (end[i]! > lastEnd) lastEnd = end[i]!;
   }
-  const span = recs.length === 0 ? 0 : lastEnd - firstArrival;
+  const span = n === 0 ? 0 : lastEnd - firstArrival;
 
   let windowStart = firstArrival;
   let windowEnd = lastEnd;
@@ -82,34 +95,39 @@ export function summarize(input: SummaryInput): PolicyRunSummary {
   let done = 0;
   let winIn = 0;
   let winOut = 0;
-  for (const r of recs) {
-    if (r.endMs >= windowStart && r.endMs <= windowEnd) {
+  for (let i = 0; i < n; i++) {
+    if (end[i]! >= windowStart && end[i]! <= windowEnd) {
       done++;
-      winIn += r.inputTokens;
-      winOut += r.outputTokens;
+      winIn += inputTokens[i]!;
+      winOut += outputTokens[i]!;
     }
   }
   const windowS = (windowEnd - windowStart) / 1000;
   const perS = (v: number) => (windowS > 0 ? round3(v / windowS) : 0);
 
+  const ttftOf = (rows: ArrayLike<number>) => Float64Array.from(rows, (i) => ttft[i]!);
   const steady =
     input.warmupMs !== undefined
-      ? byArrival.filter((r) => r.arrivalMs >= input.warmupMs!)
+      ? byArrival.filter((i) => arrival[i]! >= input.warmupMs!)
       : byArrival.slice(input.ranks);
+  const cold = Uint32Array.from({ length: n }, (_, i) => i).filter((i) => cachedTokens[i] === 0);
+  const retries = recs.column('retries');
+  let retried = 0;
+  for (let i = 0; i < n; i++) if (retries[i]! > 0) retried++;
   const prefill = input.perRank.map((r) => r.prefillTokens);
   const meanPrefill = prefill.reduce((a, b) => a + b, 0) / Math.max(1, prefill.length);
   const maxPrefill = Math.max(0, ...prefill);
   return {
     policy: input.policy,
     options: input.options,
-    requests: recs.length,
+    requests: n,
     failed: input.failed,
-    retried: recs.filter((r) => r.retries > 0).length,
+    retried,
     hitRate: inTok === 0 ? 0 : Math.round((cached / inTok) * 1e6) / 1e6,
-    ttftMs: latencyStats(recs.map((r) => r.ttftMs)),
-    coldTtftMs: subsetLatency(recs.filter((r) => r.cachedTokens === 0).map((r) => r.ttftMs)),
-    steadyTtftMs: subsetLatency(steady.map((r) => r.ttftMs)),
-    warmupTtftMs: subsetLatency(byArrival.slice(0, input.ranks).map((r) => r.ttftMs)),
+    ttftMs: latencyStats(ttft),
+    coldTtftMs: subsetLatency(ttftOf(cold)),
+    steadyTtftMs: subsetLatency(ttftOf(steady)),
+    warmupTtftMs: subsetLatency(ttftOf(byArrival.subarray(0, input.ranks))),
     throughputRps: perS(done),
     throughputTokPerS: perS(winIn + winOut),
     inputTokPerS: perS(winIn),
@@ -117,7 +135,7 @@ export function summarize(input: SummaryInput): PolicyRunSummary {
     imbalance: meanPrefill > 0 ? round3(maxPrefill / meanPrefill) : 1,
     evictions: input.perRank.reduce((a, r) => a + r.evictedTokens, 0),
     evictedNodes: input.evictedNodes,
-    queueingMs: latencyStats(recs.map((r) => r.queueMs)),
+    queueingMs: latencyStats(recs.column('queueMs')),
     perRank: input.perRank,
     reasons: input.reasons,
     durationMs: round3(span),
