@@ -147,10 +147,10 @@ interface ReplayContext {
 /**
  * One trace row as a request. Its tokens are built on each read of `inputIds` and not kept:
  * holding every request's tokens would take ~576 MB. The request is their token source too
- * (token-source.ts), so a radix node holding its prompt holds the request, nothing more. `inputIds` is an own, enumerable
- * accessor, so a copy by spread (`{ ...request }`) carries the tokens; every request shares
- * one descriptor, so all keep one shape (an accessor with its own getter per request made
- * each a dictionary of ~800 bytes).
+ * (token-source.ts), so a radix node holding its prompt holds the request, nothing more.
+ * `inputIds` is an own, enumerable accessor, so a copy by spread (`{ ...request }`) carries
+ * the tokens; every request shares one descriptor, so all keep one shape (an accessor with
+ * its own getter per request made each a dictionary of ~800 bytes).
  */
 class TraceRequest implements WorkloadRequest, BlockTokenSource {
   private static readonly inputIdsProperty: PropertyDescriptor = {
