@@ -184,26 +184,17 @@ function withRecords(
 ): PolicyRunResult {
   // Keys in the order they always had (summary, records, meanInSystem).
   const result = { summary, records: [] as RequestRecord[], meanInSystem };
+  const keep = (value: RequestRecord[]) =>
+    Object.defineProperty(result, 'records', {
+      value,
+      enumerable: true,
+      configurable: true,
+      writable: true,
+    });
   return Object.defineProperty(result, 'records', {
     enumerable: true,
     configurable: true,
-    get(this: PolicyRunResult): RequestRecord[] {
-      const records = columns.toArray();
-      Object.defineProperty(this, 'records', {
-        value: records,
-        enumerable: true,
-        configurable: true,
-        writable: true,
-      });
-      return records;
-    },
-    set(this: PolicyRunResult, value: RequestRecord[]) {
-      Object.defineProperty(this, 'records', {
-        value,
-        enumerable: true,
-        configurable: true,
-        writable: true,
-      });
-    },
-  }) as PolicyRunResult;
+    get: () => keep(columns.toArray()).records,
+    set: keep,
+  });
 }

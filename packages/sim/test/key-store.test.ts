@@ -1,7 +1,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { KeyStore, OWN_BUFFER } from '../src/cache/key-store.ts';
-import { RadixCache, type RadixNode } from '../src/cache/radix-cache.ts';
+import { RadixCache } from '../src/cache/radix-cache.ts';
+import { cachedNodes } from './helpers/radix.ts';
 
 // Radix keys in shared, compacted chunks must behave exactly as keys in their own buffers:
 // the same matches, sizes, nodes and evicted paths after any sequence of operations, while
@@ -40,10 +41,7 @@ const op: fc.Arbitrary<Op> = fc.oneof(
 
 /** Every node's key is a view of the chunk that lists it (or its own buffer). */
 function checkKeys(cache: RadixCache): void {
-  const stack = [...(cache as unknown as { root: RadixNode }).root.children.values()];
-  while (stack.length > 0) {
-    const n = stack.pop()!;
-    for (const c of n.children.values()) stack.push(c);
+  for (const n of cachedNodes(cache)) {
     if (n.chunk === null || n.chunk === OWN_BUFFER) continue;
     expect(n.key.buffer).toBe(n.chunk.data.buffer);
     expect(n.chunk.owners.has(n)).toBe(true);

@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { RadixCache } from '../src/cache/radix-cache.ts';
+import { cachedNodes, rootOf } from './helpers/radix.ts';
 
 const seq = (from: number, n: number) => Uint32Array.from({ length: n }, (_, i) => from + i);
 const cat = (...parts: Uint32Array[]) => {
@@ -206,19 +207,9 @@ describe('RadixCache with many children per node', () => {
   // Nodes keep their children in an exact-size array, indexed by a map past a few: check the
   // structure and the matches through inserts, splits, evictions and resets that move nodes
   // across that threshold both ways.
-  type Node = {
-    first: number | string;
-    parent: Node | null;
-    children: Node[];
-    index: Map<number | string, Node> | null;
-    len: number;
-  };
   function checkTree(cache: RadixCache): number {
-    const root = (cache as unknown as { root: Node }).root;
     let tokens = 0;
-    const stack = [root];
-    while (stack.length > 0) {
-      const n = stack.pop()!;
+    for (const n of [rootOf(cache), ...cachedNodes(cache)]) {
       tokens += n.len;
       const firsts = new Set(n.children.map((c) => c.first));
       expect(firsts.size).toBe(n.children.length);
@@ -227,10 +218,7 @@ describe('RadixCache with many children per node', () => {
         expect(n.index.size).toBe(n.children.length);
         for (const c of n.children) expect(n.index.get(c.first)).toBe(c);
       }
-      for (const c of n.children) {
-        expect(c.parent).toBe(n);
-        stack.push(c);
-      }
+      for (const c of n.children) expect(c.parent).toBe(n);
     }
     return tokens;
   }

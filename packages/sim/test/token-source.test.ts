@@ -1,11 +1,12 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { RadixCache, type RadixHandle, type RadixNode } from '../src/cache/radix-cache.ts';
+import { RadixCache, type RadixHandle } from '../src/cache/radix-cache.ts';
 import { type BlockTokenSource, describeTokens, tokenSourceOf } from '../src/cache/token-source.ts';
 import { getProfile } from '../src/cost/profiles.ts';
 import { simulatePlan } from '../src/simulate.ts';
 import { buildWorkload } from '../src/workloads/registry.ts';
 import { traceTokens } from '../src/workloads/replay.ts';
+import { cachedNodes } from './helpers/radix.ts';
 
 // A radix cache given described arrays (token-source.ts) keeps ranges of their sources
 // instead of copies, and compares equal block ids a block at a time. It must behave exactly
@@ -73,17 +74,6 @@ const op: fc.Arbitrary<Op> = fc.oneof(
   { weight: 3, arbitrary: fc.record({ kind: fc.constant('evict' as const), tokens: fc.nat(160) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('reset' as const) }) },
 );
-
-function nodes(cache: RadixCache): RadixNode[] {
-  const out: RadixNode[] = [];
-  const stack = [...(cache as unknown as { root: RadixNode }).root.children.values()];
-  while (stack.length > 0) {
-    const n = stack.pop()!;
-    out.push(n);
-    for (const c of n.children.values()) stack.push(c);
-  }
-  return out;
-}
 
 describe('radix keys kept as ranges of a token source', () => {
   it('change nothing a cache does (property, page sizes 1 and 2, two families)', () => {
@@ -189,7 +179,7 @@ describe('radix keys kept as ranges of a token source', () => {
               expect(a.match(p).matchedTokens).toBe(b.match(p).matchedTokens);
           }
           expect(logA).toEqual(logB);
-          shared += nodes(a).filter((n) => n.src !== null).length;
+          shared += cachedNodes(a).filter((n) => n.src !== null).length;
         },
       ),
       { numRuns: 500 },
@@ -203,7 +193,7 @@ describe('radix keys kept as ranges of a token source', () => {
     for (let i = 0; i < 50; i++) {
       cache.insert(build('f', 64, [0, 1, i % 7, i], 64 * 3 + 10));
     }
-    const all = nodes(cache);
+    const all = cachedNodes(cache);
     expect(all.length).toBeGreaterThan(10);
     for (const n of all) {
       expect(n.src).not.toBeNull();

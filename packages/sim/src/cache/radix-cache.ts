@@ -90,8 +90,9 @@ function sameTokens(a: Uint32Array, ai: number, b: Uint32Array, bi: number, n: n
 
 /**
  * How many of ids[pos, pos + lim) equal a source's tokens from position `at` on. When the
- * query is a view of a source of the same family and block size at the same positions, a block with equal ids
- * on both sides is equal as a whole; any other block is compared token by token.
+ * query is a view of a source of the same family and block size at the same positions, a
+ * block with equal ids on both sides is equal as a whole; any other block is compared token
+ * by token.
  */
 function sourceMatch(
   s: BlockTokenSource,
@@ -135,15 +136,9 @@ function childOf(node: RadixNode, key: number | string): RadixNode | undefined {
   return undefined;
 }
 
-/** Files `child` under `parent` by child.first, replacing the child filed there before. */
+/** Files `child` under `parent` by child.first, which no child of `parent` has yet. */
 function attach(parent: RadixNode, child: RadixNode): void {
   const kids = parent.children;
-  const old = childOf(parent, child.first);
-  if (old !== undefined) {
-    kids[kids.indexOf(old)] = child;
-    parent.index?.set(child.first, child);
-    return;
-  }
   if (parent.index !== null) {
     kids.push(child);
     parent.index.set(child.first, child);
@@ -156,6 +151,12 @@ function attach(parent: RadixNode, child: RadixNode): void {
   next[n] = child;
   parent.children = next;
   if (n + 1 > INDEX_CHILDREN) parent.index = new Map(next.map((c) => [c.first, c]));
+}
+
+/** Puts `next` where `old` was filed (a split: both have the same first key). */
+function replaceChild(parent: RadixNode, old: RadixNode, next: RadixNode): void {
+  parent.children[parent.children.indexOf(old)] = next;
+  parent.index?.set(next.first, next);
 }
 
 function detach(parent: RadixNode, child: RadixNode): void {
@@ -299,7 +300,7 @@ export class RadixCache {
       lockRef: child.lockRef,
       lastAccess: child.lastAccess,
     };
-    attach(parent, upper);
+    replaceChild(parent, child, upper);
     if (child.src === null) {
       child.key = child.key.subarray(at);
       this.keys?.share(child, upper);

@@ -22,6 +22,9 @@ const NUMERIC = [
 
 export type NumericField = (typeof NUMERIC)[number];
 
+/** Each numeric field's place in NUMERIC (and so its column). */
+const COLUMN = Object.fromEntries(NUMERIC.map((f, k) => [f, k])) as Record<NumericField, number>;
+
 export class RecordColumns {
   length = 0;
   private capacity = 1024;
@@ -62,12 +65,12 @@ export class RecordColumns {
 
   /** Field `f` of every record, in push order (a view: valid until the next push). */
   column(f: NumericField): Float64Array {
-    return this.cols[NUMERIC.indexOf(f)]!.subarray(0, this.length);
+    return this.cols[COLUMN[f]]!.subarray(0, this.length);
   }
 
   /** Record i as pushed: the same fields in the same order. */
   get(i: number): RequestRecord {
-    const n = (f: NumericField) => this.cols[NUMERIC.indexOf(f)]![i]!;
+    const n = (f: NumericField) => this.cols[COLUMN[f]]![i]!;
     const tenant = this.tenants?.[i];
     return {
       id: n('id'),

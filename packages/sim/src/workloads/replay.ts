@@ -70,39 +70,57 @@ function fillBlock(out: Uint32Array, offset: number, n: number, salt: number, id
 }
 
 /**
- * What traceTokens() built, as ids per block (token-source.ts): the radix caches keep this,
- * not a copy of the tokens. (A replay's requests are their own sources: TraceRequest.)
+ * Tokens synthesised from a request's hash ids (token-source.ts): block b from its id, the
+ * last, partial block from `tailId` when there is one. The radix caches keep the source, not a
+ * copy of the tokens. A replay's requests are sources themselves (TraceRequest); traceTokens()
+ * builds one from a line.
  */
-class TraceTokens implements BlockTokenSource {
-  constructor(
-    private readonly hashIds: ArrayLike<number>,
-    readonly length: number,
-    readonly blockTokens: number,
-    /** The salt: with one block size, equal block ids give equal tokens. */
-    readonly family: number,
-    private readonly tailId: number | undefined,
-  ) {}
+abstract class TraceSource implements BlockTokenSource {
+  abstract readonly length: number;
+  abstract readonly blockTokens: number;
+  /** The salt: with one block size, equal block ids give equal tokens. */
+  abstract readonly family: number;
+  protected abstract readonly tailId: number | undefined;
+  /** The hash id of block b as the trace gives it. */
+  protected abstract hashId(b: number): number;
 
   blockId(b: number): number {
     const partial = (b + 1) * this.blockTokens > this.length;
-    return partial && this.tailId !== undefined ? this.tailId : this.hashIds[b]!;
+    return partial && this.tailId !== undefined ? this.tailId : this.hashId(b);
   }
 
   tokenAt(p: number): number {
     const b = Math.floor(p / this.blockTokens);
     return blockToken(blockSeed(this.family, this.blockId(b)), p - b * this.blockTokens);
   }
+
+  /** A fresh array of the tokens, described by this source. */
+  tokens(): Uint32Array {
+    const { length, blockTokens, family } = this;
+    const out = new Uint32Array(length);
+    for (let b = 0, off = 0; off < length; b++, off += blockTokens) {
+      fillBlock(out, off, Math.min(blockTokens, length - off), family, this.blockId(b));
+    }
+    describeTokens(out, this);
+    return out;
+  }
 }
 
-function tokensOf(source: BlockTokenSource & { readonly family: number }): Uint32Array {
-  const length = source.length;
-  const blockTokens = source.blockTokens;
-  const out = new Uint32Array(length);
-  for (let b = 0, off = 0; off < length; b++, off += blockTokens) {
-    fillBlock(out, off, Math.min(blockTokens, length - off), source.family, source.blockId(b));
+/** A trace line's tokens, for traceTokens(). */
+class LineTokens extends TraceSource {
+  constructor(
+    private readonly hashIds: ArrayLike<number>,
+    readonly length: number,
+    readonly blockTokens: number,
+    readonly family: number,
+    protected readonly tailId: number | undefined,
+  ) {
+    super();
   }
-  describeTokens(out, source);
-  return out;
+
+  protected hashId(b: number): number {
+    return this.hashIds[b]!;
+  }
 }
 
 /**
@@ -116,7 +134,7 @@ export function traceTokens(
   salt: number,
   tailId?: number,
 ): Uint32Array {
-  return tokensOf(new TraceTokens(line.hashIds, line.inputLength, blockTokens, salt, tailId));
+  return new LineTokens(line.hashIds, line.inputLength, blockTokens, salt, tailId).tokens();
 }
 
 /**
@@ -152,11 +170,11 @@ interface ReplayContext {
  * the tokens; every request shares one descriptor, so all keep one shape (an accessor with
  * its own getter per request made each a dictionary of ~800 bytes).
  */
-class TraceRequest implements WorkloadRequest, BlockTokenSource {
+class TraceRequest extends TraceSource implements WorkloadRequest {
   private static readonly inputIdsProperty: PropertyDescriptor = {
     enumerable: true,
     get(this: TraceRequest): Uint32Array {
-      return tokensOf(this);
+      return this.tokens();
     },
   };
 
@@ -176,9 +194,10 @@ class TraceRequest implements WorkloadRequest, BlockTokenSource {
     readonly id: number,
     context: ReplayContext,
     speedup: number,
-    private readonly tailId: number | undefined,
+    protected readonly tailId: number | undefined,
     sessionKey: string,
   ) {
+    super();
     Object.defineProperty(this, 'context', { value: context });
     const { table } = context;
     this.clientId = id;
@@ -202,18 +221,8 @@ class TraceRequest implements WorkloadRequest, BlockTokenSource {
     return this.context.table.inputLength(this.id);
   }
 
-  blockId(b: number): number {
-    const { table, blockTokens } = this.context;
-    const partial = (b + 1) * blockTokens > table.inputLength(this.id);
-    return partial && this.tailId !== undefined ? this.tailId : table.hashId(this.id, b);
-  }
-
-  tokenAt(p: number): number {
-    const b = Math.floor(p / this.context.blockTokens);
-    return blockToken(
-      blockSeed(this.context.salt, this.blockId(b)),
-      p - b * this.context.blockTokens,
-    );
+  protected hashId(b: number): number {
+    return this.context.table.hashId(this.id, b);
   }
 }
 

@@ -264,10 +264,6 @@ export class TraceTable implements RequestSink {
     this.idStart = grown(this.idStart, n + 1);
   }
 
-  /** 1-based line number in the file. */
-  lineNo(i: number): number {
-    return this.lineNos[i]!;
-  }
   timestamp(i: number): number {
     return this.timestamps[i]!;
   }
