@@ -1,5 +1,5 @@
 // Decisions per second for every registered method: at 16 ranks with 4,096- and
-// 32,768-token prompts, and across rank counts (16, 256, 1,024) at 1,024 tokens.
+// 32,768-token prompts, and across rank counts (16, 256, 1,024, 4,096) at 1,024 tokens.
 // Run: pnpm --filter @kvroute/policy bench [--json FILE]   (env BENCH_MS=<ms per case>, default 400)
 // Prints a table; writes JSON only where --json says (nothing tracked is rewritten). The host
 // loop is included: a dispatch ticket per decision, closed 64 decisions later, as the sim and
@@ -18,7 +18,7 @@ import {
 } from '../src/index.ts';
 
 const SIZES = [4096, 32_768];
-const SCALING_RANKS = [16, 256, 1024];
+const SCALING_RANKS = [16, 256, 1024, 4096];
 const SCALING_TOKENS = 1024;
 const PROMPTS = 64;
 const MAX_NEW_TOKENS = 256;

@@ -15,6 +15,7 @@ import { methodNames, methodRegistry } from './registry.ts';
 import {
   type Decision,
   type DispatchContext,
+  type LoadQueries,
   type Method,
   type MethodContext,
   promptLength,
@@ -245,6 +246,45 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
     return mctx.ranks[rank] as RankState;
   };
 
+  // The tracker of the decision being made (begin), whose index a method's cool values are
+  // written to; and the index this dispatcher's cool array was last bound to (undefined: the
+  // array changed while no index followed it, so the next query binds it again).
+  let trackerIndex: LoadIndex | undefined;
+  let coolIndex: LoadIndex | undefined;
+
+  const queries: LoadQueries = {
+    get healthChanges(): number {
+      return (loadIndex as LoadIndex).healthChanges;
+    },
+    leastTokens: () => (loadIndex as LoadIndex).leastTokens(),
+    // Unhealthy leaves hold +Infinity, the only load above Number.MAX_VALUE.
+    firstHealthy: (from) => (loadIndex as LoadIndex).firstWithinFrom(Number.MAX_VALUE, from),
+    firstWithin: (max) => (loadIndex as LoadIndex).firstWithinFrom(max, tieCursor),
+    leastCool(cool) {
+      const index = loadIndex as LoadIndex;
+      if (coolIndex !== index || index.coolValues !== cool) {
+        index.bindCool(cool);
+        coolIndex = index;
+      }
+      const n = mctx.ranks.length;
+      let rank: number;
+      if (index.coolMinCount() === 1) rank = index.firstCoolMinFrom(0);
+      else {
+        rank = index.firstCoolMinFrom(tieCursor);
+        tieCursor = (rank + 1) % n;
+      }
+      return mctx.ranks[rank] as RankState;
+    },
+  };
+
+  const coolChanged = (cool: readonly number[], rank?: number): void => {
+    const index = trackerIndex;
+    if (index && index === coolIndex && index.coolValues === cool) {
+      if (rank === undefined) index.bindCool(cool);
+      else index.updateCool(rank);
+    } else coolIndex = undefined;
+  };
+
   // Reused per call: methods must not keep it (MethodContext is valid only during the call).
   const mctx: MethodContext = {
     request: {},
@@ -256,6 +296,11 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
     nowMs: 0,
     tieBreak,
     pickLeast,
+    coolChanged,
+    // Present from the start, so setting them per decision keeps the object's shape.
+    kvIndex: undefined,
+    totals: undefined,
+    queries: undefined,
   };
 
   const healthyOf = (ranks: readonly RankState[]): readonly RankState[] => {
@@ -317,6 +362,8 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
     mctx.ranks = ranks;
     mctx.nowMs = nowMs;
     mctx.kvIndex = ctx?.kvIndex;
+    mctx.totals = index;
+    mctx.queries = index ? queries : undefined;
 
     let decision: Decision;
     const key = request.routingKey;
@@ -361,7 +408,10 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
     method: name as string,
     options,
     maxPromptTokens: method.maxPromptTokens ?? Number.POSITIVE_INFINITY,
-    dispatch: (request, ranks, ctx) => decide(request, ranks, ctx),
+    dispatch: (request, ranks, ctx) => {
+      trackerIndex = undefined;
+      return decide(request, ranks, ctx);
+    },
     begin(request, tracker, ctx) {
       const view = ctx?.view ?? tracker.ranks;
       if (view.length !== tracker.ranks.length) {
@@ -370,6 +420,7 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
         );
       }
       const own = view === tracker.ranks && tracker.index?.numRanks === view.length;
+      trackerIndex = tracker.index?.numRanks === view.length ? tracker.index : undefined;
       const decision = decide(request, view, ctx, own ? tracker.index : undefined);
       const tokens = requestTokens(promptLength(request), request.maxNewTokens);
       const claim = tracker.claim(decision.rank, tokens);

@@ -1,7 +1,7 @@
 // Choices several methods share: the least-loaded rank, and among equally loaded ranks the
 // one whose cache is coolest. Kept apart from any one method so methods depend on this module,
 // never on each other.
-import type { MethodContext, RankState } from './types.ts';
+import type { LoadTotals, MethodContext, RankState } from './types.ts';
 
 const NO_FILL: readonly number[] = [];
 
@@ -72,4 +72,20 @@ export function scanLeast(ctx: MethodContext, order: 'tokens' | 'requests'): Ran
       (r) => (byTokens ? r.inFlightTokens : 0) === minTokens && r.inFlightRequests === minRequests,
     ),
   );
+}
+
+/**
+ * The healthy ranks' count and summed load: the host's running totals when the dispatcher
+ * offers them (O(1)), else one pass over the healthy ranks. Loads are whole numbers, so both
+ * give the same sums.
+ */
+export function healthyTotals(ctx: MethodContext): LoadTotals {
+  if (ctx.totals) return ctx.totals;
+  let tokens = 0;
+  let requests = 0;
+  for (const r of ctx.healthy) {
+    tokens += r.inFlightTokens;
+    requests += r.inFlightRequests;
+  }
+  return { healthyCount: ctx.healthy.length, healthyTokens: tokens, healthyRequests: requests };
 }

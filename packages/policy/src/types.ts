@@ -88,6 +88,43 @@ export interface DispatchContext {
   kvIndex?: KvIndexView;
 }
 
+/** The healthy ranks and their summed load: what a bound over the mean load needs. */
+export interface LoadTotals {
+  /** Healthy ranks now. */
+  readonly healthyCount: number;
+  /** In-flight tokens summed over the healthy ranks. */
+  readonly healthyTokens: number;
+  /** In-flight requests summed over the healthy ranks. */
+  readonly healthyRequests: number;
+}
+
+/**
+ * Sublinear queries over the ranks' load, for methods whose choices would otherwise scan every
+ * rank. Offered (MethodContext.queries) when the ranks are a tracker's own, whose load index
+ * answers each in O(log R); every answer is the one the documented scan gives, rotation
+ * included.
+ */
+export interface LoadQueries {
+  /** Bumped whenever a rank's health changes or ranks are added or removed. */
+  readonly healthChanges: number;
+  /** The least in-flight tokens of a healthy rank. */
+  leastTokens(): number;
+  /** The first healthy rank at or after `from` (cyclically); -1 when none is healthy. */
+  firstHealthy(from: number): number;
+  /**
+   * The healthy rank with in-flight tokens <= `max` that the rotating tie-break would reach
+   * first (at or after its cursor, cyclically); -1 when there is none. Does not move the
+   * cursor: pass the rank to tieBreak with the other candidates.
+   */
+  firstWithin(max: number): number;
+  /**
+   * pickers.leastLoadedCool over every healthy rank: least (tokens, requests, cool[rank]; a
+   * missing value is 0), then the rotating tie-break. `cool` is the method's own array, read
+   * by the index: report every change with MethodContext.coolChanged.
+   */
+  leastCool(cool: readonly number[]): RankState;
+}
+
 /** What a method sees for one decision. Valid only during the call: hosts' arrays are not copied. */
 export interface MethodContext {
   request: RouteRequest;
@@ -111,6 +148,20 @@ export interface MethodContext {
    * index. Optional so hand-made contexts (tests) may omit it; use pickers.leastBy.
    */
   pickLeast?(order: 'tokens' | 'requests'): RankState;
+  /**
+   * The healthy ranks' count and summed load, kept by the host's load index (O(1)) when the
+   * ranks are a tracker's own. Optional; use pickers.healthyTotals, which sums `healthy`
+   * otherwise.
+   */
+  totals?: LoadTotals | undefined;
+  /** Indexed queries over the ranks' load, when the host's tracker keeps an index of them. */
+  queries?: LoadQueries | undefined;
+  /**
+   * Tells the dispatcher that `cool[rank]` (every entry, without a rank) changed, so an index
+   * reading the array stays true. Call it from commit whenever a value passed to leastCool
+   * changes, whether or not `queries` was offered for this decision.
+   */
+  coolChanged?(cool: readonly number[], rank?: number): void;
 }
 
 /** How a dispatched request ended, as the host reports it when it closes the ticket. */

@@ -1,10 +1,6 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import {
-  chainedWindowHashes,
-  prefixKey,
-  rendezvousScore,
-  stringKey,
-} from '../src/hashing/chained.ts';
+import { chainedWindowHashes, jumpRank, prefixKey, stringKey } from '../src/hashing/chained.ts';
 import { ChainedPrefixIndex } from '../src/hashing/chained-index.ts';
 import { prng, randomIds } from './helpers.ts';
 
@@ -57,15 +53,13 @@ describe('chainedWindowHashes', () => {
     expect(seen.size).toBe(200_000);
   });
 
-  it('hashes routing keys into the same space and scores ranks evenly', () => {
+  it('hashes routing keys into the same space, spread evenly over ranks', () => {
     expect(stringKey('session-1')).not.toBe(stringKey('session-2'));
     expect(stringKey('a')).toBe(stringKey('a'));
     const wins = new Array<number>(16).fill(0);
     for (let k = 0; k < 16_000; k++) {
       const key = stringKey(`k${k}`);
-      let best = 0;
-      for (let r = 1; r < 16; r++)
-        if (rendezvousScore(key, r) > rendezvousScore(key, best)) best = r;
+      const best = jumpRank(key, 0, 16);
       wins[best] = (wins[best] as number) + 1;
     }
     for (const w of wins) expect(w).toBeGreaterThan(800); // mean 1000
@@ -109,5 +103,51 @@ describe('ChainedPrefixIndex', () => {
     index.resize(3);
     expect(index.size(1)).toBe(0); // a re-added rank starts empty
     expect(index.totalSize()).toBe(0);
+  });
+});
+
+describe('jumpRank', () => {
+  const key53 = fc
+    .tuple(fc.nat({ max: 0x1fffff }), fc.nat({ max: 0xffffffff }))
+    .map(([hi, lo]) => hi * 4294967296 + lo);
+
+  it('is consistent: one more rank moves a key only to the new rank', () => {
+    fc.assert(
+      fc.property(key53, fc.nat({ max: 7 }), fc.integer({ min: 1, max: 5000 }), (key, a, n) => {
+        const here = jumpRank(key, a, n);
+        expect(here).toBeGreaterThanOrEqual(0);
+        expect(here).toBeLessThan(n);
+        const grown = jumpRank(key, a, n + 1);
+        expect(grown === here || grown === n).toBe(true);
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('spreads keys evenly, moves ~1/(n+1) of them on growth, and its draws are independent', () => {
+    const rand = prng(5);
+    const n = 10;
+    const keys = Array.from({ length: 50_000 }, () => Math.floor(rand() * 2 ** 53));
+    const counts = new Array<number>(n).fill(0);
+    let moved = 0;
+    let sameDraw = 0;
+    for (const key of keys) {
+      const r = jumpRank(key, 0, n);
+      counts[r] = (counts[r] as number) + 1;
+      if (jumpRank(key, 0, n + 1) !== r) moved++;
+      if (jumpRank(key, 1, n) === r) sameDraw++;
+    }
+    // 5,000 per rank expected; binomial sd ~67, so +-4% is ~3 sd.
+    for (const c of counts) expect(Math.abs(c - 5000)).toBeLessThan(200);
+    expect(Math.abs(moved / keys.length - 1 / 11)).toBeLessThan(0.006);
+    expect(Math.abs(sameDraw / keys.length - 1 / n)).toBeLessThan(0.006);
+    // Large rank counts: the last rank and the first get their share too.
+    const big = new Array<number>(1024).fill(0);
+    for (const key of keys) {
+      const r = jumpRank(key, 0, 1024);
+      big[r] = (big[r] as number) + 1;
+    }
+    expect(Math.min(...big)).toBeGreaterThan(15); // ~49 each
+    expect(Math.max(...big)).toBeLessThan(95);
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { prefixKey, rendezvousScore } from '../src/hashing/chained.ts';
+import { jumpRank, prefixKey } from '../src/hashing/chained.ts';
 import { prefixKeyLength } from '../src/hashing/prefix-digest.ts';
 import {
   createDispatcher,
@@ -12,19 +12,20 @@ import type { RankState } from '../src/types.ts';
 import { makeRanks, prng, randomIds } from './helpers.ts';
 
 /**
- * The algorithm as documented, written the slow way: sort ranks by descending score (ties to
- * the lower rank) and walk to the first healthy one within the bound.
+ * The algorithm as documented, written the slow way: list the key's first 64 draws, then take
+ * the first healthy one within the bound (-1 when none is: the least-loaded fallback).
  */
-function sortedWalk(ids: number[], ranks: readonly RankState[], epsilon: number): number {
+function drawWalk(ids: number[], ranks: readonly RankState[], epsilon: number): number {
   const key = prefixKey(ids, prefixKeyLength(ids.length, 256, 4096));
   const healthy = ranks.filter((r) => r.healthy);
   let total = ids.length;
   for (const r of healthy) total += r.inFlightTokens;
   const bound = ((1 + epsilon) * total) / healthy.length;
-  const order = healthy
-    .map((r) => r.rank)
-    .sort((a, b) => rendezvousScore(key, b) - rendezvousScore(key, a) || a - b);
-  for (const rank of order) if ((ranks[rank] as RankState).inFlightTokens <= bound) return rank;
+  const order = Array.from({ length: 64 }, (_, k) => jumpRank(key, k, ranks.length));
+  for (const rank of order) {
+    const r = ranks[rank] as RankState;
+    if (r.healthy && r.inFlightTokens <= bound) return rank;
+  }
   return -1;
 }
 
@@ -188,8 +189,9 @@ describe('consistent_hash', () => {
     expect(() => d.dispatch({ inputIds: [1, -1] }, makeRanks(2))).toThrow(/inputIds\[1\]/);
   });
 
-  it('picks exactly what the sorted walk down each key rank order picks, under any load', () => {
+  it('picks exactly what the walk down each key draw order picks, under any load', () => {
     const rand = prng(31);
+    let walked = 0;
     for (let trial = 0; trial < 300; trial++) {
       const n = 1 + Math.floor(rand() * 64);
       const down = Array.from({ length: n }, (_, i) => i).filter(() => rand() < 0.2);
@@ -197,9 +199,53 @@ describe('consistent_hash', () => {
       for (const r of ranks) r.inFlightTokens = Math.floor(rand() * 4) * 500;
       const ids = randomIds(rand, 300 + Math.floor(rand() * 600));
       const d = createDispatcher({ method: 'consistent_hash', epsilon: 0.1 });
-      const expected = sortedWalk(ids, ranks, 0.1);
+      const expected = drawWalk(ids, ranks, 0.1);
       const got = d.dispatch({ inputIds: ids }, ranks);
-      if (expected >= 0) expect(got.rank).toBe(expected);
+      expect(expected).toBeGreaterThanOrEqual(0);
+      expect(got.rank).toBe(expected);
+      if (got.reason === 'consistent-hash-overflow') walked++;
     }
+    expect(walked).toBeGreaterThan(30);
+  });
+
+  it("decides the same from the tracker's running totals as from a scan of the ranks", () => {
+    const rand = prng(41);
+    const viaIndex = createDispatcher({ method: 'consistent_hash', epsilon: 0.1 });
+    const viaScan = createDispatcher({ method: 'consistent_hash', epsilon: 0.1 });
+    const tracker = createLoadTracker(48);
+    const open: { done(): boolean }[] = [];
+    let overflow = 0;
+    for (let i = 0; i < 3000; i++) {
+      if (rand() < 0.02) tracker.setHealthy(Math.floor(rand() * 48), rand() < 0.7);
+      if (!tracker.ranks.some((r) => r.healthy)) tracker.setHealthy(0, true);
+      const request = { inputIds: randomIds(rand, 256 * (1 + Math.floor(rand() * 4))) };
+      // A copy of the states: the dispatcher cannot use the tracker's index for it.
+      const copy = tracker.ranks.map((r) => ({ ...r }));
+      const expected = viaScan.dispatch(request, copy);
+      const ticket = viaIndex.begin(request, tracker);
+      expect(ticket.rank).toBe(expected.rank);
+      expect(ticket.reason).toBe(expected.reason);
+      if (ticket.reason === 'consistent-hash-overflow') overflow++;
+      open.push(ticket);
+      while (open.length > 0 && rand() < 0.5)
+        open.splice(Math.floor(rand() * open.length), 1)[0]?.done();
+    }
+    expect(overflow).toBeGreaterThan(100);
+  });
+
+  it('takes the least-loaded rank when 64 draws find none within the bound', () => {
+    const d = createDispatcher({ method: 'consistent_hash', epsilon: 0 });
+    const tracker = createLoadTracker(200);
+    // Every rank but 137 holds 1,000 tokens: the bound (the mean) passes only rank 137.
+    for (const r of tracker.ranks) if (r.rank !== 137) tracker.onDispatch(r.rank, 1000);
+    const rand = prng(43);
+    let fallbacks = 0;
+    for (let i = 0; i < 50; i++) {
+      const ids = randomIds(rand, 512);
+      const decision = d.dispatch({ inputIds: ids }, tracker.ranks);
+      expect(decision.rank).toBe(137);
+      if (drawWalk(ids, tracker.ranks, 0) < 0) fallbacks++;
+    }
+    expect(fallbacks).toBeGreaterThan(30); // 64 draws over 200 ranks usually miss the one
   });
 });

@@ -41,7 +41,7 @@ const op: fc.Arbitrary<Op> = fc.oneof(
 );
 
 describe('LoadIndex', () => {
-  for (const method of ['total_tokens', 'total_requests']) {
+  for (const method of ['total_tokens', 'total_requests', 'round_robin']) {
     it(`${method}: indexed decisions equal scanned ones under any interleaving`, () => {
       fc.assert(
         fc.property(fc.integer({ min: 1, max: 40 }), fc.array(op, { maxLength: 300 }), (n, ops) => {
@@ -111,6 +111,59 @@ describe('LoadIndex', () => {
     expect(index.healthyTokens).toBe(5 + 3 + 4 + 9 + 1 + 2 + 7);
   });
 
+  it('answers leastTokens, firstWithinFrom and the cool order as scans do', () => {
+    const leaf = fc.record({
+      healthy: fc.boolean(),
+      inFlightTokens: fc.integer({ min: 0, max: 6 }),
+      inFlightRequests: fc.integer({ min: 0, max: 2 }),
+      cool: fc.integer({ min: 0, max: 2 }),
+    });
+    fc.assert(
+      fc.property(
+        fc.array(leaf, { minLength: 1, maxLength: 40 }),
+        fc.integer({ min: -1, max: 7 }),
+        fc.nat({ max: 50 }),
+        (leaves, max, cursor) => {
+          const n = leaves.length;
+          const index = new LoadIndex(n);
+          leaves.forEach((l, rank) => {
+            index.set(rank, l);
+          });
+          const cool = leaves.map((l) => l.cool);
+          index.bindCool(cool);
+          const ok = (r: number) => {
+            const l = leaves[r] as (typeof leaves)[number];
+            return l.healthy && l.inFlightTokens <= max;
+          };
+          const ranks = leaves.map((_, r) => r);
+          const healthyTokens = leaves.filter((l) => l.healthy).map((l) => l.inFlightTokens);
+          expect(index.leastTokens()).toBe(Math.min(...healthyTokens));
+          const c = cursor % n;
+          const first = [...ranks.slice(c), ...ranks.slice(0, c)].find(ok) ?? -1;
+          expect(index.firstWithinFrom(max, cursor)).toBe(first);
+          // The cool order: least (tokens, requests, cool), first such at or after the cursor.
+          const key = (r: number) => {
+            const l = leaves[r] as (typeof leaves)[number];
+            return [l.inFlightTokens, l.inFlightRequests, l.cool];
+          };
+          const healthy = ranks.filter((r) => leaves[r]?.healthy);
+          const lex = (a: number[], b: number[]) =>
+            (a[0] as number) - (b[0] as number) ||
+            (a[1] as number) - (b[1] as number) ||
+            (a[2] as number) - (b[2] as number);
+          const best = healthy.length ? healthy.map(key).sort(lex)[0] : undefined;
+          const minimal = healthy.filter((r) => best && lex(key(r), best) === 0);
+          expect(index.coolMinCount()).toBe(minimal.length);
+          const firstCool = [...ranks.slice(c), ...ranks.slice(0, c)].find((r) =>
+            minimal.includes(r),
+          );
+          expect(index.firstCoolMinFrom(cursor)).toBe(firstCool ?? -1);
+        },
+      ),
+      { numRuns: 2000 },
+    );
+  });
+
   it('reports no rank when none is healthy', () => {
     const index = new LoadIndex(3);
     for (let r = 0; r < 3; r++)
@@ -170,5 +223,159 @@ describe('ChainedPrefixIndex inverted holders', () => {
       }),
       { numRuns: 400 },
     );
+  });
+});
+
+describe('prefix methods on the load index', () => {
+  // Prompts over a few shared prefixes, in 16-token windows, so that holders, cold misses,
+  // overloaded holders and load ties all come up in short runs.
+  type PromptOp =
+    | { kind: 'begin'; prefix: number; windows: number; maxNew: number }
+    | { kind: 'done'; pick: number }
+    | { kind: 'health'; rank: number; healthy: boolean }
+    | { kind: 'resize'; ranks: number };
+  const promptOp: fc.Arbitrary<PromptOp> = fc.oneof(
+    {
+      weight: 8,
+      arbitrary: fc.record({
+        kind: fc.constant('begin' as const),
+        prefix: fc.nat({ max: 5 }),
+        windows: fc.integer({ min: 0, max: 6 }),
+        maxNew: fc.oneof(fc.integer({ min: 0, max: 40 }), fc.integer({ min: 0, max: 400 })),
+      }),
+    },
+    { weight: 5, arbitrary: fc.record({ kind: fc.constant('done' as const), pick: fc.nat() }) },
+    {
+      weight: 1,
+      arbitrary: fc.record({
+        kind: fc.constant('health' as const),
+        rank: fc.nat({ max: 24 }),
+        healthy: fc.boolean(),
+      }),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.record({
+        kind: fc.constant('resize' as const),
+        ranks: fc.integer({ min: 1, max: 24 }),
+      }),
+    },
+  );
+  const prompt = (prefix: number, windows: number): Uint32Array => {
+    const ids = new Uint32Array(16 * (windows + 1));
+    // The first window names the prefix; later windows depend on the prefix and position, so
+    // prompts of one prefix extend each other.
+    for (let i = 0; i < ids.length; i++) ids[i] = 1 + prefix * 1000 + (i < 16 ? 0 : i);
+    return ids;
+  };
+  const configs: [Record<string, unknown> & { method: string }, number][] = [
+    [
+      {
+        method: 'cache_aware',
+        window: 16,
+        maxPrefixTokens: 64,
+        capacityTokens: 48,
+        slackTokens: 0,
+      },
+      24,
+    ],
+    [{ method: 'cache_aware', window: 16, slackTokens: 20, epsilon: 0.1, loadWeight: 0 }, 24],
+    [{ method: 'cache_aware', window: 16, slackTokens: 0, loadWeight: 0.5, coldPick: 'hash' }, 24],
+    // Few ranks: most of them hold a prefix, so the ranks that do not are often not the least
+    // loaded, and holders come in any order.
+    [{ method: 'cache_aware', window: 16, slackTokens: 0, loadWeight: 0.25, epsilon: 0.5 }, 5],
+    [{ method: 'cache_aware', window: 16, slackTokens: 0, loadWeight: 0, epsilon: 0.5 }, 5],
+    [{ method: 'consistent_hash', window: 16, prefixLength: 32, epsilon: 0.1 }, 24],
+    [{ method: 'consistent_hash', window: 16, load: 'requests', epsilon: 0, slack: 1 }, 24],
+  ];
+  for (const [config, maxRanks] of configs) {
+    it(`${JSON.stringify(config)}: indexed decisions equal scanned ones`, () => {
+      const reasons = new Map<string, number>();
+      fc.assert(
+        fc.property(
+          fc.integer({ min: 1, max: maxRanks }),
+          fc.array(promptOp, { minLength: 50, maxLength: 400 }),
+          (n, ops) => {
+            const indexed = {
+              d: createDispatcher(config),
+              t: createLoadTracker(n),
+              open: [] as DispatchTicket[],
+            };
+            const scanned = {
+              d: createDispatcher(config),
+              t: createLoadTracker(n),
+              open: [] as DispatchTicket[],
+            };
+            for (const o of ops) {
+              if (o.kind === 'begin') {
+                if (!indexed.t.ranks.some((r) => r.healthy)) continue;
+                const req = { inputIds: prompt(o.prefix, o.windows), maxNewTokens: o.maxNew };
+                const a = indexed.d.begin(req, indexed.t);
+                const b = scanned.d.begin(req, scanned.t, { view: scanned.t.ranks.slice() });
+                expect([a.rank, a.reason, a.matchedTokens]).toEqual([
+                  b.rank,
+                  b.reason,
+                  b.matchedTokens,
+                ]);
+                indexed.open.push(a);
+                scanned.open.push(b);
+                reasons.set(a.reason, (reasons.get(a.reason) ?? 0) + 1);
+              } else if (o.kind === 'done') {
+                if (indexed.open.length === 0) continue;
+                const i = o.pick % indexed.open.length;
+                indexed.open.splice(i, 1)[0]?.done();
+                scanned.open.splice(i, 1)[0]?.done();
+              } else if (o.kind === 'health') {
+                if (o.rank >= indexed.t.ranks.length) continue;
+                indexed.t.setHealthy(o.rank, o.healthy);
+                scanned.t.setHealthy(o.rank, o.healthy);
+              } else {
+                indexed.t.resize(Math.min(o.ranks, maxRanks));
+                scanned.t.resize(Math.min(o.ranks, maxRanks));
+              }
+            }
+          },
+        ),
+        { numRuns: 150 },
+      );
+      // Equal decisions prove little unless every path ran: count them.
+      const paths =
+        config.method === 'cache_aware'
+          ? [
+              'cache-hit',
+              'cache-hit-overloaded',
+              config.coldPick === 'hash' ? 'cache-miss-hash' : 'cache-miss-least-load',
+            ]
+          : ['consistent-hash', 'consistent-hash-overflow'];
+      for (const reason of paths) expect(reasons.get(reason) ?? 0).toBeGreaterThan(200);
+    });
+  }
+});
+
+describe('cache_aware churn order over a long run', () => {
+  it('stays equal to the scan through the lazy decay rescale (~230,000 decisions)', () => {
+    // Every decision scales the churn values' growth by 1 / 0.999; past 1e100 they are all
+    // rescaled at once, and the load index must re-read them. Cold prompts on idle ranks tie
+    // on load, so the churn order decides nearly every one of these.
+    const config = { method: 'cache_aware', window: 16, capacityTokens: 64 };
+    const indexed = createDispatcher(config);
+    const scanned = createDispatcher(config);
+    const t1 = createLoadTracker(8);
+    const t2 = createLoadTracker(8);
+    const ids = new Uint32Array(16);
+    let mismatches = 0;
+    let cold = 0;
+    for (let i = 0; i < 240_000; i++) {
+      ids[0] = 1 + (i % 50_000);
+      ids[1] = i % 7;
+      const a = indexed.begin({ inputIds: ids }, t1);
+      const b = scanned.begin({ inputIds: ids }, t2, { view: t2.ranks.slice() });
+      if (a.rank !== b.rank || a.reason !== b.reason) mismatches++;
+      if (a.reason === 'cache-miss-least-load') cold++;
+      a.done();
+      b.done();
+    }
+    expect(mismatches).toBe(0);
+    expect(cold).toBeGreaterThan(200_000);
   });
 });

@@ -91,11 +91,25 @@ export function stringKey(text: string): number {
   return toKey(h1, h2, text.length);
 }
 
-/** A well-mixed 32-bit score for (key, rank): rendezvous (highest random weight) hashing. */
-export function rendezvousScore(key: number, rank: number): number {
-  const lo = key >>> 0;
-  const hi = Math.floor(key / TWO_POW_32);
-  return fmix32(
-    fmix32(lo ^ Math.imul(rank + 1, 0x9e3779b1)) ^ Math.imul(hi + 0x632be5ab, rank + 1),
+/**
+ * Jump consistent hash (Lamping and Veach, 2014) of a 53-bit key over `n` ranks, for the
+ * key's `attempt`-th independent draw. O(ln n) steps and no table. Ranks get equal shares;
+ * growing `n` to `n + 1` moves a key only to the new rank `n` (about 1/(n + 1) of keys), and
+ * shrinking it moves only the keys of the rank removed. Draws 0, 1, 2, ... are the key's own
+ * order over ranks, the same on every router replica. The random stream is a 32-bit
+ * splitmix (a Weyl sequence through fmix32) seeded by the key and the attempt.
+ */
+export function jumpRank(key: number, attempt: number, n: number): number {
+  let state = fmix32(
+    (key >>> 0) ^ fmix32(Math.floor(key / TWO_POW_32) ^ Math.imul(attempt + 1, 0x9e3779b1)),
   );
+  let b = 0;
+  let j = 0;
+  while (j < n) {
+    b = j;
+    state = (state + 0x9e3779b9) | 0;
+    // A uniform draw in (0, 1], scaled: the next rank this key would jump to.
+    j = Math.floor(((b + 1) * TWO_POW_32) / (fmix32(state) + 1));
+  }
+  return b;
 }

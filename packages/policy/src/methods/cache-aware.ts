@@ -58,14 +58,15 @@
 
 import { defineMethod } from '../define-method.ts';
 import { chainedBlockKeys } from '../hashing/block-keys.ts';
-import { chainedWindowHashes, fmix32 } from '../hashing/chained.ts';
+import { chainedWindowHashes, jumpRank } from '../hashing/chained.ts';
 import { ChainedPrefixIndex } from '../hashing/chained-index.ts';
 import { validateTokenIds } from '../hashing/prefix-digest.ts';
 import { PendingPrefixes } from '../kv-index/pending.ts';
 import { type OptionsSchema, readInt, readNumber, readWindowAndCap } from '../options.ts';
-import { leastLoadedCool } from '../pickers.ts';
+import { healthyTotals, leastLoadedCool } from '../pickers.ts';
 import {
   type Decision,
+  type LoadQueries,
   type Method,
   type MethodContext,
   promptLength,
@@ -178,14 +179,20 @@ interface CacheAwareCore {
   readonly maxPrefixTokens: number;
   /** The prompt's chained keys (memoized for the request last seen). */
   keysOf(ctx: MethodContext): readonly number[];
-  /** Matched tokens per rank number for the current keys (healthy ranks only; others 0). Reads only. */
+  /**
+   * Matched tokens per rank number for the current keys (healthy ranks only; others 0), and
+   * in `held` the ranks with a match. Reads only.
+   */
   matchAll(ctx: MethodContext, keys: readonly number[]): number[];
+  /** The healthy ranks matchAll found holding some of the prompt. */
+  readonly held: readonly number[];
   /** Brings the index in step with the ranks, then records the final decision in it. */
   learn(ctx: MethodContext, decision: Decision): void;
   /**
    * Recent new (uncached) tokens written per rank, decayed per decision: how fast each
    * rank's cache is churning. Ties on load go to the rank churning least, which evens out
-   * LRU pressure so no rank evicts its sessions' histories early.
+   * LRU pressure so no rank evicts its sessions' histories early. Kept in a common scale
+   * (see learn), so only comparisons between ranks mean anything.
    */
   readonly fill: readonly number[];
   /**
@@ -198,18 +205,19 @@ interface CacheAwareCore {
   countSources(ctx: MethodContext): void;
 }
 
-/**
- * Rendezvous (highest random weight) score of `rank` for a 53-bit prefix key: the same on
- * every replica, so a cold prefix goes to the same rank wherever it is routed.
- */
-function rendezvous(key: number, rank: number): number {
-  const lo = key >>> 0;
-  const hi = Math.floor(key / 4294967296);
-  return fmix32(lo ^ fmix32(hi ^ Math.imul(rank + 1, 0x9e3779b1)));
-}
-
 /** Per decision, recent fill decays by this factor (a memory of ~1,000 decisions). */
 const FILL_DECAY = 0.999;
+
+/**
+ * Decay is applied lazily: every rank's fill shrinks by the same factor per decision, which
+ * changes no comparison between ranks, so the values are kept unscaled and new fill is added
+ * scaled up by 1 / FILL_DECAY^decisions instead. Past this scale they are brought back to
+ * true values (one pass over the ranks every ~230,000 decisions).
+ */
+const FILL_RESCALE_AT = 1e100;
+
+/** Draws of a cold prefix's hash order before it takes the least-loaded rank instead. */
+const MAX_DRAWS = 64;
 
 /**
  * The indexer (who holds which prefixes, learned from decisions) kept apart from the choice
@@ -250,7 +258,11 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
   };
   const healthyRanks: number[] = [];
   const liveRanks: number[] = [];
+  const held: number[] = [];
   const fill: number[] = [];
+  let fillGrowth = 1;
+  // The load index's healthChanges when the learned index was last checked against health.
+  let syncedAt = -1;
 
   // Keeps the index in step with the host's ranks: new ranks start empty, removed ones are
   // dropped, and a rank seen unhealthy is assumed to come back with an empty cache.
@@ -260,7 +272,12 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
       while (fill.length < ctx.ranks.length) fill.push(0);
       fill.length = ctx.ranks.length;
     }
+    // Nothing to clear unless health changed since the last pass over these ranks: learn
+    // only adds to the decided rank, which is healthy.
+    const changes = ctx.queries?.healthChanges;
+    if (changes !== undefined && changes === syncedAt) return;
     for (const r of ctx.ranks) if (!r.healthy && index.size(r.rank) > 0) index.clear(r.rank);
+    syncedAt = changes ?? -1;
   }
 
   function keysOf(ctx: MethodContext): readonly number[] {
@@ -305,6 +322,7 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
     maxPrefixTokens,
     index,
     fill,
+    held,
     sourceCounts,
     keysOf,
     matchAll(ctx, k) {
@@ -323,8 +341,11 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
         } else for (const r of touched) if (r < n) matched[r] = 0;
         healthyRank.ranks = ctx.ranks;
         index.matchHolders(k, healthyRank.accept, touched, counts);
+        held.length = 0;
         for (let i = 0; i < touched.length; i++) {
-          matched[touched[i] as number] = (counts[i] as number) * window;
+          const r = touched[i] as number;
+          matched[r] = (counts[i] as number) * window;
+          held.push(r);
         }
         return matched;
       }
@@ -363,6 +384,8 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
           }
         }
       }
+      held.length = 0;
+      for (let r = 0; r < matched.length; r++) if ((matched[r] as number) > 0) held.push(r);
       return matched;
     },
     countSources(ctx) {
@@ -384,8 +407,16 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
       const capTokens = state?.kvCapacityTokens ?? capacityTokens;
       const added = index.insert(decision.rank, k, Math.max(1, Math.floor(capTokens / window)));
       if (ctx.kvIndex) pending.insert(decision.rank, k, ctx.nowMs);
-      for (let i = 0; i < fill.length; i++) fill[i] = (fill[i] as number) * FILL_DECAY;
-      fill[decision.rank] = (fill[decision.rank] ?? 0) + added * window;
+      fillGrowth /= FILL_DECAY;
+      if (fillGrowth > FILL_RESCALE_AT) {
+        for (let i = 0; i < fill.length; i++) fill[i] = (fill[i] as number) / fillGrowth;
+        fillGrowth = 1;
+        ctx.coolChanged?.(fill);
+      }
+      if (added > 0) {
+        fill[decision.rank] = (fill[decision.rank] ?? 0) + added * window * fillGrowth;
+        ctx.coolChanged?.(fill, decision.rank);
+      }
     },
   };
 }
@@ -408,7 +439,71 @@ export const createCacheAware = defineMethod(
     );
     const loadWeight = readNumber(NAME, options, 'loadWeight', CACHE_AWARE_DEFAULTS.loadWeight, 0);
     const counts = { hits: 0, overloaded: 0, misses: 0, hashedMisses: 0, matchedTokens: 0 };
-    const holders: RankState[] = [];
+    const candidates: RankState[] = [];
+
+    // Among ranks within the bound, the least cost = (w - matched) + loadWeight x load; equal
+    // costs go to the rotating tie-break. Empty only if the bound were below the mean (it never
+    // is: the least-loaded passes), then the least loaded.
+    function cheapestScanned(
+      ctx: MethodContext,
+      matched: readonly number[],
+      w: number,
+      bound: number,
+    ): RankState {
+      candidates.length = 0;
+      let choiceCost = Number.POSITIVE_INFINITY;
+      for (const r of ctx.healthy) {
+        if (r.inFlightTokens > bound) continue;
+        const cost = w - (matched[r.rank] as number) + loadWeight * r.inFlightTokens;
+        if (cost < choiceCost) {
+          choiceCost = cost;
+          candidates.length = 0;
+        }
+        if (cost === choiceCost) candidates.push(r);
+      }
+      return candidates.length > 0
+        ? ctx.tieBreak(candidates)
+        : leastLoadedCool(ctx, ctx.healthy, core.fill);
+    }
+
+    // The same choice from the load index. The ranks holding part of the prompt are scored
+    // one by one. Every other rank costs w + loadWeight x load, so among them only the least
+    // loaded (with loadWeight 0: any within the bound) can be cheapest, and of those the one
+    // the tie-break reaches first stands for all. The index need not leave the holders out of
+    // that query: a holder it returns has at most that load and costs less by its match, so
+    // it already beats every rank the query stands for.
+    function cheapestIndexed(
+      queries: LoadQueries,
+      ctx: MethodContext,
+      matched: readonly number[],
+      held: readonly number[],
+      w: number,
+      bound: number,
+    ): RankState {
+      candidates.length = 0;
+      let choiceCost = Number.POSITIVE_INFINITY;
+      for (const rank of held) {
+        const r = ctx.ranks[rank] as RankState;
+        if (r.inFlightTokens > bound) continue;
+        const cost = w - (matched[rank] as number) + loadWeight * r.inFlightTokens;
+        if (cost < choiceCost) {
+          choiceCost = cost;
+          candidates.length = 0;
+        }
+        if (cost === choiceCost) candidates.push(r);
+      }
+      const other = queries.firstWithin(loadWeight > 0 ? queries.leastTokens() : bound);
+      if (other >= 0) {
+        const r = ctx.ranks[other] as RankState;
+        const cost = w - 0 + loadWeight * r.inFlightTokens;
+        if (cost < choiceCost) {
+          choiceCost = cost;
+          candidates.length = 0;
+        }
+        if (cost === choiceCost) candidates.push(r);
+      }
+      return candidates.length > 0 ? ctx.tieBreak(candidates) : queries.leastCool(core.fill);
+    }
 
     return {
       name: NAME,
@@ -416,58 +511,46 @@ export const createCacheAware = defineMethod(
       select(ctx: MethodContext): Decision {
         const keys = core.keysOf(ctx);
         const matched = core.matchAll(ctx, keys);
-        const healthy = ctx.healthy;
+        const held = core.held;
+        const totals = healthyTotals(ctx);
         const w = promptLength(ctx.request);
-        let total = w;
+        const bound =
+          ((1 + epsilon) * (w + totals.healthyTokens)) / totals.healthyCount + slackTokens;
+        const queries = ctx.queries;
         let best = 0;
-        for (const r of healthy) {
-          total += r.inFlightTokens;
-          const m = matched[r.rank] as number;
+        for (const r of held) {
+          const m = matched[r] as number;
           if (m > best) best = m;
         }
-        const bound = ((1 + epsilon) * total) / healthy.length + slackTokens;
+        const ranks = ctx.ranks;
         if (best === 0) {
           const first = keys[0];
           const hash = coldPick === 'hash' || (coldPick === 'auto' && ctx.kvIndex !== undefined);
           if (hash && first !== undefined) {
-            let pick: RankState | undefined;
-            let top = -1;
-            for (const r of healthy) {
-              if (r.inFlightTokens > bound) continue;
-              const score = rendezvous(first, r.rank);
-              if (score > top) {
-                top = score;
-                pick = r;
+            // The first window's own order over ranks (jump-hash draws, as consistent_hash):
+            // the first healthy rank within the bound.
+            for (let attempt = 0; attempt < MAX_DRAWS; attempt++) {
+              const r = ranks[jumpRank(first, attempt, ranks.length)] as RankState;
+              if (r.healthy && r.inFlightTokens <= bound) {
+                return { rank: r.rank, reason: 'cache-miss-hash' };
               }
             }
-            if (pick) return { rank: pick.rank, reason: 'cache-miss-hash' };
           }
-          return {
-            rank: leastLoadedCool(ctx, healthy, core.fill).rank,
-            reason: 'cache-miss-least-load',
-          };
+          const least = queries
+            ? queries.leastCool(core.fill)
+            : leastLoadedCool(ctx, ctx.healthy, core.fill);
+          return { rank: least.rank, reason: 'cache-miss-least-load' };
         }
-        holders.length = 0;
-        for (const r of healthy) if (matched[r.rank] === best) holders.push(r);
-        const holder = leastLoadedCool(ctx, holders, core.fill);
+        candidates.length = 0;
+        for (const r of held) if (matched[r] === best) candidates.push(ranks[r] as RankState);
+        const holder = leastLoadedCool(ctx, candidates, core.fill);
         if (holder.inFlightTokens <= bound) {
           return { rank: holder.rank, reason: 'cache-hit', matchedTokens: best };
         }
         // The holder is overloaded: cheapest of the others (uncached prefill + queued work).
-        holders.length = 0;
-        let choiceCost = Number.POSITIVE_INFINITY;
-        for (const r of healthy) {
-          if (r.inFlightTokens > bound) continue;
-          const cost = w - (matched[r.rank] as number) + loadWeight * r.inFlightTokens;
-          if (cost < choiceCost) {
-            choiceCost = cost;
-            holders.length = 0;
-          }
-          if (cost === choiceCost) holders.push(r);
-        }
-        // Empty only if the bound were below the mean (it never is: the least-loaded passes).
-        const target =
-          holders.length > 0 ? ctx.tieBreak(holders) : leastLoadedCool(ctx, healthy, core.fill);
+        const target = queries
+          ? cheapestIndexed(queries, ctx, matched, held, w, bound)
+          : cheapestScanned(ctx, matched, w, bound);
         const m = matched[target.rank] as number;
         return { rank: target.rank, reason: 'cache-hit-overloaded', matchedTokens: m };
       },

@@ -2,27 +2,28 @@
 // 2018; the scheme HAProxy and KubeAI use), on the same prefix key as prefix_match.
 //
 // Algorithm: key = the first floor(min(len, prefixLength) / window) * window tokens (the whole
-// input when shorter than one window), hashed to 53 bits. Every healthy rank gets a
-// rendezvous score hash(key, rank); the key's own order is the ranks by descending score.
-// The request goes to the first rank in that order whose load is within the bound
+// input when shorter than one window), hashed to 53 bits. The key's own order over ranks is its
+// sequence of jump consistent hash draws (Lamping and Veach 2014; draw k seeded by the key and
+// k, see hashing/chained.ts jumpRank). The request goes to the first rank in that order that is
+// healthy and within the bound
 //   load(rank) <= (1 + epsilon) * (totalLoad + requestLoad) / healthyRanks  (+ slack, default 0)
 // where load is in-flight tokens (`load: 'tokens'`, the default: the host's onDispatch
 // accounting of input + max new tokens, so a 80k-token prompt weighs what it costs) or
-// in-flight requests (`load: 'requests'`, the classic unit-ball version). The least-loaded
-// rank always passes (it is at or below the mean), so the walk ends within N steps.
-// Reason 'consistent-hash' when the key's first rank took it, 'consistent-hash-overflow'
-// when it walked on (an unhealthy first rank counts as a walk too).
+// in-flight requests (`load: 'requests'`, the classic unit-ball version). After 64 draws that
+// all miss (most ranks down or over the bound) it takes the least-loaded rank, which always
+// passes. Reason 'consistent-hash' when the key's first draw took it,
+// 'consistent-hash-overflow' when it walked on (an unhealthy first draw counts as a walk too).
 //
-// Why rendezvous instead of a ring with virtual nodes: with N <= a few hundred ranks, N
-// scores per decision cost less than a ring lookup's cache misses, and the balance is exact
-// without tuning a virtual-node count. Adding one rank to N moves exactly the keys that now
-// score highest on it (~1/(N+1)); removing or losing one moves only its own keys, spread
-// over the others by each key's second choice.
+// Why jump hashing: it needs no table, balances keys as evenly as a random assignment (a ring
+// needs hundreds of virtual nodes per rank to come close), and moves the fewest keys: adding
+// rank N to N ranks moves ~1/(N+1) of keys, all to the new rank; losing a rank moves only its
+// keys, spread over the others by each key's next draw. It replaced rendezvous hashing, which
+// moves keys the same way but scores every rank per decision.
 //
-// Cost: hashing the key tokens (~2-3 ns/token, at most prefixLength tokens) plus one pass of
-// N scores (a few ns each; no sort): O(N), not O(log N). A ring with virtual nodes would be
-// O(log N) but moves keys differently and balances less exactly; at 1,024 ranks the pass costs
-// ~10 us, well inside a request's routing budget.
+// Cost: hashing the key tokens (~2-3 ns/token, at most prefixLength tokens), the mean load
+// from the host's running totals (O(1) with a tracker's load index), and O(ln N) steps per
+// draw; the expected number of draws is at most (1 + epsilon) / epsilon (one when the first
+// rank is within the bound, the usual case). So O(log N) per decision in the rank count.
 //
 // Failure modes: load-aware, so the same key may land on different ranks as load moves
 // (its cache is then split over the ranks its walk reaches; bounded by how far the walk
@@ -32,10 +33,10 @@
 
 import { defineMethod } from '../define-method.ts';
 import { PolicyConfigError } from '../errors.ts';
-import { prefixKey, rendezvousScore, stringKey } from '../hashing/chained.ts';
+import { jumpRank, prefixKey, stringKey } from '../hashing/chained.ts';
 import { prefixKeyLength, validateTokenIds } from '../hashing/prefix-digest.ts';
 import { type OptionsSchema, readNumber, readWindowAndCap } from '../options.ts';
-import { leastLoaded } from '../pickers.ts';
+import { healthyTotals, leastBy } from '../pickers.ts';
 import {
   type Decision,
   type Method,
@@ -108,6 +109,13 @@ export const CONSISTENT_HASH_DEFAULTS: ConsistentHashOptions = {
 
 const NAME = 'consistent_hash';
 
+/**
+ * Draws of the key's order before the walk gives up and takes the least-loaded rank. At least
+ * epsilon / (1 + epsilon) of healthy ranks are within the bound (a fifth at the default), so
+ * 64 draws all missing has odds under 1e-6 unless most ranks are down or epsilon is near 0.
+ */
+const MAX_DRAWS = 64;
+
 function readLoadUnit(owner: string, options: Record<string, unknown>): 'tokens' | 'requests' {
   const raw = options.load ?? 'tokens';
   if (raw !== 'tokens' && raw !== 'requests') {
@@ -149,48 +157,28 @@ export const createConsistentHash = defineMethod(
       select(ctx: MethodContext): Decision {
         const key = keyOf(ctx);
         if (key === undefined) {
-          return { rank: leastLoaded(ctx, ctx.healthy).rank, reason: 'least-tokens' };
+          return { rank: leastBy(ctx, 'tokens').rank, reason: 'least-tokens' };
         }
-        const healthy = ctx.healthy;
-        const n = healthy.length;
-        const reqLoad = unit === 'tokens' ? promptLength(ctx.request) : 1;
-        let total = reqLoad;
-        for (const r of healthy) total += unit === 'tokens' ? r.inFlightTokens : r.inFlightRequests;
-        const bound = ((1 + epsilon) * total) / n + slack;
+        const totals = healthyTotals(ctx);
+        const byTokens = unit === 'tokens';
+        const total =
+          (byTokens ? promptLength(ctx.request) : 1) +
+          (byTokens ? totals.healthyTokens : totals.healthyRequests);
+        const bound = ((1 + epsilon) * total) / totals.healthyCount + slack;
 
-        // One pass over ALL ranks: the key's first choice is the top score over all of them
-        // (if it is unhealthy, the request walks); the walk's end is the top score among
-        // the healthy ranks within the bound. Descending score with ties (2^-32) to the lower
-        // rank, so every router instance agrees; this is the walk down the sorted order
-        // without sorting.
-        let firstRank = -1;
-        let firstScore = -1;
-        let pick = -1;
-        let pickScore = -1;
+        // The key's own order over all ranks is its sequence of jump-hash draws; the request
+        // takes the first healthy rank within the bound. An unhealthy first draw is a walk too.
         const ranks = ctx.ranks;
-        for (let rank = 0; rank < ranks.length; rank++) {
-          const s = rendezvousScore(key, rank);
-          if (s > firstScore) {
-            firstScore = s;
-            firstRank = rank;
-          }
-          if (s <= pickScore) continue;
+        const n = ranks.length;
+        for (let attempt = 0; attempt < MAX_DRAWS; attempt++) {
+          const rank = jumpRank(key, attempt, n);
           const r = ranks[rank] as RankState;
-          if (!r.healthy) continue;
-          const load = unit === 'tokens' ? r.inFlightTokens : r.inFlightRequests;
-          if (load <= bound) {
-            pickScore = s;
-            pick = rank;
+          if (r.healthy && (byTokens ? r.inFlightTokens : r.inFlightRequests) <= bound) {
+            return { rank, reason: attempt === 0 ? 'consistent-hash' : 'consistent-hash-overflow' };
           }
         }
-        if (pick >= 0) {
-          return {
-            rank: pick,
-            reason: pick === firstRank ? 'consistent-hash' : 'consistent-hash-overflow',
-          };
-        }
-        // Unreachable while epsilon >= 0 (the least-loaded rank is <= the mean), kept total.
-        return { rank: leastLoaded(ctx, healthy).rank, reason: 'consistent-hash-overflow' };
+        // Most ranks down or over the bound: the least-loaded rank, which is always within it.
+        return { rank: leastBy(ctx, unit).rank, reason: 'consistent-hash-overflow' };
       },
       commit(_ctx: MethodContext, decision: Decision): void {
         if (decision.reason === 'consistent-hash') counts.primary++;

@@ -3,7 +3,8 @@
 // Algorithm: a cursor; pick the first healthy rank at or after it (wrapping), and move the
 // cursor past the rank actually used. Routed requests and affinity hits do not move it, as in
 // SGLang, which only counts requests that go through its round-robin scheduler.
-// Cost: O(ranks) worst case when many ranks are unhealthy, O(1) typically.
+// Cost: O(1) while the cursor's rank is healthy; past unhealthy ranks O(log ranks) with the
+// host tracker's load index (MethodContext.queries), else a scan.
 // Failure modes: load-blind and cache-blind; a rank that comes back is simply rejoined. When
 // the rank count shrinks the cursor wraps.
 // Options: none.
@@ -19,6 +20,10 @@ export const createRoundRobin = defineMethod('round_robin', {}, () => {
     select(ctx: MethodContext): Decision {
       const n = ctx.ranks.length;
       const start = cursor < n ? cursor : 0;
+      const queries = ctx.queries;
+      if (queries && !(ctx.ranks[start] as RankState).healthy) {
+        return { rank: queries.firstHealthy(start), reason: 'round-robin' };
+      }
       for (let i = 0; i < n; i++) {
         const r = ctx.ranks[(start + i) % n] as RankState;
         if (r.healthy) return { rank: r.rank, reason: 'round-robin' };
