@@ -5,13 +5,15 @@ Implements the upstream rule with Python's hashlib: key tokens = the first
 floor(min(len, prefix_length) / window) * window tokens, or the whole input when it is
 shorter than one window; each token as a little-endian uint32; digest = BLAKE2b-512;
 rank = int.from_bytes(digest, "big") % num_ranks (empty input: no hash rank, round robin).
-Also kvroute's failover rank (primary unhealthy): rendezvous hashing seeded by the digest.
+Also kvroute's failover rank (primary unhealthy): the first healthy rank among jump consistent
+hash draws seeded by the digest's first two big-endian uint32 words.
 
 Usage: python3 packages/policy/scripts/gen-golden.py  (rewrites test/fixtures/prefix-match-golden.json)
 Deterministic: the same seed always writes the same file.
 """
 
 import hashlib
+import math
 import json
 import random
 import struct
@@ -39,14 +41,32 @@ def fmix32(h: int) -> int:
     return h ^ (h >> 16)
 
 
-def rendezvous_score(a: int, b: int, rank: int) -> int:
-    return fmix32(fmix32(a ^ (((rank + 1) * 0x9E3779B1) & 0xFFFFFFFF)) ^ b)
+def jump_rank_of(lo: int, hi: int, attempt: int, n: int) -> int:
+    """Jump consistent hash (Lamping and Veach) draw `attempt` of the key (lo, hi) over n ranks.
+
+    The random stream is a 32-bit splitmix: a Weyl sequence through fmix32. The division is a
+    float64 one, as the TypeScript code computes it.
+    """
+    state = fmix32(lo ^ fmix32(hi ^ (((attempt + 1) * 0x9E3779B1) & 0xFFFFFFFF)))
+    b, j = 0, 0
+    while j < n:
+        b = j
+        state = (state + 0x9E3779B9) & 0xFFFFFFFF
+        j = math.floor(((b + 1) * 4294967296.0) / (fmix32(state) + 1))
+    return b
 
 
-def failover_rank(d: bytes, healthy: list[int]) -> int:
-    """kvroute's failover when the primary is down: highest rendezvous score, lower rank on ties."""
+def failover_rank(d: bytes, n: int, healthy: list[int]) -> int:
+    """kvroute's failover when the primary is down: the first healthy draw of 64, else the first
+    healthy rank at or after the first draw."""
     a, b = int.from_bytes(d[0:4], "big"), int.from_bytes(d[4:8], "big")
-    return max(healthy, key=lambda r: (rendezvous_score(a, b, r), -r))
+    alive = set(healthy)
+    for attempt in range(64):
+        r = jump_rank_of(a, b, attempt, n)
+        if r in alive:
+            return r
+    first = jump_rank_of(a, b, 0, n)
+    return next((first + i) % n for i in range(n) if (first + i) % n in alive)
 
 
 def token_list(rng: random.Random, length: int, style: str) -> list[int]:
@@ -98,7 +118,13 @@ def main() -> None:
                 # Not part of the upstream rule: kvroute's failover, so other implementations
                 # (e.g. a Python router) can agree on where a dead rank's keys go.
                 primary = cases[-1]["rank"]
-                cases[-1]["failover"] = failover_rank(d, [r for r in range(num_ranks) if r != primary])
+                cases[-1]["failover"] = failover_rank(
+                    d, num_ranks, [r for r in range(num_ranks) if r != primary])
+                # Few ranks left (those with (7r + 3) % 50 == 0): at 1,000 ranks 64 draws often
+                # find none of the 20, and the fallback (next healthy after the first draw) runs.
+                sparse = [r for r in range(num_ranks) if r != primary and (7 * r + 3) % 50 == 0]
+                if sparse:
+                    cases[-1]["failoverSparse"] = failover_rank(d, num_ranks, sparse)
 
     OUT.parent.mkdir(parents=True, exist_ok=True)
     body = {

@@ -22,13 +22,12 @@ export {
   TokenIdRangeError,
 } from './errors.ts';
 export { blockKey, chainedBlockKeys, rootKey } from './hashing/block-keys.ts';
+export { jumpRank, jumpRankOf } from './hashing/chained.ts';
 export {
   digestMod,
   digestWord,
   prefixDigest,
   prefixKeyLength,
-  rendezvousPick,
-  rendezvousScore,
   tokenBytes,
   tokenDigest,
   tokenDigestPortable,
@@ -68,7 +67,7 @@ export {
   readOption,
   readOptions,
 } from './options.ts';
-export { leastLoaded, leastLoadedCool } from './pickers.ts';
+export { failoverRank, healthyTotals, leastLoaded, leastLoadedCool } from './pickers.ts';
 export {
   isNumericOption,
   type MethodOptionEntry,
@@ -83,6 +82,8 @@ export type {
   DecisionReason,
   DispatchContext,
   KvIndexView,
+  LoadQueries,
+  LoadTotals,
   Method,
   MethodContext,
   MethodFactory,

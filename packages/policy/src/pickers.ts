@@ -1,6 +1,7 @@
 // Choices several methods share: the least-loaded rank, and among equally loaded ranks the
 // one whose cache is coolest. Kept apart from any one method so methods depend on this module,
 // never on each other.
+import { jumpRankOf } from './hashing/chained.ts';
 import type { LoadTotals, MethodContext, RankState } from './types.ts';
 
 const NO_FILL: readonly number[] = [];
@@ -88,4 +89,31 @@ export function healthyTotals(ctx: MethodContext): LoadTotals {
     requests += r.inFlightRequests;
   }
   return { healthyCount: ctx.healthy.length, healthyTokens: tokens, healthyRequests: requests };
+}
+
+/** Draws of a failover order before it takes the next healthy rank after the first draw. */
+const FAILOVER_DRAWS = 64;
+
+/**
+ * Where a key goes when its own rank is down: the first healthy rank among the key's jump-hash
+ * draws seeded by two uint32 words (hashing/chained.ts jumpRankOf), or, when 64 draws find
+ * none (most ranks down), the first healthy rank at or after the first draw. A function of the
+ * key and the ranks' health alone, so every router instance agrees; a dead rank's keys spread
+ * evenly over the others, and a second failure moves only the keys on that rank. O(log R) per
+ * draw; the expected draws are R / healthy ranks.
+ */
+export function failoverRank(ctx: MethodContext, seedA: number, seedB: number): number {
+  const ranks = ctx.ranks;
+  const n = ranks.length;
+  for (let attempt = 0; attempt < FAILOVER_DRAWS; attempt++) {
+    const rank = jumpRankOf(seedA, seedB, attempt, n);
+    if ((ranks[rank] as RankState).healthy) return rank;
+  }
+  const from = jumpRankOf(seedA, seedB, 0, n);
+  if (ctx.queries) return ctx.queries.firstHealthy(from);
+  for (let i = 0; i < n; i++) {
+    const rank = (from + i) % n;
+    if ((ranks[rank] as RankState).healthy) return rank;
+  }
+  return (ctx.healthy[0] as RankState).rank; // unreachable: the dispatcher checks for one
 }

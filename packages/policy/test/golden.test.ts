@@ -22,6 +22,8 @@ interface GoldenCase {
   rank: number | null;
   ranks16: number | null;
   failover?: number;
+  /** The failover rank when only ranks with (7r + 3) % 50 === 0 (other than the primary) are up. */
+  failoverSparse?: number;
 }
 
 const golden = JSON.parse(
@@ -63,6 +65,7 @@ describe('prefix_match golden vectors (Python hashlib)', () => {
 
   it('routes every case like the Python reference through the dispatcher, failover too', () => {
     let failovers = 0;
+    let sparse = 0;
     for (const c of golden.cases) {
       const ids = golden.lists[c.list] ?? [];
       const dispatcher = createDispatcher({
@@ -86,8 +89,19 @@ describe('prefix_match golden vectors (Python hashlib)', () => {
         });
         failovers++;
       }
+      if (c.failoverSparse !== undefined && c.rank !== null) {
+        const primary = c.rank;
+        const ranks = makeRanks(c.ranks);
+        for (const r of ranks) r.healthy = r.rank !== primary && (7 * r.rank + 3) % 50 === 0;
+        expect(dispatcher.dispatch({ inputIds: ids }, ranks)).toEqual({
+          rank: c.failoverSparse,
+          reason: 'prefix-hash-failover',
+        });
+        sparse++;
+      }
     }
     expect(failovers).toBeGreaterThanOrEqual(100);
+    expect(sparse).toBeGreaterThanOrEqual(20);
   });
 });
 

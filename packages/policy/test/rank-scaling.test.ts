@@ -379,3 +379,30 @@ describe('cache_aware churn order over a long run', () => {
     expect(cold).toBeGreaterThan(200_000);
   });
 });
+
+describe('failover on the load index', () => {
+  for (const method of ['prefix_match', 'follow_bootstrap_room']) {
+    it(`${method}: the indexed failover equals the scanned one, most ranks down`, () => {
+      const indexed = createDispatcher({ method, window: 16 });
+      const scanned = createDispatcher({ method, window: 16 });
+      const tracker = createLoadTracker(200);
+      // Three ranks up: 64 draws over 200 ranks miss them about a third of the time, and the
+      // fallback (the next healthy rank after the first draw) decides.
+      for (const r of tracker.ranks) tracker.setHealthy(r.rank, r.rank % 67 === 5);
+      let failovers = 0;
+      for (let i = 0; i < 400; i++) {
+        const ids = new Uint32Array(32).fill(i + 1);
+        const request = method === 'prefix_match' ? { inputIds: ids } : { bootstrapRoom: i * 7919 };
+        const a = indexed.begin(request, tracker);
+        const b = scanned.dispatch(
+          request,
+          tracker.ranks.map((r) => ({ ...r })),
+        );
+        expect([a.rank, a.reason]).toEqual([b.rank, b.reason]);
+        if (a.reason.endsWith('failover')) failovers++;
+        a.done();
+      }
+      expect(failovers).toBeGreaterThan(350);
+    });
+  }
+});

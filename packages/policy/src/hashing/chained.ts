@@ -13,7 +13,7 @@
 
 const TWO_POW_32 = 4294967296;
 
-/** murmur3's 32-bit finalizer (full avalanche); also prefix_match's rendezvous score. */
+/** murmur3's 32-bit finalizer (full avalanche); also the jump-hash draws' mixer. */
 export function fmix32(h: number): number {
   let x = h;
   x ^= x >>> 16;
@@ -100,15 +100,22 @@ export function stringKey(text: string): number {
  * splitmix (a Weyl sequence through fmix32) seeded by the key and the attempt.
  */
 export function jumpRank(key: number, attempt: number, n: number): number {
-  let state = fmix32(
-    (key >>> 0) ^ fmix32(Math.floor(key / TWO_POW_32) ^ Math.imul(attempt + 1, 0x9e3779b1)),
-  );
+  return jumpRankOf(key >>> 0, Math.floor(key / TWO_POW_32), attempt, n);
+}
+
+/**
+ * jumpRank for a key given as two uint32 words (low, high): the same draws jumpRank gives a
+ * 53-bit key with those words. Used to fail over seeded by a digest or a bootstrap room.
+ */
+export function jumpRankOf(lo: number, hi: number, attempt: number, n: number): number {
+  let state = fmix32(lo ^ fmix32(hi ^ Math.imul(attempt + 1, 0x9e3779b1)));
   let b = 0;
   let j = 0;
   while (j < n) {
     b = j;
     state = (state + 0x9e3779b9) | 0;
-    // A uniform draw in (0, 1], scaled: the next rank this key would jump to.
+    // A uniform draw in (0, 1], scaled: the next rank this key would jump to. Floating-point
+    // division, as the Python reference computes it too.
     j = Math.floor(((b + 1) * TWO_POW_32) / (fmix32(state) + 1));
   }
   return b;

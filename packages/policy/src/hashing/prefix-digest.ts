@@ -99,7 +99,7 @@ export function digestMod(digest: Uint8Array, n: number): number {
   return r;
 }
 
-/** Reads a big-endian uint32 at `offset` (used to seed rendezvous hashing from a digest). */
+/** Reads a big-endian uint32 at `offset` (used to seed the failover order from a digest). */
 export function digestWord(digest: Uint8Array, offset: number): number {
   return (
     (((digest[offset] as number) << 24) |
@@ -108,34 +108,4 @@ export function digestWord(digest: Uint8Array, offset: number): number {
       (digest[offset + 3] as number)) >>>
     0
   );
-}
-
-/**
- * Rendezvous (highest random weight) score of `rank` for a key seeded by two uint32 words;
- * fmix32's full avalanche gives neighbouring ranks unrelated scores.
- */
-export function rendezvousScore(seedA: number, seedB: number, rank: number): number {
-  return fmix32(fmix32(seedA ^ Math.imul(rank + 1, 0x9e3779b1)) ^ seedB);
-}
-
-/**
- * Rendezvous choice among `candidates` (non-empty): the highest score wins, the lower rank on a
- * tie. A key only moves when its own choice leaves the set, and moved keys spread evenly, so
- * every router instance agrees on failover without coordination.
- */
-export function rendezvousPick(
-  seedA: number,
-  seedB: number,
-  candidates: readonly RankState[],
-): RankState {
-  let best = candidates[0] as RankState;
-  let bestScore = -1;
-  for (const c of candidates) {
-    const s = rendezvousScore(seedA, seedB, c.rank);
-    if (s > bestScore) {
-      best = c;
-      bestScore = s;
-    }
-  }
-  return best;
 }

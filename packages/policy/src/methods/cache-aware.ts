@@ -8,7 +8,7 @@
 //   overloaded(r)  <=>  L(r) > (1 + epsilon) * (sum L + w) / N + slackTokens
 //   1. nothing matched anywhere (cold): the least-loaded rank ('cache-miss-least-load'),
 //      so cold misses spread instead of piling on one rank (sglang #32983); with an events
-//      index, a rendezvous hash of the first window instead (see Replicas below);
+//      index, a hash choice by the first window instead (see Replicas below);
 //   2. else the rank with the longest match (ties: least loaded) if not overloaded
 //      ('cache-hit', matchedTokens set);
 //   Load ties (common at light load) go to the rank whose cache churned least lately (a
@@ -36,7 +36,7 @@
 // started at the same time, a session's next turn sent to another replica right after the
 // previous answer) finds nothing anywhere. So with an events index a cold miss does not go
 // to the least-loaded rank of this replica's own counts (each replica's differ) but to the
-// rendezvous-hash choice of the prompt's first window among the ranks within the overload
+// hash choice of the prompt's first window (its jump-hash draws) among the ranks within the overload
 // bound ('cache-miss-hash'): every replica sends a new prefix where the others did, and the
 // events confirm it later. At light load that is a hash placement (uneven for few
 // prefixes); the bound spreads a prefix that grows hot, as for any holder. The coldPick
@@ -152,7 +152,7 @@ export interface CacheAwareOptions {
   pendingMs: number;
   /**
    * Where a prompt no rank holds goes: 'least-load' (least loaded by this dispatcher's own
-   * counts, ties to the least churned cache), 'hash' (rendezvous hash of the prompt's first
+   * counts, ties to the least churned cache), 'hash' (the jump-hash draws of the prompt's first
    * window among the ranks within the overload bound: every router replica picks the same
    * rank for a new prefix), 'auto' (hash when the host passes an events index, else
    * least-load). Default 'auto'.

@@ -2,17 +2,17 @@
 // where the prefill and the decode side must derive the same rank from the same room.
 //
 // Algorithm: the room (a non-negative integer, number or bigint) mod the rank count. If that
-// rank is unhealthy, rendezvous hashing seeded by the room's low and high 32 bits picks among
-// the healthy ranks, so both sides (and every router instance) still agree, and only that
-// rank's rooms move, spread evenly. A request without a room (SGLang asserts) is placed by the
+// rank is unhealthy, the room's own order over ranks (jump consistent hash draws seeded by its
+// low and high 32 bits, pickers.failoverRank) picks the first healthy rank, so both sides (and
+// every router instance) still agree, and only that rank's rooms move, spread evenly. A request without a room (SGLang asserts) is placed by the
 // rotating fallback with reason 'fallback-round-robin', so plain traffic still works.
-// Cost: O(1) when the primary is healthy, O(healthy ranks) on failover.
+// Cost: O(1) when the primary is healthy, O(log ranks) per draw on failover.
 // Failure modes: load-blind; prefill and decode clusters must have the same dp_size; rooms
 // move when the rank count changes (mod).
 // Options: none.
 
 import { defineMethod } from '../define-method.ts';
-import { rendezvousPick } from '../hashing/prefix-digest.ts';
+import { failoverRank } from '../pickers.ts';
 import type { Decision, Method, MethodContext, RankState } from '../types.ts';
 
 /** Room mod n and two 32-bit seed words, for numbers up to 2^53 and bigints of any size. */
@@ -46,7 +46,7 @@ export const createFollowBootstrapRoom = defineMethod('follow_bootstrap_room', {
       const [primary, lo, hi] = roomParts(room, ctx.ranks.length);
       const r = ctx.ranks[primary] as RankState;
       if (r.healthy) return { rank: primary, reason: 'bootstrap-room' };
-      return { rank: rendezvousPick(lo, hi, ctx.healthy).rank, reason: 'bootstrap-room-failover' };
+      return { rank: failoverRank(ctx, lo, hi), reason: 'bootstrap-room-failover' };
     },
     commit(_ctx: MethodContext, decision: Decision): void {
       if (decision.reason === 'bootstrap-room-failover') failovers++;

@@ -5,13 +5,14 @@
 // Algorithm: key tokens = the first floor(min(len, prefixLength) / window) * window tokens, or
 // the whole input when it is shorter than one window; each token as a little-endian uint32;
 // digest = BLAKE2b-512 of those bytes; primary rank = digest as a big-endian unsigned integer
-// mod the rank count. If the primary is unhealthy, rendezvous hashing seeded by the digest
-// picks among the healthy ranks: only the dead rank's keys move, spread evenly, and every
-// router instance agrees. Empty input: the rotating round-robin fallback, reason
+// mod the rank count. If the primary is unhealthy, the digest's own order over ranks (jump
+// consistent hash draws seeded by its first two big-endian words, pickers.failoverRank) picks
+// the first healthy rank: only the dead rank's keys move, spread evenly, and every router
+// instance agrees. Empty input: the rotating round-robin fallback, reason
 // 'fallback-round-robin'. Windows make the key stable while a conversation grows inside one
 // window, and cap hashing cost at prefixLength tokens.
 // Cost: one BLAKE2b over at most 4 * prefixLength bytes (about 30 us for 4,096 tokens) plus a
-// 64-byte mod; only the hashed tokens are validated.
+// 64-byte mod; only the hashed tokens are validated. Failover: O(log ranks) per draw.
 // Failure modes: load-blind (one hot prefix pins one rank); requests sharing only part of
 // the key scatter (a common 1,000-token system prompt followed by different user turns
 // within the first 4,096 tokens gives different keys); the mod reshuffles almost every key
@@ -22,14 +23,9 @@
 
 import { defineMethod } from '../define-method.ts';
 import { PolicyRangeError } from '../errors.ts';
-import {
-  digestMod,
-  digestWord,
-  prefixKeyLength,
-  rendezvousPick,
-  tokenDigest,
-} from '../hashing/prefix-digest.ts';
+import { digestMod, digestWord, prefixKeyLength, tokenDigest } from '../hashing/prefix-digest.ts';
 import type { OptionsSchema } from '../options.ts';
+import { failoverRank } from '../pickers.ts';
 import type { Decision, Method, MethodContext, RankState } from '../types.ts';
 
 export const PREFIX_MATCH_OPTIONS = {
@@ -90,8 +86,8 @@ export const createPrefixMatch = defineMethod(
         }
         // The order is a function of the key alone (every router agrees) and unrelated to the
         // primary's index, so a dead rank's keys scatter instead of following one neighbour.
-        const picked = rendezvousPick(digestWord(digest, 0), digestWord(digest, 4), ctx.healthy);
-        return { rank: picked.rank, reason: 'prefix-hash-failover' };
+        const rank = failoverRank(ctx, digestWord(digest, 0), digestWord(digest, 4));
+        return { rank, reason: 'prefix-hash-failover' };
       },
       commit(_ctx: MethodContext, decision: Decision): void {
         if (decision.reason === 'prefix-hash') hashed++;
