@@ -4,14 +4,45 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ChainedPrefixIndex } from '../src/hashing/chained-index.ts';
-import { createDispatcher, createLoadTracker, type DispatchTicket } from '../src/index.ts';
+import {
+  createDispatcher,
+  createLoadTracker,
+  type Dispatcher,
+  type DispatcherConfig,
+  type DispatchTicket,
+  type LoadTracker,
+  type RouteRequest,
+} from '../src/index.ts';
 import { LoadIndex } from '../src/load-index.ts';
 
-type Op =
-  | { kind: 'begin'; input: number; maxNew: number }
+/** What the host does between decisions: complete a ticket, flip a rank's health, resize. */
+type HostOp =
   | { kind: 'done'; pick: number }
   | { kind: 'health'; rank: number; healthy: boolean }
   | { kind: 'resize'; ranks: number };
+
+type Op = { kind: 'begin'; input: number; maxNew: number } | HostOp;
+
+/** Host operations as weighted arbitraries, for ranks up to `maxRanks`. */
+const hostOps = (maxRanks: number) =>
+  [
+    { weight: 4, arbitrary: fc.record({ kind: fc.constant('done' as const), pick: fc.nat() }) },
+    {
+      weight: 1,
+      arbitrary: fc.record({
+        kind: fc.constant('health' as const),
+        rank: fc.nat({ max: maxRanks }),
+        healthy: fc.boolean(),
+      }),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.record({
+        kind: fc.constant('resize' as const),
+        ranks: fc.integer({ min: 1, max: maxRanks }),
+      }),
+    },
+  ] as const;
 
 const op: fc.Arbitrary<Op> = fc.oneof(
   {
@@ -22,63 +53,66 @@ const op: fc.Arbitrary<Op> = fc.oneof(
       maxNew: fc.integer({ min: 0, max: 2 }),
     }),
   },
-  { weight: 4, arbitrary: fc.record({ kind: fc.constant('done' as const), pick: fc.nat() }) },
-  {
-    weight: 1,
-    arbitrary: fc.record({
-      kind: fc.constant('health' as const),
-      rank: fc.nat({ max: 40 }),
-      healthy: fc.boolean(),
-    }),
-  },
-  {
-    weight: 1,
-    arbitrary: fc.record({
-      kind: fc.constant('resize' as const),
-      ranks: fc.integer({ min: 1, max: 40 }),
-    }),
-  },
+  ...hostOps(40),
 );
+
+/**
+ * Two dispatchers of one config fed the same requests: one on a tracker's own ranks (the
+ * indexed path), one on a copy of them (a view that is not the tracker's array scans).
+ */
+class Pair {
+  readonly indexed: { d: Dispatcher; t: LoadTracker; open: DispatchTicket[] };
+  readonly scanned: { d: Dispatcher; t: LoadTracker; open: DispatchTicket[] };
+
+  constructor(config: DispatcherConfig, n: number) {
+    this.indexed = { d: createDispatcher(config), t: createLoadTracker(n), open: [] };
+    this.scanned = { d: createDispatcher(config), t: createLoadTracker(n), open: [] };
+  }
+
+  /** Both decisions, tickets kept open; undefined when no rank is healthy. */
+  begin(req: RouteRequest): [DispatchTicket, DispatchTicket] | undefined {
+    if (!this.indexed.t.ranks.some((r) => r.healthy)) return undefined;
+    const a = this.indexed.d.begin(req, this.indexed.t);
+    const b = this.scanned.d.begin(req, this.scanned.t, { view: this.scanned.t.ranks.slice() });
+    this.indexed.open.push(a);
+    this.scanned.open.push(b);
+    return [a, b];
+  }
+
+  /** Completes a ticket, flips a rank's health or resizes, on both sides alike. */
+  apply(o: HostOp, maxRanks: number): void {
+    const { indexed, scanned } = this;
+    if (o.kind === 'done') {
+      if (indexed.open.length === 0) return;
+      const i = o.pick % indexed.open.length;
+      indexed.open.splice(i, 1)[0]?.done();
+      scanned.open.splice(i, 1)[0]?.done();
+    } else if (o.kind === 'health') {
+      if (o.rank >= indexed.t.ranks.length) return;
+      indexed.t.setHealthy(o.rank, o.healthy);
+      scanned.t.setHealthy(o.rank, o.healthy);
+    } else {
+      indexed.t.resize(Math.min(o.ranks, maxRanks));
+      scanned.t.resize(Math.min(o.ranks, maxRanks));
+    }
+  }
+}
 
 describe('LoadIndex', () => {
   for (const method of ['total_tokens', 'total_requests', 'round_robin']) {
     it(`${method}: indexed decisions equal scanned ones under any interleaving`, () => {
       fc.assert(
         fc.property(fc.integer({ min: 1, max: 40 }), fc.array(op, { maxLength: 300 }), (n, ops) => {
-          const indexed = {
-            d: createDispatcher({ method }),
-            t: createLoadTracker(n),
-            open: [] as DispatchTicket[],
-          };
-          const scanned = {
-            d: createDispatcher({ method }),
-            t: createLoadTracker(n),
-            open: [] as DispatchTicket[],
-          };
+          const pair = new Pair({ method }, n);
+          const { indexed } = pair;
           for (const o of ops) {
-            if (o.kind === 'begin') {
-              const req = { inputIds: new Uint32Array(o.input).fill(1), maxNewTokens: o.maxNew };
-              const healthy = indexed.t.ranks.some((r) => r.healthy);
-              if (!healthy) continue;
-              const a = indexed.d.begin(req, indexed.t);
-              // A view that is not the tracker's own array takes the scanning path.
-              const b = scanned.d.begin(req, scanned.t, { view: scanned.t.ranks.slice() });
-              expect(a.rank).toBe(b.rank);
-              indexed.open.push(a);
-              scanned.open.push(b);
-            } else if (o.kind === 'done') {
-              if (indexed.open.length === 0) continue;
-              const i = o.pick % indexed.open.length;
-              indexed.open.splice(i, 1)[0]?.done();
-              scanned.open.splice(i, 1)[0]?.done();
-            } else if (o.kind === 'health') {
-              if (o.rank >= indexed.t.ranks.length) continue;
-              indexed.t.setHealthy(o.rank, o.healthy);
-              scanned.t.setHealthy(o.rank, o.healthy);
-            } else {
-              indexed.t.resize(o.ranks);
-              scanned.t.resize(o.ranks);
+            if (o.kind !== 'begin') {
+              pair.apply(o, 40);
+              continue;
             }
+            const req = { inputIds: new Uint32Array(o.input).fill(1), maxNewTokens: o.maxNew };
+            const both = pair.begin(req);
+            if (both) expect(both[0].rank).toBe(both[1].rank);
           }
           // The index's sums follow the tracker exactly and return to 0 when all is done.
           for (const tk of indexed.open) tk.done();
@@ -229,14 +263,10 @@ describe('ChainedPrefixIndex inverted holders', () => {
 describe('prefix methods on the load index', () => {
   // Prompts over a few shared prefixes, in 16-token windows, so that holders, cold misses,
   // overloaded holders and load ties all come up in short runs.
-  type PromptOp =
-    | { kind: 'begin'; prefix: number; windows: number; maxNew: number }
-    | { kind: 'done'; pick: number }
-    | { kind: 'health'; rank: number; healthy: boolean }
-    | { kind: 'resize'; ranks: number };
+  type PromptOp = { kind: 'begin'; prefix: number; windows: number; maxNew: number } | HostOp;
   const promptOp: fc.Arbitrary<PromptOp> = fc.oneof(
     {
-      weight: 8,
+      weight: 6,
       arbitrary: fc.record({
         kind: fc.constant('begin' as const),
         prefix: fc.nat({ max: 5 }),
@@ -244,22 +274,7 @@ describe('prefix methods on the load index', () => {
         maxNew: fc.oneof(fc.integer({ min: 0, max: 40 }), fc.integer({ min: 0, max: 400 })),
       }),
     },
-    { weight: 5, arbitrary: fc.record({ kind: fc.constant('done' as const), pick: fc.nat() }) },
-    {
-      weight: 1,
-      arbitrary: fc.record({
-        kind: fc.constant('health' as const),
-        rank: fc.nat({ max: 24 }),
-        healthy: fc.boolean(),
-      }),
-    },
-    {
-      weight: 1,
-      arbitrary: fc.record({
-        kind: fc.constant('resize' as const),
-        ranks: fc.integer({ min: 1, max: 24 }),
-      }),
-    },
+    ...hostOps(24),
   );
   const prompt = (prefix: number, windows: number): Uint32Array => {
     const ids = new Uint32Array(16 * (windows + 1));
@@ -268,7 +283,7 @@ describe('prefix methods on the load index', () => {
     for (let i = 0; i < ids.length; i++) ids[i] = 1 + prefix * 1000 + (i < 16 ? 0 : i);
     return ids;
   };
-  const configs: [Record<string, unknown> & { method: string }, number][] = [
+  const configs: [DispatcherConfig, number][] = [
     [
       {
         method: 'cache_aware',
@@ -296,43 +311,22 @@ describe('prefix methods on the load index', () => {
           fc.integer({ min: 1, max: maxRanks }),
           fc.array(promptOp, { minLength: 50, maxLength: 400 }),
           (n, ops) => {
-            const indexed = {
-              d: createDispatcher(config),
-              t: createLoadTracker(n),
-              open: [] as DispatchTicket[],
-            };
-            const scanned = {
-              d: createDispatcher(config),
-              t: createLoadTracker(n),
-              open: [] as DispatchTicket[],
-            };
+            const pair = new Pair(config, n);
             for (const o of ops) {
-              if (o.kind === 'begin') {
-                if (!indexed.t.ranks.some((r) => r.healthy)) continue;
-                const req = { inputIds: prompt(o.prefix, o.windows), maxNewTokens: o.maxNew };
-                const a = indexed.d.begin(req, indexed.t);
-                const b = scanned.d.begin(req, scanned.t, { view: scanned.t.ranks.slice() });
-                expect([a.rank, a.reason, a.matchedTokens]).toEqual([
-                  b.rank,
-                  b.reason,
-                  b.matchedTokens,
-                ]);
-                indexed.open.push(a);
-                scanned.open.push(b);
-                reasons.set(a.reason, (reasons.get(a.reason) ?? 0) + 1);
-              } else if (o.kind === 'done') {
-                if (indexed.open.length === 0) continue;
-                const i = o.pick % indexed.open.length;
-                indexed.open.splice(i, 1)[0]?.done();
-                scanned.open.splice(i, 1)[0]?.done();
-              } else if (o.kind === 'health') {
-                if (o.rank >= indexed.t.ranks.length) continue;
-                indexed.t.setHealthy(o.rank, o.healthy);
-                scanned.t.setHealthy(o.rank, o.healthy);
-              } else {
-                indexed.t.resize(Math.min(o.ranks, maxRanks));
-                scanned.t.resize(Math.min(o.ranks, maxRanks));
+              if (o.kind !== 'begin') {
+                pair.apply(o, maxRanks);
+                continue;
               }
+              const req = { inputIds: prompt(o.prefix, o.windows), maxNewTokens: o.maxNew };
+              const both = pair.begin(req);
+              if (!both) continue;
+              const [a, b] = both;
+              expect([a.rank, a.reason, a.matchedTokens]).toEqual([
+                b.rank,
+                b.reason,
+                b.matchedTokens,
+              ]);
+              reasons.set(a.reason, (reasons.get(a.reason) ?? 0) + 1);
             }
           },
         ),

@@ -442,8 +442,19 @@ export const createCacheAware = defineMethod(
     const candidates: RankState[] = [];
 
     // Among ranks within the bound, the least cost = (w - matched) + loadWeight x load; equal
-    // costs go to the rotating tie-break. Empty only if the bound were below the mean (it never
-    // is: the least-loaded passes), then the least loaded.
+    // costs go to the rotating tie-break. `offer` keeps the cheapest candidates so far.
+    let choiceCost = Number.POSITIVE_INFINITY;
+    function offer(r: RankState, matchedTokens: number, w: number): void {
+      const cost = w - matchedTokens + loadWeight * r.inFlightTokens;
+      if (cost < choiceCost) {
+        choiceCost = cost;
+        candidates.length = 0;
+      }
+      if (cost === choiceCost) candidates.push(r);
+    }
+
+    // Every healthy rank within the bound. Empty only if the bound were below the mean (it
+    // never is: the least-loaded passes), then the least loaded.
     function cheapestScanned(
       ctx: MethodContext,
       matched: readonly number[],
@@ -451,22 +462,16 @@ export const createCacheAware = defineMethod(
       bound: number,
     ): RankState {
       candidates.length = 0;
-      let choiceCost = Number.POSITIVE_INFINITY;
+      choiceCost = Number.POSITIVE_INFINITY;
       for (const r of ctx.healthy) {
-        if (r.inFlightTokens > bound) continue;
-        const cost = w - (matched[r.rank] as number) + loadWeight * r.inFlightTokens;
-        if (cost < choiceCost) {
-          choiceCost = cost;
-          candidates.length = 0;
-        }
-        if (cost === choiceCost) candidates.push(r);
+        if (r.inFlightTokens <= bound) offer(r, matched[r.rank] as number, w);
       }
       return candidates.length > 0
         ? ctx.tieBreak(candidates)
         : leastLoadedCool(ctx, ctx.healthy, core.fill);
     }
 
-    // The same choice from the load index. The ranks holding part of the prompt are scored
+    // The same choice from the load index. The ranks holding part of the prompt are offered
     // one by one. Every other rank costs w + loadWeight x load, so among them only the least
     // loaded (with loadWeight 0: any within the bound) can be cheapest, and of those the one
     // the tie-break reaches first stands for all. The index need not leave the holders out of
@@ -481,27 +486,13 @@ export const createCacheAware = defineMethod(
       bound: number,
     ): RankState {
       candidates.length = 0;
-      let choiceCost = Number.POSITIVE_INFINITY;
+      choiceCost = Number.POSITIVE_INFINITY;
       for (const rank of held) {
         const r = ctx.ranks[rank] as RankState;
-        if (r.inFlightTokens > bound) continue;
-        const cost = w - (matched[rank] as number) + loadWeight * r.inFlightTokens;
-        if (cost < choiceCost) {
-          choiceCost = cost;
-          candidates.length = 0;
-        }
-        if (cost === choiceCost) candidates.push(r);
+        if (r.inFlightTokens <= bound) offer(r, matched[rank] as number, w);
       }
       const other = queries.firstWithin(loadWeight > 0 ? queries.leastTokens() : bound);
-      if (other >= 0) {
-        const r = ctx.ranks[other] as RankState;
-        const cost = w - 0 + loadWeight * r.inFlightTokens;
-        if (cost < choiceCost) {
-          choiceCost = cost;
-          candidates.length = 0;
-        }
-        if (cost === choiceCost) candidates.push(r);
-      }
+      if (other >= 0) offer(ctx.ranks[other] as RankState, 0, w);
       return candidates.length > 0 ? ctx.tieBreak(candidates) : queries.leastCool(core.fill);
     }
 
