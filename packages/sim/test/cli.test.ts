@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { methodNames } from '@kvroute/policy';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { profileNames } from '../src/cost/profiles.ts';
 import { scenarioNames } from '../src/workloads/registry.ts';
 import { type CaptureOptions, runSimCli } from './helpers/cli.ts';
@@ -144,7 +144,9 @@ describe('run', () => {
     expect(c.stdout).not.toBe(a.stdout);
   });
 
-  it('writes CSV and a self-contained HTML report to files', async () => {
+  it('writes CSV and a self-contained HTML report to files, with no chart warnings', async () => {
+    // Vega-Lite reports spec problems (conflicting legends, dropped encodings) on console.warn.
+    const warn = vi.spyOn(console, 'warn');
     const r = await cli([
       'run',
       ...SMALL,
@@ -167,6 +169,8 @@ describe('run', () => {
     expect(html).toContain('Hit rate vs TTFT p99 per policy (red: the one-big-cache bound)');
     expect(html).not.toMatch(/<script/i);
     expect(html).not.toMatch(/\b(src|href)\s*=\s*["']?https?:/i);
+    expect(warn.mock.calls).toEqual([]);
+    warn.mockRestore();
   });
 
   it('applies per-policy options and routing-key affinity', async () => {

@@ -84,6 +84,10 @@ export function ttftCdfSpec(
       .filter(([, v]) => Number.isFinite(v) && v > 0)
       .map(([stat, v, f]) => ({ policy: labels[i], stat, ttftMs: v, fraction: f })),
   );
+  const lineColor = {
+    ...policyColor(labels),
+    legend: { ...policyColor(labels).legend, symbolType: 'stroke' },
+  } as const;
   return {
     title: 'TTFT distribution per policy (cumulative share of requests; dots: p50 and p99)',
     width: WIDTH,
@@ -101,6 +105,7 @@ export function ttftCdfSpec(
             axis: { format: '%' },
           },
           ...policyLines(labels),
+          color: lineColor,
         },
       },
       {
@@ -109,7 +114,10 @@ export function ttftCdfSpec(
         encoding: {
           x,
           y: { field: 'fraction', type: 'quantitative' },
-          color: { field: 'policy', type: 'nominal', scale: { domain: labels }, legend: null },
+          // The lines' colour and legend: layers sharing a scale must agree on its legend (a
+          // layer without one made Vega-Lite warn on every report). Its symbol stays the
+          // lines' dash.
+          color: lineColor,
           shape: {
             field: 'stat',
             type: 'nominal',
