@@ -92,3 +92,24 @@ describe('load polls across replicas', () => {
     expect(() => run(-1)).toThrow(/loadPollMs must be a number >= 0/);
   });
 });
+
+describe('router replicas and rank health', () => {
+  it('every replica follows a rank dying, returning and ranks being added', () => {
+    // Replicas copy the cluster's health only when it changed; one that kept a stale copy
+    // would send a request to a dead rank, which the simulator refuses loudly.
+    for (const scenario of ['rank-failure', 'scale-out']) {
+      const p = buildWorkload(scenario, {}, 3);
+      const run = simulatePlan(p, {
+        policy: { method: 'round_robin' },
+        profile,
+        seed: 3,
+        replicas: 3,
+      });
+      const perRank = run.summary.perRank;
+      // Round robin on every replica reaches the returned or added ranks after the event.
+      expect(perRank.every((r) => r.requests > 0)).toBe(true);
+      const sent = p.requests.length + p.clients.reduce((n, c) => n + c.length, 0);
+      expect(run.summary.requests).toBe(sent);
+    }
+  });
+});

@@ -62,6 +62,8 @@ export function createRequestHost(o: RequestHostOptions): RequestHost {
       ? new LoadPolls(q, o.loadPollMs, replicas, () => o.cluster().slots)
       : undefined;
 
+  // Per replica, the cluster tracker's healthChanges when its health was last copied.
+  const healthSeen: number[] = replicas.map(() => -1);
   const dispatch = (f: Flight) => {
     let decision: DispatchTicket;
     const index = sent++ % replicas.length;
@@ -71,7 +73,13 @@ export function createRequestHost(o: RequestHostOptions): RequestHost {
       if (replica.tracker.ranks.length !== tracker.ranks.length) {
         replica.tracker.resize(tracker.ranks.length);
       }
-      for (const r of tracker.ranks) replica.tracker.setHealthy(r.rank, r.healthy);
+      // Copied only when the cluster's ranks or health changed since this replica's last
+      // copy (the load index stamps every change), not on every request.
+      const changes = tracker.index?.healthChanges;
+      if (changes === undefined || healthSeen[index] !== changes) {
+        for (const r of tracker.ranks) replica.tracker.setHealthy(r.rank, r.healthy);
+        healthSeen[index] = changes ?? -1;
+      }
     }
     poller?.wake();
     const view = poller?.view(index);
