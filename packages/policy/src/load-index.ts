@@ -10,8 +10,8 @@
 //
 // A third tree, kept only while a method has bound its own per-rank values to it (bindCool),
 // orders by (tokens, requests, cool[rank]): cache_aware's least loaded, ties to the coolest
-// cache. Queries that exclude a few ranks (those a method already scored) prune subtrees by
-// their minimum tokens, so they visit O((excluded + 1) log R) nodes.
+// cache. The first rank within a token bound is found by pruning subtrees by their least
+// tokens, so it too visits O(log R) nodes.
 //
 // Cost: O(log R) per update and per query; 3 x 8 bytes + 2 x 4 bytes per tree node, and
 // 3 x 8 + 4 more while cool values are bound.

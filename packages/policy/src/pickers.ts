@@ -91,13 +91,43 @@ export function healthyTotals(ctx: MethodContext): LoadTotals {
   return { healthyCount: ctx.healthy.length, healthyTokens: tokens, healthyRequests: requests };
 }
 
-/** Draws of a failover order before it takes the next healthy rank after the first draw. */
-const FAILOVER_DRAWS = 64;
+/**
+ * Draws of a key's jump-hash order a walk looks at before it gives up (each caller then has a
+ * fallback that always finds a rank). With a fifth of ranks acceptable, 64 draws all missing
+ * has odds under 1e-6.
+ */
+export const HASH_DRAWS = 64;
+
+/**
+ * The first of a key's jump-hash draws (hashing/chained.ts jumpRankOf, key words `lo` and
+ * `hi`) `from` up to `to` (exclusive) that is a healthy rank with load <= `max` in `order`
+ * ('tokens': in-flight tokens, 'requests': in-flight requests); -1 when none is.
+ * O(log R) per draw, and the same rank on every router instance that sees the same loads.
+ */
+export function firstDrawWithin(
+  ranks: readonly RankState[],
+  lo: number,
+  hi: number,
+  order: 'tokens' | 'requests',
+  max: number,
+  from = 0,
+  to = HASH_DRAWS,
+): number {
+  const n = ranks.length;
+  for (let attempt = from; attempt < to; attempt++) {
+    const rank = jumpRankOf(lo, hi, attempt, n);
+    const r = ranks[rank] as RankState;
+    if (r.healthy && (order === 'tokens' ? r.inFlightTokens : r.inFlightRequests) <= max) {
+      return rank;
+    }
+  }
+  return -1;
+}
 
 /**
  * Where a key goes when its own rank is down: the first healthy rank among the key's jump-hash
- * draws seeded by two uint32 words (hashing/chained.ts jumpRankOf), or, when 64 draws find
- * none (most ranks down), the first healthy rank at or after the first draw. A function of the
+ * draws seeded by two uint32 words (firstDrawWithin with no load bound), or, when none of them
+ * is (most ranks down), the first healthy rank at or after the first draw. A function of the
  * key and the ranks' health alone, so every router instance agrees; a dead rank's keys spread
  * evenly over the others, and a second failure moves only the keys on that rank. O(log R) per
  * draw; the expected draws are R / healthy ranks.
@@ -105,10 +135,8 @@ const FAILOVER_DRAWS = 64;
 export function failoverRank(ctx: MethodContext, seedA: number, seedB: number): number {
   const ranks = ctx.ranks;
   const n = ranks.length;
-  for (let attempt = 0; attempt < FAILOVER_DRAWS; attempt++) {
-    const rank = jumpRankOf(seedA, seedB, attempt, n);
-    if ((ranks[rank] as RankState).healthy) return rank;
-  }
+  const drawn = firstDrawWithin(ranks, seedA, seedB, 'tokens', Number.POSITIVE_INFINITY);
+  if (drawn >= 0) return drawn;
   const from = jumpRankOf(seedA, seedB, 0, n);
   if (ctx.queries) return ctx.queries.firstHealthy(from);
   for (let i = 0; i < n; i++) {

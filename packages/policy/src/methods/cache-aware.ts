@@ -58,12 +58,12 @@
 
 import { defineMethod } from '../define-method.ts';
 import { chainedBlockKeys } from '../hashing/block-keys.ts';
-import { chainedWindowHashes, jumpRank } from '../hashing/chained.ts';
+import { chainedWindowHashes } from '../hashing/chained.ts';
 import { ChainedPrefixIndex } from '../hashing/chained-index.ts';
 import { validateTokenIds } from '../hashing/prefix-digest.ts';
 import { PendingPrefixes } from '../kv-index/pending.ts';
 import { type OptionsSchema, readInt, readNumber, readWindowAndCap } from '../options.ts';
-import { healthyTotals, leastLoadedCool } from '../pickers.ts';
+import { firstDrawWithin, healthyTotals, leastLoadedCool } from '../pickers.ts';
 import {
   type Decision,
   type LoadQueries,
@@ -215,9 +215,6 @@ const FILL_DECAY = 0.999;
  * true values (one pass over the ranks every ~230,000 decisions).
  */
 const FILL_RESCALE_AT = 1e100;
-
-/** Draws of a cold prefix's hash order before it takes the least-loaded rank instead. */
-const MAX_DRAWS = 64;
 
 /**
  * The indexer (who holds which prefixes, learned from decisions) kept apart from the choice
@@ -520,12 +517,9 @@ export const createCacheAware = defineMethod(
           if (hash && first !== undefined) {
             // The first window's own order over ranks (jump-hash draws, as consistent_hash):
             // the first healthy rank within the bound.
-            for (let attempt = 0; attempt < MAX_DRAWS; attempt++) {
-              const r = ranks[jumpRank(first, attempt, ranks.length)] as RankState;
-              if (r.healthy && r.inFlightTokens <= bound) {
-                return { rank: r.rank, reason: 'cache-miss-hash' };
-              }
-            }
+            const hi = Math.floor(first / 2 ** 32);
+            const drawn = firstDrawWithin(ranks, first >>> 0, hi, 'tokens', bound);
+            if (drawn >= 0) return { rank: drawn, reason: 'cache-miss-hash' };
           }
           const least = queries
             ? queries.leastCool(core.fill)

@@ -33,10 +33,10 @@
 
 import { defineMethod } from '../define-method.ts';
 import { PolicyConfigError } from '../errors.ts';
-import { jumpRank, prefixKey, stringKey } from '../hashing/chained.ts';
+import { prefixKey, stringKey } from '../hashing/chained.ts';
 import { prefixKeyLength, validateTokenIds } from '../hashing/prefix-digest.ts';
 import { type OptionsSchema, readNumber, readWindowAndCap } from '../options.ts';
-import { healthyTotals, leastBy } from '../pickers.ts';
+import { firstDrawWithin, healthyTotals, leastBy } from '../pickers.ts';
 import {
   type Decision,
   type Method,
@@ -109,13 +109,6 @@ export const CONSISTENT_HASH_DEFAULTS: ConsistentHashOptions = {
 
 const NAME = 'consistent_hash';
 
-/**
- * Draws of the key's order before the walk gives up and takes the least-loaded rank. At least
- * epsilon / (1 + epsilon) of healthy ranks are within the bound (a fifth at the default), so
- * 64 draws all missing has odds under 1e-6 unless most ranks are down or epsilon is near 0.
- */
-const MAX_DRAWS = 64;
-
 function readLoadUnit(owner: string, options: Record<string, unknown>): 'tokens' | 'requests' {
   const raw = options.load ?? 'tokens';
   if (raw !== 'tokens' && raw !== 'requests') {
@@ -169,14 +162,12 @@ export const createConsistentHash = defineMethod(
         // The key's own order over all ranks is its sequence of jump-hash draws; the request
         // takes the first healthy rank within the bound. An unhealthy first draw is a walk too.
         const ranks = ctx.ranks;
-        const n = ranks.length;
-        for (let attempt = 0; attempt < MAX_DRAWS; attempt++) {
-          const rank = jumpRank(key, attempt, n);
-          const r = ranks[rank] as RankState;
-          if (r.healthy && (byTokens ? r.inFlightTokens : r.inFlightRequests) <= bound) {
-            return { rank, reason: attempt === 0 ? 'consistent-hash' : 'consistent-hash-overflow' };
-          }
-        }
+        const lo = key >>> 0;
+        const hi = Math.floor(key / 2 ** 32);
+        const home = firstDrawWithin(ranks, lo, hi, unit, bound, 0, 1);
+        if (home >= 0) return { rank: home, reason: 'consistent-hash' };
+        const walked = firstDrawWithin(ranks, lo, hi, unit, bound, 1);
+        if (walked >= 0) return { rank: walked, reason: 'consistent-hash-overflow' };
         // Most ranks down or over the bound: the least-loaded rank, which is always within it.
         return { rank: leastBy(ctx, unit).rank, reason: 'consistent-hash-overflow' };
       },
