@@ -7,8 +7,6 @@
 import * as nodeCrypto from 'node:crypto';
 import { blake2b } from '@noble/hashes/blake2.js';
 import { TokenIdRangeError } from '../errors.ts';
-import type { RankState } from '../types.ts';
-import { fmix32 } from './chained.ts';
 
 const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 

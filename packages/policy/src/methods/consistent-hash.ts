@@ -37,13 +37,7 @@ import { prefixKey, stringKey } from '../hashing/chained.ts';
 import { prefixKeyLength, validateTokenIds } from '../hashing/prefix-digest.ts';
 import { type OptionsSchema, readNumber, readWindowAndCap } from '../options.ts';
 import { firstDrawWithin, healthyTotals, leastBy } from '../pickers.ts';
-import {
-  type Decision,
-  type Method,
-  type MethodContext,
-  promptLength,
-  type RankState,
-} from '../types.ts';
+import { type Decision, type Method, type MethodContext, promptLength } from '../types.ts';
 
 export const CONSISTENT_HASH_OPTIONS = {
   window: {
