@@ -59,10 +59,10 @@ describe('UsageScanner', () => {
     expect(feed(false, 'not json', [])).toBeUndefined();
   });
 
-  it('usage without cached details leaves cached tokens absent, never 0', () => {
+  it('usage without cached details leaves cached tokens undefined, never 0', () => {
     const u = usageFromObject({ usage: { prompt_tokens: 5 } });
     expect(u).toEqual({ promptTokens: 5 });
-    expect(u).not.toHaveProperty('cachedTokens');
+    expect(u?.cachedTokens).toBeUndefined();
     expect(usageFromObject({ meta_info: { prompt_tokens: 5, completion_tokens: 2 } })).toEqual({
       promptTokens: 5,
       outputTokens: 2,
