@@ -149,6 +149,58 @@ describe('scanRequest reads what routing needs, as the full path does', () => {
     agree('generate', JSON.stringify({ input_ids: Array.from({ length: 3000 }, (_, i) => i * 7) }));
   });
 
+  it('reads small fields in every scalar form as JSON.parse does (direct reads and fallback)', () => {
+    const values = [
+      '16',
+      '0',
+      '-0',
+      '-5',
+      '007',
+      '1.0',
+      '1e3',
+      '-',
+      '123456789012345',
+      '1234567890123456',
+      'true',
+      'false',
+      'null',
+      'trux',
+      'nul',
+      'fals',
+      '"m"',
+      '""',
+      '"kvroute-mock"',
+      '"a\\"b"',
+      '"\\u0041"',
+      '"é"',
+      `"${'x'.repeat(40)}"`,
+      '[1]',
+      '{"a":1}',
+    ];
+    const fields = [
+      'max_tokens',
+      'stream',
+      'model',
+      'routing_key',
+      'temperature',
+      'routed_dp_rank',
+    ];
+    for (const field of fields) {
+      for (const v of values) {
+        const text = `{"messages":[{"role":"user","content":"hi"}],"${field}":${v}}`;
+        agree('chat', text, [undefined, 16]);
+        const fullErr = errorOf(() => full('chat', text));
+        if (fullErr === undefined) {
+          // Read twice: the second read of a short string comes from the intern cache.
+          for (let i = 0; i < 2; i++) {
+            const scanned = scanRequest('chat', Buffer.from(text));
+            expect(scanned.model, text).toBe(full('chat', text).parsed.model);
+          }
+        }
+      }
+    }
+  });
+
   it('refuses what the full parser refuses, with its error', () => {
     const bad: [RequestKind, string][] = [
       ['chat', ''],
