@@ -44,7 +44,9 @@ request at 1 KB <= 2x nginx's, throughput >= 0.7x direct, CPU per extra KB <= 3 
   --connections N   concurrent connections (default 32)
   --sizes LIST      body sizes in KB (default 1,16,120,136)
   --modes LIST      plain,stream (default both)
-  --proxies LIST    reference proxies to try: nginx,haproxy (default both; skipped if absent;
+  --proxies LIST    reference proxies to try: nginx,haproxy,node (default all three; nginx and
+                    HAProxy are skipped if absent; node is bench/node-floor-proxy.mjs, node:http
+                    in front of undici with nothing else, the floor any Node proxy pays;
                     none: kvroute and direct only)
   --method NAME     kvroute's --load-balance-method (default cache_aware)
   --latency         also the added-latency runs at 1 KB (fixed rate, one at a time)
@@ -77,7 +79,7 @@ const { values } = parseArgs({
     connections: { type: 'string', default: '32' },
     sizes: { type: 'string', default: '1,16,120,136' },
     modes: { type: 'string', default: 'plain,stream' },
-    proxies: { type: 'string', default: 'nginx,haproxy' },
+    proxies: { type: 'string', default: 'nginx,haproxy,node' },
     method: { type: 'string', default: 'cache_aware' },
     latency: { type: 'boolean', default: false },
     variants: { type: 'string', default: '' },
@@ -174,11 +176,12 @@ function startProcess(
   name: string,
   args: string[],
   cwd: string,
+  viaTsx = bundleDir === undefined,
 ): Promise<{ child: ChildProcess; url: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(
       process.execPath,
-      bundleDir ? args : ['--conditions=@kvroute/source', '--import', 'tsx', ...args],
+      viaTsx ? ['--conditions=@kvroute/source', '--import', 'tsx', ...args] : args,
       {
         cwd,
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -478,6 +481,22 @@ interface RefProxy {
   child: ChildProcess;
 }
 
+/**
+ * The Node floor (bench/node-floor-proxy.mjs): node:http in front of undici's dispatch with
+ * nothing else, the least any Node router pays; kvroute's own code is what it costs above it.
+ * Needs undici from node_modules (skipped with KVROUTE_BENCH_BUNDLE_DIR).
+ */
+async function startNodeFloor(workerUrl: string): Promise<RefProxy | undefined> {
+  if (process.env.KVROUTE_BENCH_BUNDLE_DIR) return undefined;
+  const p = await startProcess(
+    'node floor proxy',
+    [join(here, 'node-floor-proxy.mjs'), '--worker-url', workerUrl],
+    routerRoot,
+    false,
+  );
+  return { name: 'node', url: p.url, child: p.child };
+}
+
 /** nginx in the foreground, one process, round robin over keep-alive upstream connections. */
 async function startNginx(workerUrl: string, dir: string): Promise<RefProxy | undefined> {
   const bin = '/usr/sbin/nginx';
@@ -614,8 +633,15 @@ try {
   }
   const refs: RefProxy[] = [];
   for (const name of wantProxies) {
-    const start = name === 'nginx' ? startNginx : name === 'haproxy' ? startHaproxy : undefined;
-    if (!start) throw new Error(`--proxies: unknown proxy '${name}' (nginx, haproxy)`);
+    const start =
+      name === 'nginx'
+        ? startNginx
+        : name === 'haproxy'
+          ? startHaproxy
+          : name === 'node'
+            ? startNodeFloor
+            : undefined;
+    if (!start) throw new Error(`--proxies: unknown proxy '${name}' (nginx, haproxy, node)`);
     const p = await start(worker.url, tmp);
     if (p) {
       refs.push(p);
