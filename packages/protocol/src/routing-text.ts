@@ -47,13 +47,15 @@ const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
  */
 export function approximateTokenIds(text: string): Uint32Array {
   if (LITTLE_ENDIAN) {
-    // Encode the UTF-8 bytes straight into a zeroed buffer of whole groups and view it as
-    // uint32: the zero padding comes for free, no per-byte loop runs (~4x faster on 100 KB
-    // prompts, which matters on the router's hot path) and no intermediate copy is made.
-    // Buffer.alloc never hands out a slice of the shared pool, so the view starts at offset 0.
+    // Encode the UTF-8 bytes straight into a buffer of whole groups and view it as uint32: no
+    // per-byte loop runs (~4x faster on 100 KB prompts, which matters on the router's hot
+    // path) and no intermediate copy is made. Not zeroed first (Buffer.alloc's zero fill was
+    // ~10% of a 120 KB body's scan): allocUnsafeSlow never hands out a slice of the shared pool, so the view starts at offset
+    // 0; every byte is written (the text, then the zero padding), so none is left unset.
     const length = Buffer.byteLength(text, 'utf8');
-    const padded = Buffer.alloc((length + 3) & ~3);
+    const padded = Buffer.allocUnsafeSlow((length + 3) & ~3);
     padded.write(text, 0, length, 'utf8');
+    padded.fill(0, length);
     return new Uint32Array(padded.buffer, padded.byteOffset, padded.length / 4);
   }
   const bytes = encoder.encode(text);

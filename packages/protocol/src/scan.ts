@@ -387,16 +387,25 @@ function spanBytes(b: Buffer, sp: StrSpan): number {
 }
 
 /**
- * The first `bytes` decoded bytes of a string span (more is fine), as a string, and how many
- * decoded bytes that is (all of the span's when it decodes to fewer).
+ * The first `bytes` decoded bytes of a string span (more is fine), as a string, how many
+ * decoded bytes that is (all of the span's when it decodes to fewer), and the decoded length
+ * of the whole span. An escaped span is walked once: from the cut on, the rest is counted.
  */
-function spanPrefix(b: Buffer, sp: StrSpan, bytes: number): { text: string; decoded: number } {
+function spanPrefix(
+  b: Buffer,
+  sp: StrSpan,
+  bytes: number,
+): { text: string; decoded: number; total: number } {
   if (!sp.esc) {
     const end = Math.min(sp.e, sp.s + bytes);
-    return { text: b.toString('utf8', sp.s, end), decoded: end - sp.s };
+    return { text: b.toString('utf8', sp.s, end), decoded: end - sp.s, total: sp.e - sp.s };
   }
   const { cut, decoded } = escapedLength(b, sp.s, sp.e, bytes);
-  return { text: JSON.parse(`"${b.toString('utf8', sp.s, cut)}"`) as string, decoded };
+  return {
+    text: JSON.parse(`"${b.toString('utf8', sp.s, cut)}"`) as string,
+    decoded,
+    total: decoded + escapedLength(b, cut, sp.e).decoded,
+  };
 }
 
 /** Builds the canonical routing text up to a byte budget and counts the rest's bytes. */
@@ -427,10 +436,10 @@ class TextBudget {
       this.lit(v);
       return;
     }
-    this.total += spanBytes(this.b, sp);
     // Escapes make the raw span longer than its text: it may still fit in the budget, and
     // what follows it is then kept too.
     const v = spanPrefix(this.b, sp, this.left);
+    this.total += v.total;
     this.parts.push(v.text);
     this.left -= v.decoded;
   }
