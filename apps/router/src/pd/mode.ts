@@ -57,6 +57,7 @@ import {
   type OutboundHeaderPolicy,
   upstreamRequestHeaders,
 } from '../proxy/forward.ts';
+import { Outstanding } from '../proxy/outstanding.ts';
 import { RankTable, type Worker } from '../rank-table.ts';
 import { firstByteTimeoutMs } from '../timeouts.ts';
 import { addWorker } from '../topology.ts';
@@ -114,6 +115,15 @@ export interface PdMode {
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
+/** One attempt in flight on a worker, as evacuate() sees it. */
+class Tracked {
+  registryIndex = -1;
+  constructor(
+    readonly sent: () => boolean,
+    readonly fail: (f: AttemptFailure) => void,
+  ) {}
+}
+
 export function createPdMode(d: PdDeps): PdMode {
   const { config, prefillTable, agent, log } = d;
   const decodeTable = new RankTable();
@@ -145,19 +155,20 @@ export function createPdMode(d: PdDeps): PdMode {
     ...(config.workerApiKey !== undefined ? { workerApiKey: config.workerApiKey } : {}),
   };
   /** Attempts outstanding per worker: prefill aborters and decode calls. */
-  const inflight = new Map<Worker, Set<{ sent(): boolean; fail(f: AttemptFailure): void }>>();
-  const track = (w: Worker, c: { sent(): boolean; fail(f: AttemptFailure): void }) => {
+  const inflight = new Map<Worker, Outstanding<Tracked>>();
+  const track = (w: Worker, sent: () => boolean, fail: (f: AttemptFailure) => void) => {
     let s = inflight.get(w);
     if (!s) {
-      s = new Set();
+      s = new Outstanding<Tracked>();
       inflight.set(w, s);
     }
-    s.add(c);
-    return () => s.delete(c);
+    const entry = new Tracked(sent, fail);
+    s.add(entry);
+    return () => s.delete(entry);
   };
 
   function evacuate(worker: Worker, reason: string): void {
-    for (const c of inflight.get(worker) ?? []) {
+    for (const c of inflight.get(worker)?.snapshot() ?? []) {
       if (!c.sent()) c.fail({ kind: 'worker-down', detail: `worker taken out: ${reason}` });
     }
   }
@@ -559,7 +570,11 @@ export function createPdMode(d: PdDeps): PdMode {
         dSent = performance.now();
         started = call.start();
       }
-      const untrackP = track(pw, { sent: () => false, fail: (f) => prefill.fail(f) });
+      const untrackP = track(
+        pw,
+        () => false,
+        (f) => prefill.fail(f),
+      );
       const prefillDone = prefill.done.then((r) => {
         untrackP();
         pt.done(r.ok ? 'completed' : r.aborted ? 'aborted' : 'failed');
@@ -611,7 +626,11 @@ export function createPdMode(d: PdDeps): PdMode {
         started = call.start();
       }
       const dcall = call;
-      const untrackD = track(dw, { sent: () => dcall.sentToClient, fail: (f) => dcall.fail(f) });
+      const untrackD = track(
+        dw,
+        () => dcall.sentToClient,
+        (f) => dcall.fail(f),
+      );
       setCurrent({
         abort: () => {
           prefill.fail({ kind: 'socket', detail: 'request aborted' });

@@ -289,7 +289,7 @@ export class ForwardCall {
   private lastTokenAt = 0;
   /** Stream events that carried generated output (about one per token), counted with interToken. */
   tokenEvents = 0;
-  /** This call's place in its worker's OutstandingCalls (-1: not registered). */
+  /** This call's place in its worker's Outstanding registry (-1: not registered). */
   registryIndex = -1;
 
   constructor(private readonly o: ForwardOptions) {
