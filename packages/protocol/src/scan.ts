@@ -408,20 +408,64 @@ function spanPrefix(
   };
 }
 
+/**
+ * Text written as UTF-8 straight into the buffer the ids view: the same bytes the joined
+ * string would encode to, without building it (for a routing prefix of 64 KB, the join and
+ * the second pass over it were a tenth of the scan and its largest allocation).
+ */
+class Utf8Out {
+  private buf: Buffer;
+  length = 0;
+  constructor(capacity: number) {
+    this.buf = Buffer.allocUnsafeSlow(capacity);
+  }
+  private room(n: number): void {
+    if (this.length + n <= this.buf.length) return;
+    const next = Buffer.allocUnsafeSlow(Math.max(this.buf.length * 2, this.length + n + 256));
+    this.buf.copy(next, 0, 0, this.length);
+    this.buf = next;
+  }
+  /** Appends `s`; `bytes`, when the caller knows it, is its UTF-8 length. */
+  write(s: string, bytes?: number): void {
+    // A UTF-16 unit is at most 3 UTF-8 bytes; near the end, count exactly before growing.
+    if (this.length + (bytes ?? s.length * 3) > this.buf.length) {
+      this.room(bytes ?? Buffer.byteLength(s, 'utf8'));
+    }
+    this.length += this.buf.write(s, this.length, 'utf8');
+  }
+  /** Appends raw bytes [s, e) of `b` (valid UTF-8). */
+  copy(b: Buffer, s: number, e: number): void {
+    this.room(e - s);
+    this.length += b.copy(this.buf, this.length, s, e);
+  }
+  /** The approximate tokenizer's ids of the text: its bytes, zero-padded to whole uint32s. */
+  ids(): Uint32Array {
+    if (!LITTLE_ENDIAN) return approximateTokenIds(this.buf.toString('utf8', 0, this.length));
+    const padded = (this.length + 3) & ~3;
+    this.room(padded - this.length);
+    this.buf.fill(0, this.length, padded);
+    return new Uint32Array(this.buf.buffer, this.buf.byteOffset, padded / 4);
+  }
+}
+
 /** Builds the canonical routing text up to a byte budget and counts the rest's bytes. */
 class TextBudget {
-  parts: string[] = [];
+  /** The kept text. */
+  private readonly out: Utf8Out;
   /** Decoded UTF-8 bytes of the whole text so far (kept or not). */
   total = 0;
   constructor(
     readonly b: Buffer,
     private left: number,
-  ) {}
+  ) {
+    // What is kept is about the budget (or the body, when smaller); Utf8Out grows past it.
+    this.out = new Utf8Out(Math.min(b.length, left) + 64);
+  }
   lit(s: string): void {
     const n = Buffer.byteLength(s);
     this.total += n;
     if (this.left > 0) {
-      this.parts.push(s);
+      this.out.write(s, n);
       this.left -= n;
     }
   }
@@ -440,7 +484,7 @@ class TextBudget {
     // what follows it is then kept too.
     const v = spanPrefix(this.b, sp, this.left);
     this.total += v.total;
-    this.parts.push(v.text);
+    this.out.write(v.text);
     this.left -= v.decoded;
   }
   /** A JSON value re-serialised as the full path does (JSON.stringify of its parse). */
@@ -451,42 +495,38 @@ class TextBudget {
     }
     this.lit(JSON.stringify(JSON.parse(this.b.toString('utf8', start, end))));
   }
+  ids(): Uint32Array {
+    return this.out.ids();
+  }
 }
 
 /**
  * The whole canonical text of a large body (no budget), written as UTF-8 straight into the
- * buffer the ids view: the same bytes TextBudget's joined string encodes to, without ever
- * building that string. A string past V8's 128 KiB large-object threshold costs several times
- * what its bytes cost in small pieces (allocation, flattening, encoding), which is what decoding
- * a whole long prompt (for the recorder, the live cache model) would otherwise pay. Escaped
- * spans are still decoded by JSON.parse, piece by piece, so every escape and character is read
- * exactly as the full path reads it and an invalid one throws the same way.
+ * buffer the ids view, as TextBudget does. A string past V8's 128 KiB large-object threshold
+ * costs several times what its bytes cost in small pieces (allocation, flattening, encoding),
+ * which is what decoding a whole long prompt (for the recorder, the live cache model) would
+ * otherwise pay, so no span is decoded whole: plain UTF-8 is copied as is, and escaped spans
+ * are decoded by JSON.parse piece by piece, so every escape and character is read exactly as
+ * the full path reads it and an invalid one throws the same way.
  */
 class WholeText {
-  private buf: Buffer;
-  total = 0;
+  private readonly out: Utf8Out;
   constructor(readonly b: Buffer) {
-    this.buf = Buffer.allocUnsafeSlow(b.length + 256);
+    this.out = new Utf8Out(b.length + 256);
   }
-  private room(n: number): void {
-    if (this.total + n <= this.buf.length) return;
-    const next = Buffer.allocUnsafeSlow(Math.max(this.buf.length * 2, this.total + n + 256));
-    this.buf.copy(next, 0, 0, this.total);
-    this.buf = next;
+  /** Decoded UTF-8 bytes of the text so far. */
+  get total(): number {
+    return this.out.length;
   }
   lit(s: string): void {
-    // A UTF-16 unit is at most 3 UTF-8 bytes; near the end, count exactly before growing.
-    if (this.total + s.length * 3 > this.buf.length) this.room(Buffer.byteLength(s, 'utf8'));
-    this.total += this.buf.write(s, this.total, 'utf8');
+    this.out.write(s);
   }
   span(sp: StrSpan): void {
     const b = this.b;
     if (!sp.esc) {
       // Valid UTF-8 is copied as is; anything else goes through the string (U+FFFD as there).
-      if (isUtf8(b.subarray(sp.s, sp.e))) {
-        this.room(sp.e - sp.s);
-        this.total += b.copy(this.buf, this.total, sp.s, sp.e);
-      } else this.lit(b.toString('utf8', sp.s, sp.e));
+      if (isUtf8(b.subarray(sp.s, sp.e))) this.out.copy(b, sp.s, sp.e);
+      else this.lit(b.toString('utf8', sp.s, sp.e));
       return;
     }
     if (sp.e - sp.s <= DECODE_PIECE_BYTES) {
@@ -501,12 +541,8 @@ class WholeText {
   json(start: number, end: number): void {
     this.lit(JSON.stringify(JSON.parse(this.b.toString('utf8', start, end))));
   }
-  /** The approximate tokenizer's ids of the text: its bytes, zero-padded to whole uint32s. */
   ids(): Uint32Array {
-    const padded = (this.total + 3) & ~3;
-    this.room(padded - this.total);
-    this.buf.fill(0, this.total, padded);
-    return new Uint32Array(this.buf.buffer, this.buf.byteOffset, padded / 4);
+    return this.out.ids();
   }
 }
 
@@ -809,7 +845,7 @@ function scan(kind: RequestKind, raw: Buffer, opts: ScanOptions): ScannedRequest
       }
     }
     t.lit('<|assistant|>\n');
-    ids = t instanceof WholeText ? t.ids() : approximateTokenIds(t.parts.join(''));
+    ids = t.ids();
     total = Math.ceil(t.total / 4);
   } else {
     const [s, e] = promptSpan!;
@@ -821,7 +857,7 @@ function scan(kind: RequestKind, raw: Buffer, opts: ScanOptions): ScannedRequest
       const sp = w2.str();
       const t = whole ? new WholeText(raw) : new TextBudget(raw, budgetBytes);
       t.span(sp);
-      ids = t instanceof WholeText ? t.ids() : approximateTokenIds(t.parts.join(''));
+      ids = t.ids();
       total = Math.ceil(t.total / 4);
     } else if (c === 0x5b && promptKey !== 'text') {
       const r = readIds(raw, s, e, cap);
