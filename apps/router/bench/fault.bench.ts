@@ -26,21 +26,71 @@ import {
 
 const here = dirname(fileURLToPath(import.meta.url));
 const routerRoot = join(here, '..');
+const HELP = `usage: pnpm --filter @kvroute/router fault-bench [-- flags]
+
+The fault and abuse campaign: the router (an esbuild bundle) in front of four loopback
+workers, one misbehaving, loaded by clients at once; prints per fault mode the requests
+served, lost and garbled, the time to eject the bad worker and the slowest answer, then the
+max_tokens poisoning, slow-body and huge-body abuse runs. Measures, never asserts.
+
+  --duration S         seconds of load per fault mode (default 20)
+  --concurrency N      clients at once (default 32)
+  --modes LIST         fault modes to run (default all: ${FAULT_MODES.join(', ')})
+  --slow-bodies N      connections trickling a body in the slow-body run (default 2000)
+  --body-timeout-ms MS the router's --body-timeout-ms in the slow-body run (default 10000)
+  --skip LIST          parts to leave out: modes, poison, slow, huge
+  -h, --help           this help
+`;
 const args = process.argv.slice(2).filter((a) => a !== '--');
-const { values } = parseArgs({
-  args,
-  options: {
-    duration: { type: 'string', default: '20' },
-    concurrency: { type: 'string', default: '32' },
-    modes: { type: 'string', default: FAULT_MODES.join(',') },
-    'slow-bodies': { type: 'string', default: '2000' },
-    'body-timeout-ms': { type: 'string', default: '10000' },
-    skip: { type: 'string', default: '' },
-  },
-});
-const durationMs = Number(values.duration) * 1000;
-const concurrency = Number(values.concurrency);
+let parsed: ReturnType<typeof parseOptions>;
+function parseOptions() {
+  return parseArgs({
+    args,
+    options: {
+      duration: { type: 'string', default: '20' },
+      concurrency: { type: 'string', default: '32' },
+      modes: { type: 'string', default: FAULT_MODES.join(',') },
+      'slow-bodies': { type: 'string', default: '2000' },
+      'body-timeout-ms': { type: 'string', default: '10000' },
+      skip: { type: 'string', default: '' },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+}
+try {
+  parsed = parseOptions();
+} catch (err) {
+  console.error(`${(err as Error).message}\n\n${HELP}`);
+  process.exit(2);
+}
+const { values } = parsed;
+if (values.help) {
+  console.log(HELP);
+  process.exit(0);
+}
+function positiveFlag(flag: string, v: string): number {
+  const n = Number(v);
+  if (!Number.isFinite(n) || n <= 0) {
+    console.error(`--${flag} must be a positive number, got '${v}'\n\n${HELP}`);
+    process.exit(2);
+  }
+  return n;
+}
+const durationMs = positiveFlag('duration', values.duration) * 1000;
+const concurrency = Math.round(positiveFlag('concurrency', values.concurrency));
+for (const m of values.modes.split(',').filter(Boolean)) {
+  if (!(FAULT_MODES as readonly string[]).includes(m)) {
+    console.error(`--modes: unknown fault mode '${m}' (${FAULT_MODES.join(', ')})`);
+    process.exit(2);
+  }
+}
 const skip = new Set(values.skip.split(',').filter(Boolean));
+for (const part of skip) {
+  if (!['modes', 'poison', 'slow', 'huge'].includes(part)) {
+    console.error(`--skip: unknown part '${part}' (modes, poison, slow, huge)`);
+    process.exit(2);
+  }
+}
 
 const { build } = await import('esbuild');
 const bundle = join(routerRoot, 'bundle', 'bench', 'kvroute-router-fault.mjs');
