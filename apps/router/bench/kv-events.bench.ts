@@ -13,7 +13,21 @@ import {
 } from '@kvroute/protocol/kv-events';
 import { applyKvEventBatch } from '../src/kv-events/feed.ts';
 
+const extra = process.argv.slice(2).filter((a) => a !== '--');
+if (extra.length > 0) {
+  const help = extra.includes('--help') || extra.includes('-h');
+  (help ? console.log : console.error)(
+    `usage: pnpm --filter @kvroute/router bench:kv-events   (no flags; env BENCH_MS: milliseconds of CPU to measure, default 1000)${help ? '' : `\nunknown argument '${extra[0]}'`}`,
+  );
+  process.exit(help ? 0 : 2);
+}
 const BENCH_MS = Number(process.env.BENCH_MS ?? 1000);
+if (!(BENCH_MS > 0)) {
+  console.error(
+    `BENCH_MS must be a positive number of milliseconds, got '${process.env.BENCH_MS}'`,
+  );
+  process.exit(2);
+}
 const RANKS = 16;
 const BLOCK = 16;
 

@@ -5,7 +5,18 @@
 import { topLevelSpans, withRoutedRank } from '@kvroute/protocol';
 import { type Members, withMembers } from '../src/pd/body.ts';
 
-const turns = Number(process.argv.slice(2).find((a) => a !== '--') ?? 40);
+const arg = process.argv.slice(2).find((a) => a !== '--');
+if (arg === '--help' || arg === '-h') {
+  console.log(
+    'usage: pnpm --filter @kvroute/router bench:pd-bodies [-- TURNS]\n\nTURNS: turns in the chat body (a positive whole number, default 40)',
+  );
+  process.exit(0);
+}
+const turns = Number(arg ?? 40);
+if (!Number.isInteger(turns) || turns <= 0) {
+  console.error(`TURNS must be a positive whole number of chat turns, got '${arg}'`);
+  process.exit(2);
+}
 const msgs = Array.from({ length: turns }, (_, i) => ({
   role: i % 2 ? 'assistant' : 'user',
   content: `turn ${i} ${'lorem ipsum dolor sit amet '.repeat(60)}`,

@@ -21,10 +21,33 @@ import { BlockHasher } from '../src/recording/block-hasher.ts';
 import { type RecordedRequest, requestLine, TraceRecorder } from '../src/recording/recorder.ts';
 import { ShadowCacheModel } from '../src/shadow/shadow-cache.ts';
 
-const { values } = parseArgs({
-  args: process.argv.slice(2).filter((a) => a !== '--'),
-  options: { sizes: { type: 'string', default: '1,16,120,136' } },
-});
+const HELP = `usage: pnpm --filter @kvroute/router bench:recording [-- --sizes LIST]
+
+What the recorder and the live cache model add to one request, in CPU time, per chat body
+size (best of 7 rounds; see the file's header for each figure).
+
+  --sizes LIST   body sizes in KB (default 1,16,120,136)
+  -h, --help     this help
+`;
+function options() {
+  try {
+    return parseArgs({
+      args: process.argv.slice(2).filter((a) => a !== '--'),
+      options: {
+        sizes: { type: 'string', default: '1,16,120,136' },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+    }).values;
+  } catch (err) {
+    console.error(`${(err as Error).message}\n\n${HELP}`);
+    process.exit(2);
+  }
+}
+const values = options();
+if (values.help) {
+  console.log(HELP);
+  process.exit(0);
+}
 const sizes = values.sizes.split(',').map(Number);
 if (sizes.some((n) => !(n > 0))) {
   console.error(`--sizes takes positive KB sizes, got '${values.sizes}'`);
