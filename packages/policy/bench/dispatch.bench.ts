@@ -7,6 +7,7 @@
 import { writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
+import { checkBenchArgs } from '../../../scripts/bench-args.ts';
 import {
   createDispatcher,
   createLoadTracker,
@@ -17,6 +18,14 @@ import {
   type RouteRequest,
 } from '../src/index.ts';
 
+checkBenchArgs(
+  `usage: pnpm --filter @kvroute/policy bench [-- --only METHOD,... --json FILE]
+
+Decisions per second of every method (or --only these), at 4,096 and 32,768 prompt tokens on
+16 ranks and at 1,024 tokens on 16 to 4,096 ranks, against the targets; --json writes the
+figures. Env BENCH_MS: milliseconds per case (default 400).`,
+  { values: ['--only', '--json'], flags: [] },
+);
 const SIZES = [4096, 32_768];
 const SCALING_RANKS = [16, 256, 1024, 4096];
 const SCALING_TOKENS = 1024;

@@ -4,6 +4,7 @@
 // Run: pnpm --filter @kvroute/policy bench:kv-index   (env BENCH_MS=<ms per case>, default 600)
 import { cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
+import { checkBenchArgs } from '../../../scripts/bench-args.ts';
 import {
   createDispatcher,
   createLoadTracker,
@@ -11,6 +12,15 @@ import {
   KvBlockIndex,
   type RouteRequest,
 } from '../src/index.ts';
+
+checkBenchArgs(
+  `usage: pnpm --filter @kvroute/policy bench:kv-index
+
+The events index: blocks stored per second, heap bytes per indexed block, and cache_aware's
+decision cost with the index against without it. No flags; env BENCH_MS: milliseconds per
+case (default 600).`,
+  { values: [], flags: [] },
+);
 
 const BENCH_MS = Number(process.env.BENCH_MS ?? 600);
 const RANKS = 16;

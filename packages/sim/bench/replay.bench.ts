@@ -6,9 +6,19 @@
 //   pnpm --filter @kvroute/sim bench [-- --policies prefix_match,round_robin --limit N]
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { checkBenchArgs } from '../../../scripts/bench-args.ts';
 import { getProfile } from '../src/cost/profiles.ts';
 import { simulatePlan } from '../src/simulate.ts';
 import { buildWorkload } from '../src/workloads/registry.ts';
+
+checkBenchArgs(
+  `usage: pnpm --filter @kvroute/sim bench [-- --policies LIST --limit N]
+
+Replays the Mooncake conversation trace on 16 ranks once per policy (default
+prefix_match,round_robin), each in its own process: wall time, simulated seconds per wall
+second, events per second, peak RSS, against the targets. --limit N: only the first N requests.`,
+  { values: ['--policies', '--limit', '--child'], flags: [] },
+);
 
 const args = process.argv.slice(2);
 const flag = (name: string) => {

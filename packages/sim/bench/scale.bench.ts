@@ -11,10 +11,20 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { checkBenchArgs } from '../../../scripts/bench-args.ts';
 import { getProfile } from '../src/cost/profiles.ts';
 import { simulatePlan } from '../src/simulate.ts';
 import { buildWorkload } from '../src/workloads/registry.ts';
 import { defaultTracePath } from '../src/workloads/replay.ts';
+
+checkBenchArgs(
+  `usage: pnpm --filter @kvroute/sim bench:scale [-- --factor N --ranks N --policy NAME]
+
+The Mooncake trace once and --factor times over (default 10) on --ranks ranks (default 1,024)
+with --policy (default round_robin), each in its own process: wall and CPU seconds, peak RSS
+and the ratios to the 1x run, against the targets.`,
+  { values: ['--factor', '--ranks', '--policy', '--child'], flags: [] },
+);
 
 const args = process.argv.slice(2);
 const flag = (name: string, fallback: string) => {

@@ -19,6 +19,16 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import { availableParallelism, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { checkBenchArgs } from '../../../scripts/bench-args.ts';
+
+checkBenchArgs(
+  `usage: pnpm --filter @kvroute/sim bench:sweep [-- --rounds N --skip-1000 --trace]
+
+A 16-cell sweep with --jobs 1, --jobs 2 and on one pinned core, in rotating rounds (default
+3), and a 1,000-cell sweep on every core (--skip-1000 leaves it out); --trace adds the 16
+cells on the Mooncake trace.`,
+  { values: ['--rounds'], flags: ['--skip-1000', '--trace'] },
+);
 
 const args = process.argv.slice(2).filter((a) => a !== '--');
 const flag = (name: string, fallback: string) => {

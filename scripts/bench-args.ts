@@ -1,0 +1,31 @@
+// The shared front door of the benchmarks' command lines: --help prints the usage, and any
+// argument the benchmark does not know is an error naming it (exit 2), instead of being
+// ignored or read as something else. Each benchmark still reads its own values.
+export function checkBenchArgs(
+  usage: string,
+  known: { values?: readonly string[]; flags?: readonly string[] },
+  argv: readonly string[] = process.argv.slice(2),
+): void {
+  // pnpm passes its own `--` through.
+  const args = argv.filter((a) => a !== '--');
+  if (args.includes('--help') || args.includes('-h')) {
+    console.log(usage);
+    process.exit(0);
+  }
+  const values = new Set(known.values ?? []);
+  const flags = new Set(known.flags ?? []);
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    if (flags.has(a)) continue;
+    if (values.has(a)) {
+      if (args[i + 1] === undefined) {
+        console.error(`${a} needs a value\n\n${usage}`);
+        process.exit(2);
+      }
+      i++;
+      continue;
+    }
+    console.error(`unknown argument '${a}'\n\n${usage}`);
+    process.exit(2);
+  }
+}
