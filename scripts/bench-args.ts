@@ -29,3 +29,13 @@ export function checkBenchArgs(
     process.exit(2);
   }
 }
+
+/** A flag's value as a positive number, or an error naming the flag (exit 2). */
+export function positiveArg(flag: string, value: string, usage: string): number {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) {
+    console.error(`--${flag} must be a positive number, got '${value}'\n\n${usage}`);
+    process.exit(2);
+  }
+  return n;
+}

@@ -15,6 +15,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
+import { positiveArg } from '../../../scripts/bench-args.ts';
 import { chatOnce, runLoad } from '../test/helpers/fault-client.ts';
 import {
   FAULT_MODES,
@@ -68,16 +69,8 @@ if (values.help) {
   console.log(HELP);
   process.exit(0);
 }
-function positiveFlag(flag: string, v: string): number {
-  const n = Number(v);
-  if (!Number.isFinite(n) || n <= 0) {
-    console.error(`--${flag} must be a positive number, got '${v}'\n\n${HELP}`);
-    process.exit(2);
-  }
-  return n;
-}
-const durationMs = positiveFlag('duration', values.duration) * 1000;
-const concurrency = Math.round(positiveFlag('concurrency', values.concurrency));
+const durationMs = positiveArg('duration', values.duration, HELP) * 1000;
+const concurrency = Math.round(positiveArg('concurrency', values.concurrency, HELP));
 for (const m of values.modes.split(',').filter(Boolean)) {
   if (!(FAULT_MODES as readonly string[]).includes(m)) {
     console.error(`--modes: unknown fault mode '${m}' (${FAULT_MODES.join(', ')})`);

@@ -11,16 +11,13 @@ import {
   encodeKvEventBatch,
   type KvCacheEvent,
 } from '@kvroute/protocol/kv-events';
+import { checkBenchArgs } from '../../../scripts/bench-args.ts';
 import { applyKvEventBatch } from '../src/kv-events/feed.ts';
 
-const extra = process.argv.slice(2).filter((a) => a !== '--');
-if (extra.length > 0) {
-  const help = extra.includes('--help') || extra.includes('-h');
-  (help ? console.log : console.error)(
-    `usage: pnpm --filter @kvroute/router bench:kv-events   (no flags; env BENCH_MS: milliseconds of CPU to measure, default 1000)${help ? '' : `\nunknown argument '${extra[0]}'`}`,
-  );
-  process.exit(help ? 0 : 2);
-}
+checkBenchArgs(
+  'usage: pnpm --filter @kvroute/router bench:kv-events\n\nKV event ingest (decode + index) on one core against the target. No flags; env BENCH_MS:\nmilliseconds of CPU to measure (default 1000).',
+  {},
+);
 const BENCH_MS = Number(process.env.BENCH_MS ?? 1000);
 if (!(BENCH_MS > 0)) {
   console.error(

@@ -17,6 +17,7 @@ import { parseArgs } from 'node:util';
 
 import autocannon, { type AutocannonResult } from 'autocannon';
 import { Pool, request } from 'undici';
+import { positiveArg } from '../../../scripts/bench-args.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const routerRoot = join(here, '..');
@@ -95,14 +96,7 @@ if (values.help) {
   console.log(HELP);
   process.exit(0);
 }
-function positive(flag: string, v: string): number {
-  const n = Number(v);
-  if (!Number.isFinite(n) || n <= 0) {
-    console.error(`--${flag} must be a positive number, got '${v}'\n\n${HELP}`);
-    process.exit(2);
-  }
-  return n;
-}
+const positive = (flag: string, v: string): number => positiveArg(flag, v, HELP);
 const duration = positive('duration', values.duration);
 const rounds = Math.round(positive('rounds', values.rounds));
 const warmup = Number(values.warmup);

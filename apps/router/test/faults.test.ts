@@ -6,8 +6,6 @@
 // by `pnpm --filter @kvroute/router fault-bench`, not asserted here.
 import type { FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
-import { resolveConfig } from '../src/config.ts';
-import { buildRouter } from '../src/router.ts';
 import { runLoad } from './helpers/fault-client.ts';
 import {
   FAULT_MODES,
@@ -15,6 +13,7 @@ import {
   failsBeforeClientBytes,
   startFaultyWorker,
 } from './helpers/faulty-worker.ts';
+import { listenRouter } from './helpers/router.ts';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -24,40 +23,38 @@ afterEach(async () => {
 async function fleet(): Promise<{ app: FastifyInstance; url: string; bad: FaultyWorker }> {
   const ws = await Promise.all([0, 1, 2, 3].map(() => startFaultyWorker('ok')));
   for (const w of ws) cleanups.push(() => w.close());
-  const config = resolveConfig([
-    '--worker-urls',
-    ...ws.map((w) => w.url),
-    // Round robin gives the bad worker its quarter of the traffic whatever the timing, so
-    // it always sees enough requests to be ejected; the failure model is the same for
-    // every method, and the cache-aware default is exercised by fault-bench.
-    '--load-balance-method',
-    'round_robin',
-    '--health-check-interval-ms',
-    '0',
-    '--generation-check-interval-ms',
-    '0',
-    '--first-byte-timeout-ms',
-    '300',
-    '--prefill-tokens-per-sec',
-    '1000000',
-    '--decode-ms-per-token',
-    '0',
-    '--idle-timeout-ms',
-    '300',
-    '--outlier-base-ejection-ms',
-    '400',
-    // Deterministic here: the budget's own behaviour is tested below.
-    '--retry-min-concurrency',
-    '16',
-    '--log-level',
-    'silent',
-  ]);
-  const app = buildRouter(config);
-  cleanups.push(() => app.close());
-  await app.listen({ host: '127.0.0.1', port: 0 });
-  cleanups.push(async () => app.server.closeAllConnections());
-  const port = (app.server.address() as { port: number }).port;
-  return { app, url: `http://127.0.0.1:${port}`, bad: ws[0]! };
+  const { app, url } = await listenRouter(
+    [
+      '--worker-urls',
+      ...ws.map((w) => w.url),
+      // Round robin gives the bad worker its quarter of the traffic whatever the timing, so
+      // it always sees enough requests to be ejected; the failure model is the same for
+      // every method, and the cache-aware default is exercised by fault-bench.
+      '--load-balance-method',
+      'round_robin',
+      '--health-check-interval-ms',
+      '0',
+      '--generation-check-interval-ms',
+      '0',
+      '--first-byte-timeout-ms',
+      '300',
+      '--prefill-tokens-per-sec',
+      '1000000',
+      '--decode-ms-per-token',
+      '0',
+      '--idle-timeout-ms',
+      '300',
+      '--outlier-base-ejection-ms',
+      '400',
+      // Deterministic here: the budget's own behaviour is tested below.
+      '--retry-min-concurrency',
+      '16',
+      '--log-level',
+      'silent',
+    ],
+    cleanups,
+  );
+  return { app, url, bad: ws[0]! };
 }
 
 describe('one of four workers misbehaves, 8 clients at once', () => {
@@ -107,8 +104,8 @@ describe('retry budget', () => {
   it('when every worker fails, retries stay within the budget instead of multiplying load', async () => {
     const ws = await Promise.all([0, 1, 2, 3].map(() => startFaultyWorker('status-500')));
     for (const w of ws) cleanups.push(() => w.close());
-    const app = buildRouter(
-      resolveConfig([
+    const { app, url } = await listenRouter(
+      [
         '--worker-urls',
         ...ws.map((w) => w.url),
         '--health-check-interval-ms',
@@ -123,12 +120,9 @@ describe('retry budget', () => {
         '0',
         '--retry-backoff-base-ms',
         '20',
-      ]),
+      ],
+      cleanups,
     );
-    cleanups.push(() => app.close());
-    await app.listen({ host: '127.0.0.1', port: 0 });
-    cleanups.push(async () => app.server.closeAllConnections());
-    const url = `http://127.0.0.1:${(app.server.address() as { port: number }).port}`;
     const outcomes = await runLoad(url, { total: 32, concurrency: 16 });
     // The worker's own 500 when no retry was allowed; 502 if the slot went in between.
     expect(outcomes.every((o) => o.explicitError && [500, 502].includes(o.status))).toBe(true);

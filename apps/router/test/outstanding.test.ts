@@ -3,10 +3,9 @@
 // the router using it to move a hung request off a worker that gets ejected.
 import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
-import { resolveConfig } from '../src/config.ts';
 import { Outstanding } from '../src/proxy/outstanding.ts';
-import { buildRouter } from '../src/router.ts';
 import { startFaultyWorker } from './helpers/faulty-worker.ts';
+import { listenRouter } from './helpers/router.ts';
 
 interface Call {
   id: number;
@@ -82,8 +81,8 @@ describe('a worker taken out moves the attempts it holds elsewhere', () => {
       () => a.close(),
       () => b.close(),
     );
-    const app = buildRouter(
-      resolveConfig([
+    const { url: base } = await listenRouter(
+      [
         '--worker-urls',
         a.url,
         b.url,
@@ -104,12 +103,10 @@ describe('a worker taken out moves the attempts it holds elsewhere', () => {
         '16',
         '--log-level',
         'silent',
-      ]),
+      ],
+      cleanups,
     );
-    cleanups.push(() => app.close());
-    await app.listen({ host: '127.0.0.1', port: 0 });
-    cleanups.push(() => app.server.closeAllConnections());
-    const url = `http://127.0.0.1:${(app.server.address() as { port: number }).port}/v1/chat/completions`;
+    const url = `${base}/v1/chat/completions`;
     const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] });
     const send = () =>
       request(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });

@@ -57,7 +57,7 @@ import {
   type OutboundHeaderPolicy,
   upstreamRequestHeaders,
 } from '../proxy/forward.ts';
-import { Outstanding } from '../proxy/outstanding.ts';
+import { OutstandingBy } from '../proxy/outstanding.ts';
 import { RankTable, type Worker } from '../rank-table.ts';
 import { firstByteTimeoutMs } from '../timeouts.ts';
 import { addWorker } from '../topology.ts';
@@ -155,20 +155,15 @@ export function createPdMode(d: PdDeps): PdMode {
     ...(config.workerApiKey !== undefined ? { workerApiKey: config.workerApiKey } : {}),
   };
   /** Attempts outstanding per worker: prefill aborters and decode calls. */
-  const inflight = new Map<Worker, Outstanding<Tracked>>();
+  const inflight = new OutstandingBy<Worker, Tracked>();
   const track = (w: Worker, sent: () => boolean, fail: (f: AttemptFailure) => void) => {
-    let s = inflight.get(w);
-    if (!s) {
-      s = new Outstanding<Tracked>();
-      inflight.set(w, s);
-    }
     const entry = new Tracked(sent, fail);
-    s.add(entry);
-    return () => s.delete(entry);
+    inflight.add(w, entry);
+    return () => inflight.delete(w, entry);
   };
 
   function evacuate(worker: Worker, reason: string): void {
-    for (const c of inflight.get(worker)?.snapshot() ?? []) {
+    for (const c of inflight.snapshot(worker)) {
       if (!c.sent()) c.fail({ kind: 'worker-down', detail: `worker taken out: ${reason}` });
     }
   }

@@ -43,3 +43,26 @@ export class Outstanding<T extends Registered> {
     return this.list.slice();
   }
 }
+
+/** One registry per key (per worker): created on first use, kept for the key's lifetime. */
+export class OutstandingBy<K, T extends Registered> {
+  private readonly byKey = new Map<K, Outstanding<T>>();
+
+  add(key: K, entry: T): void {
+    let list = this.byKey.get(key);
+    if (!list) {
+      list = new Outstanding<T>();
+      this.byKey.set(key, list);
+    }
+    list.add(entry);
+  }
+
+  delete(key: K, entry: T): void {
+    this.byKey.get(key)?.delete(entry);
+  }
+
+  /** A copy of the key's entries, to iterate while entries come and go. */
+  snapshot(key: K): T[] {
+    return this.byKey.get(key)?.snapshot() ?? [];
+  }
+}

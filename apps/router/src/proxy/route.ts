@@ -63,7 +63,7 @@ import {
   type OutboundHeaderPolicy,
   upstreamRequestHeaders,
 } from './forward.ts';
-import { Outstanding } from './outstanding.ts';
+import { OutstandingBy } from './outstanding.ts';
 import { RetryBudget } from './retry.ts';
 
 export interface ProxyContext {
@@ -170,7 +170,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     ...(config.workerApiKey !== undefined ? { workerApiKey: config.workerApiKey } : {}),
   };
   /** Attempts outstanding per worker, so an ejection can move them elsewhere. */
-  const calls = new Map<Worker, Outstanding<ForwardCall>>();
+  const calls = new OutstandingBy<Worker, ForwardCall>();
   /** The `worker` label per worker, computed once (URL parsing is not for every request). */
   const workerLabels = new WeakMap<Worker, string>();
   const rankMetrics = (rankLabel: string, worker: Worker) => {
@@ -464,12 +464,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           interToken: m.interToken,
         });
         call = thisCall;
-        let onWorker = calls.get(worker);
-        if (!onWorker) {
-          onWorker = new Outstanding<ForwardCall>();
-          calls.set(worker, onWorker);
-        }
-        onWorker.add(thisCall);
+        calls.add(worker, thisCall);
         let result: ForwardResult;
         try {
           result = await thisCall.start();
@@ -479,7 +474,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         } finally {
           // Whatever happened (even a throw from undici's dispatch), the rank's load goes back.
           decision.done();
-          onWorker.delete(thisCall);
+          calls.delete(worker, thisCall);
           if (retrying) {
             retrying = false;
             budget.release();
@@ -691,9 +686,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
   }
 
   function evacuate(worker: Worker, reason: string): void {
-    const outstanding = calls.get(worker);
-    if (!outstanding) return;
-    for (const c of outstanding.snapshot()) {
+    for (const c of calls.snapshot(worker)) {
       if (!c.sentToClient) c.fail({ kind: 'worker-down', detail: `worker taken out: ${reason}` });
     }
   }
