@@ -11,7 +11,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { type AddressInfo, connect, createServer as createNetServer } from 'node:net';
 import { cpus, loadavg, tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve as resolvePath } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
@@ -117,6 +117,10 @@ const modes = values.modes.split(',').map((m) => {
   return m;
 });
 const wantProxies = values.proxies.split(',').filter((p) => p !== '' && p !== 'none');
+if (values.baseline !== undefined && !existsSync(values.baseline)) {
+  console.error(`--baseline: no such file '${resolvePath(values.baseline)}'`);
+  process.exit(2);
+}
 // kvroute with one opt-in feature on, measured beside plain kvroute: its extra flags.
 const VARIANTS: Record<string, (dir: string) => string[]> = {
   record: (dir) => ['--record-trace', join(dir, 'bench-trace.jsonl')],
@@ -607,11 +611,9 @@ try {
     variantRouters.push([`kv+${v}`, r]);
   }
   if (values.baseline) {
-    const r = await startProcess(
-      'router (baseline)',
-      routerArgs(values.baseline),
-      dirname(values.baseline),
-    );
+    // Relative to where the bench was started, not to the directory the bundle runs in.
+    const baseline = resolvePath(values.baseline);
+    const r = await startProcess('router (baseline)', routerArgs(baseline), dirname(baseline));
     children.push(r.child);
     variantRouters.push(['kv+base', r]);
   }

@@ -138,6 +138,10 @@ export function bindHistogram<T extends string>(
 ): BoundHistogram {
   const slow = histogram.labels(labels);
   const metric = histogram as unknown as SeriesMap<HistogramEntry>;
+  // The bucket keys as the strings they are stored under: indexing by the number converts it
+  // to its string on every update (about 120 ns against 35 ns, and a streamed response makes
+  // one update per token).
+  const keys = buckets.map(String);
   let key = '';
   let entry: HistogramEntry | undefined;
   return {
@@ -148,9 +152,8 @@ export function bindHistogram<T extends string>(
         // prom-client counts a value in the first bucket whose upper bound is >= it; above
         // the last bound only count (+Inf) moves.
         for (let i = 0; i < buckets.length; i++) {
-          const bound = buckets[i]!;
-          if (value <= bound) {
-            entry.bucketValues[bound]! += 1;
+          if (value <= buckets[i]!) {
+            (entry.bucketValues as Record<string, number>)[keys[i]!]! += 1;
             break;
           }
         }

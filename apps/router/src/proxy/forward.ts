@@ -11,6 +11,7 @@
 // is full, and a failure ends the stream with an explicit error event in OpenAI's shape, never
 // a silent cut. A client that goes away aborts the upstream request, which closes that
 // connection, which is how SGLang and the mock worker learn to abort the generation.
+import { isUtf8 } from 'node:buffer';
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { StringDecoder } from 'node:string_decoder';
@@ -273,6 +274,8 @@ export class ForwardCall {
   /** SSE: text after the last complete event, and the decoder for split UTF-8 sequences. */
   private decoder: StringDecoder | undefined;
   private partial = '';
+  /** SSE: the last chunk ended with a newline, so the decoder holds no bytes of a character. */
+  private decoderEmpty = true;
   private usage: ReportedUsage | undefined;
   private resumeUpstream: (() => void) | undefined;
   /** Listening for 'drain': only once a write found the client's socket full. */
@@ -470,6 +473,10 @@ export class ForwardCall {
 
   /** SSE: validated complete events go out; the first bad line ends the attempt. */
   private onSseData(chunk: Buffer): boolean {
+    // A chunk of whole events, as engines write them, goes out as the bytes it came in; else
+    // the text of its complete events does (re-encoded).
+    const fresh = this.partial === '' && this.decoderEmpty;
+    this.decoderEmpty = chunk[chunk.length - 1] === 0x0a;
     const text = this.partial + this.decoder!.write(chunk);
     let start = 0;
     let lastEventEnd = 0;
@@ -493,6 +500,11 @@ export class ForwardCall {
     }
     if (lastEventEnd === 0) return true;
     if (this.mode === 'hold') this.sendHead(undefined);
+    // The chunk itself when its text is all of the events: it began no event of its own
+    // earlier text, left nothing over, and decoded without replacing a byte.
+    if (fresh && this.decoderEmpty && lastEventEnd === text.length && isUtf8(chunk)) {
+      return this.write(chunk);
+    }
     return this.write(text.slice(0, lastEventEnd));
   }
 
