@@ -104,7 +104,7 @@ describe('retry budget', () => {
   it('when every worker fails, retries stay within the budget instead of multiplying load', async () => {
     const ws = await Promise.all([0, 1, 2, 3].map(() => startFaultyWorker('status-500')));
     for (const w of ws) cleanups.push(() => w.close());
-    const { app, url } = await listenRouter(
+    const { url } = await listenRouter(
       [
         '--worker-urls',
         ...ws.map((w) => w.url),
