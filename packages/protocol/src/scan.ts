@@ -386,26 +386,68 @@ function spanBytes(b: Buffer, sp: StrSpan): number {
   return sp.esc ? escapedLength(b, sp.s, sp.e).decoded : sp.e - sp.s;
 }
 
-/**
- * The first `bytes` decoded bytes of a string span (more is fine), as a string, how many
- * decoded bytes that is (all of the span's when it decodes to fewer), and the decoded length
- * of the whole span. An escaped span is walked once: from the cut on, the rest is counted.
- */
-function spanPrefix(
-  b: Buffer,
-  sp: StrSpan,
-  bytes: number,
-): { text: string; decoded: number; total: number } {
-  if (!sp.esc) {
-    const end = Math.min(sp.e, sp.s + bytes);
-    return { text: b.toString('utf8', sp.s, end), decoded: end - sp.s, total: sp.e - sp.s };
+/** A plain span's first `bytes` bytes (more is fine) as a string, and the span's length. */
+function plainPrefix(b: Buffer, sp: StrSpan, bytes: number): { text: string; decoded: number } {
+  const end = Math.min(sp.e, sp.s + bytes);
+  return { text: b.toString('utf8', sp.s, end), decoded: end - sp.s };
+}
+
+/** b[p] is a backslash that starts an escape (an even offset into its run; runs start at s). */
+function escapeStartsAt(b: Buffer, s: number, p: number): boolean {
+  if (p < s || b[p] !== BACKSLASH) return false;
+  let k = p;
+  while (k > s && b[k - 1] === BACKSLASH) k--;
+  return ((p - k) & 1) === 0;
+}
+
+/** The code unit of the four hex digits at b[p..p+4), or -1. */
+function hex4(b: Buffer, p: number): number {
+  let v = 0;
+  for (let i = p; i < p + 4; i++) {
+    const c = b[i]! | 0x20;
+    const d = c >= 0x30 && c <= 0x39 ? c - 0x30 : c >= 0x61 && c <= 0x66 ? c - 0x57 : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
   }
-  const { cut, decoded } = escapedLength(b, sp.s, sp.e, bytes);
-  return {
-    text: JSON.parse(`"${b.toString('utf8', sp.s, cut)}"`) as string,
-    decoded,
-    total: decoded + escapedLength(b, cut, sp.e).decoded,
-  };
+  return v;
+}
+
+/**
+ * Where a piece of the escaped span [s, e) meant to end at `cut` can end: there or just after,
+ * never inside an escape, between the two escapes of a surrogate pair or inside a UTF-8
+ * character, so that the pieces decoded one by one are the span decoded whole. `s` is such
+ * a boundary. Exported for its tests (the package index does not re-export it).
+ */
+export function pieceEnd(b: Buffer, s: number, cut: number, e: number): number {
+  if (cut >= e) return e;
+  let c = cut;
+  if (escapeStartsAt(b, s, c - 1)) {
+    // Right after an escape's backslash: past \uXXXX or the one escaped character.
+    c = b[c] === 0x75 ? c + 5 : c + 1;
+  } else {
+    // Within the four hex digits of a \uXXXX.
+    for (let p = c - 1; p >= c - 4 && p > s; p--) {
+      if (b[p] === 0x75 && escapeStartsAt(b, s, p - 1)) {
+        c = p + 5;
+        break;
+      }
+    }
+  }
+  // Between a high surrogate's escape and its low surrogate's.
+  if (
+    c - 6 >= s &&
+    c + 6 <= e &&
+    b[c - 5] === 0x75 &&
+    escapeStartsAt(b, s, c - 6) &&
+    b[c] === BACKSLASH &&
+    b[c + 1] === 0x75
+  ) {
+    const hi = hex4(b, c - 4);
+    const lo = hex4(b, c + 2);
+    if (hi >= 0xd800 && hi < 0xdc00 && lo >= 0xdc00 && lo < 0xe000) c += 6;
+  }
+  while (c < e && (b[c]! & 0xc0) === 0x80) c++;
+  return Math.min(c, e);
 }
 
 /**
@@ -425,13 +467,15 @@ class Utf8Out {
     this.buf.copy(next, 0, 0, this.length);
     this.buf = next;
   }
-  /** Appends `s`; `bytes`, when the caller knows it, is its UTF-8 length. */
-  write(s: string, bytes?: number): void {
+  /** Appends `s`; `bytes`, when the caller knows it, is its UTF-8 length. Returns that length. */
+  write(s: string, bytes?: number): number {
     // A UTF-16 unit is at most 3 UTF-8 bytes; near the end, count exactly before growing.
     if (this.length + (bytes ?? s.length * 3) > this.buf.length) {
       this.room(bytes ?? Buffer.byteLength(s, 'utf8'));
     }
-    this.length += this.buf.write(s, this.length, 'utf8');
+    const n = this.buf.write(s, this.length, 'utf8');
+    this.length += n;
+    return n;
   }
   /** Appends raw bytes [s, e) of `b` (valid UTF-8). */
   copy(b: Buffer, s: number, e: number): void {
@@ -480,12 +524,28 @@ class TextBudget {
       this.lit(v);
       return;
     }
+    if (!sp.esc) {
+      const v = plainPrefix(this.b, sp, this.left);
+      this.total += sp.e - sp.s;
+      this.out.write(v.text);
+      this.left -= v.decoded;
+      return;
+    }
     // Escapes make the raw span longer than its text: it may still fit in the budget, and
-    // what follows it is then kept too.
-    const v = spanPrefix(this.b, sp, this.left);
-    this.total += v.total;
-    this.out.write(v.text);
-    this.left -= v.decoded;
+    // what follows it is then kept too. Decoded in pieces of at most the bytes still missing
+    // (raw is never shorter than decoded), each written as it is decoded, until the budget is
+    // filled (usually two or three pieces); the rest is only counted. No walk over the kept
+    // part's escapes to find where to cut.
+    const b = this.b;
+    let i = sp.s;
+    while (this.left > 0 && i < sp.e) {
+      const cut = pieceEnd(b, i, Math.min(sp.e, i + this.left), sp.e);
+      const n = this.out.write(JSON.parse(`"${b.toString('utf8', i, cut)}"`) as string);
+      this.total += n;
+      this.left -= n;
+      i = cut;
+    }
+    if (i < sp.e) this.total += escapedLength(b, i, sp.e).decoded;
   }
   /** A JSON value re-serialised as the full path does (JSON.stringify of its parse). */
   json(start: number, end: number): void {

@@ -1,0 +1,156 @@
+// The routing prefix of a long escaped prompt is decoded in pieces cut at raw positions: a
+// piece must never end inside an escape, between the two escapes of a surrogate pair or inside
+// a UTF-8 character, or the ids differ from the whole prompt's. Property: for prompts built
+// from the characters that make those cuts hard, written as JSON.stringify writes them or
+// with every non-ASCII character escaped (as Python's json.dumps does by default), under any
+// routing cap, the scan gives the full path's ids up to the cap and its exact token count.
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import {
+  approximateTokenizer,
+  buildRouteRequest,
+  parseJsonBody,
+  parseRequest,
+  scanRequest,
+} from '../src/index.ts';
+import { pieceEnd } from '../src/scan.ts';
+
+/** Characters whose encodings are 1 to 4 UTF-8 bytes, escapes of every kind, lone surrogates. */
+const PIECES = [
+  'a',
+  'word ',
+  'é',
+  '€',
+  '😀',
+  '\n',
+  '\t',
+  '"',
+  '\\',
+  '/',
+  '\u0001',
+  '\u001f',
+  '\ud83d',
+  '\ude00',
+  '\\u',
+  'u',
+  '\\\\',
+  'x'.repeat(40),
+];
+
+/** Escapes every non-ASCII UTF-16 unit as \uXXXX, in upper or lower case hex. */
+function asciiJson(s: string, upper: boolean): string {
+  return JSON.stringify(s).replace(/[\u0080-\uffff]/g, (c) => {
+    const h = c.charCodeAt(0).toString(16).padStart(4, '0');
+    return `\\u${upper ? h.toUpperCase() : h}`;
+  });
+}
+
+const prompt = fc
+  .array(fc.constantFrom(...PIECES), { minLength: 1, maxLength: 120 })
+  .map((p) => p.join(''));
+
+describe('the routing prefix of an escaped prompt, decoded in pieces', () => {
+  it('has the full path ids up to any cap, and the exact count', () => {
+    fc.assert(
+      fc.property(
+        fc.array(prompt, { minLength: 1, maxLength: 3 }),
+        fc.constantFrom('plain', 'ascii-lower', 'ascii-upper'),
+        fc.integer({ min: 1, max: 400 }),
+        (contents, style, cap) => {
+          const messages = contents.map((content, i) => ({
+            role: i % 2 === 0 ? 'user' : 'assistant',
+            content,
+          }));
+          const body = { model: 'm', messages, max_tokens: 4 };
+          const text =
+            style === 'plain'
+              ? JSON.stringify(body)
+              : `{"model":"m","max_tokens":4,"messages":[${messages
+                  .map(
+                    (m) =>
+                      `{"role":"${m.role}","content":${asciiJson(m.content, style === 'ascii-upper')}}`,
+                  )
+                  .join(',')}]}`;
+          const route = buildRouteRequest(
+            parseRequest('chat', parseJsonBody(Buffer.from(text))),
+            approximateTokenizer,
+          );
+          const s = scanRequest('chat', Buffer.from(text), { maxPromptTokens: cap });
+          expect(Array.from(s.inputIds)).toEqual(Array.from(route.inputIds).slice(0, cap));
+          expect(s.promptTokens).toBe(route.inputIds.length);
+        },
+      ),
+      { numRuns: 600 },
+    );
+  });
+});
+
+describe('where a piece of an escaped string can end', () => {
+  it('never inside an escape, a surrogate pair or a character, and never far past the cut', () => {
+    fc.assert(
+      fc.property(
+        prompt,
+        fc.constantFrom('plain', 'ascii-lower', 'ascii-upper'),
+        fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { minLength: 1, maxLength: 6 }),
+        (content, style, cuts) => {
+          const quoted =
+            style === 'plain'
+              ? JSON.stringify(content)
+              : asciiJson(content, style === 'ascii-upper');
+          const b = Buffer.from(quoted);
+          const e = b.length - 1;
+          const decode = (from: number, to: number) =>
+            Buffer.from(JSON.parse(`"${b.toString('utf8', from, to)}"`) as string);
+          // Cut after cut, each piece starting where the last one ended.
+          const pieces: Buffer[] = [];
+          let s = 1;
+          for (const f of [...cuts].sort()) {
+            const cut = Math.max(s, Math.min(e, s + Math.floor(f * (e - s))));
+            const c = pieceEnd(b, s, cut, e);
+            expect(c).toBeGreaterThanOrEqual(cut);
+            expect(c).toBeLessThanOrEqual(Math.min(e, cut + 12));
+            pieces.push(decode(s, c));
+            s = c;
+          }
+          pieces.push(decode(s, e));
+          expect(Buffer.concat(pieces).equals(decode(1, e))).toBe(true);
+        },
+      ),
+      { numRuns: 1000 },
+    );
+  });
+
+  it('at every cut of a short string, from its start and from a later boundary', () => {
+    const short = fc
+      .array(fc.constantFrom(...PIECES.filter((p) => p.length < 10)), { maxLength: 24 })
+      .map((p) => p.join(''));
+    fc.assert(
+      fc.property(
+        short,
+        fc.constantFrom('plain', 'ascii-lower', 'ascii-upper'),
+        (content, style) => {
+          const quoted =
+            style === 'plain'
+              ? JSON.stringify(content)
+              : asciiJson(content, style === 'ascii-upper');
+          const b = Buffer.from(quoted);
+          const e = b.length - 1;
+          const decode = (from: number, to: number) =>
+            Buffer.from(JSON.parse(`"${b.toString('utf8', from, to)}"`) as string);
+          const whole = decode(1, e);
+          const mid = pieceEnd(b, 1, 1 + ((e - 1) >> 1), e);
+          for (const s of [1, mid]) {
+            for (let cut = s; cut <= e; cut++) {
+              const c = pieceEnd(b, s, cut, e);
+              expect(c).toBeGreaterThanOrEqual(cut);
+              expect(c).toBeLessThanOrEqual(Math.min(e, cut + 12));
+              const joined = Buffer.concat([decode(1, s), decode(s, c), decode(c, e)]);
+              expect(joined.equals(whole)).toBe(true);
+            }
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+});
