@@ -1,6 +1,8 @@
 // The shared front door of the benchmarks' command lines: --help prints the usage, and any
 // argument the benchmark does not know is an error naming it (exit 2), instead of being
 // ignored or read as something else. Each benchmark still reads its own values.
+import { type ParseArgsConfig, parseArgs } from 'node:util';
+
 export function checkBenchArgs(
   usage: string,
   known: { values?: readonly string[]; flags?: readonly string[] },
@@ -38,4 +40,27 @@ export function positiveArg(flag: string, value: string, usage: string): number 
     process.exit(2);
   }
   return n;
+}
+
+/**
+ * node:util parseArgs over the benchmark's arguments (pnpm's `--` dropped), with the
+ * front-door rules: `options` must declare `help` (-h), which prints `usage` and exits 0; a
+ * flag parseArgs refuses is an error naming it, followed by the usage (exit 2).
+ */
+export function parseBenchOptions<T extends ParseArgsConfig>(
+  usage: string,
+  config: T,
+): ReturnType<typeof parseArgs<T>>['values'] {
+  let values: ReturnType<typeof parseArgs<T>>['values'];
+  try {
+    values = parseArgs({ ...config, args: process.argv.slice(2).filter((a) => a !== '--') }).values;
+  } catch (err) {
+    console.error(`${(err as Error).message}\n\n${usage}`);
+    process.exit(2);
+  }
+  if ((values as { help?: boolean }).help === true) {
+    console.log(usage);
+    process.exit(0);
+  }
+  return values;
 }

@@ -13,9 +13,8 @@ import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
-import { positiveArg } from '../../../scripts/bench-args.ts';
+import { parseBenchOptions, positiveArg } from '../../../scripts/bench-args.ts';
 import { chatOnce, runLoad } from '../test/helpers/fault-client.ts';
 import {
   FAULT_MODES,
@@ -42,33 +41,17 @@ max_tokens poisoning, slow-body and huge-body abuse runs. Measures, never assert
   --skip LIST          parts to leave out: modes, poison, slow, huge
   -h, --help           this help
 `;
-const args = process.argv.slice(2).filter((a) => a !== '--');
-let parsed: ReturnType<typeof parseOptions>;
-function parseOptions() {
-  return parseArgs({
-    args,
-    options: {
-      duration: { type: 'string', default: '20' },
-      concurrency: { type: 'string', default: '32' },
-      modes: { type: 'string', default: FAULT_MODES.join(',') },
-      'slow-bodies': { type: 'string', default: '2000' },
-      'body-timeout-ms': { type: 'string', default: '10000' },
-      skip: { type: 'string', default: '' },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-  });
-}
-try {
-  parsed = parseOptions();
-} catch (err) {
-  console.error(`${(err as Error).message}\n\n${HELP}`);
-  process.exit(2);
-}
-const { values } = parsed;
-if (values.help) {
-  console.log(HELP);
-  process.exit(0);
-}
+const values = parseBenchOptions(HELP, {
+  options: {
+    duration: { type: 'string', default: '20' },
+    concurrency: { type: 'string', default: '32' },
+    modes: { type: 'string', default: FAULT_MODES.join(',') },
+    'slow-bodies': { type: 'string', default: '2000' },
+    'body-timeout-ms': { type: 'string', default: '10000' },
+    skip: { type: 'string', default: '' },
+    help: { type: 'boolean', short: 'h', default: false },
+  },
+});
 const durationMs = positiveArg('duration', values.duration, HELP) * 1000;
 const concurrency = Math.round(positiveArg('concurrency', values.concurrency, HELP));
 for (const m of values.modes.split(',').filter(Boolean)) {

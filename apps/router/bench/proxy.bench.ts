@@ -13,11 +13,10 @@ import { type AddressInfo, connect, createServer as createNetServer } from 'node
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join, resolve as resolvePath } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 
 import autocannon, { type AutocannonResult } from 'autocannon';
 import { Pool, request } from 'undici';
-import { positiveArg } from '../../../scripts/bench-args.ts';
+import { parseBenchOptions, positiveArg } from '../../../scripts/bench-args.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const routerRoot = join(here, '..');
@@ -69,9 +68,7 @@ request at 1 KB <= 2x nginx's, throughput >= 0.7x direct, CPU per extra KB <= 3 
   -h, --help        this help
 `;
 
-const { values } = parseArgs({
-  // pnpm forwards its own `--` separator.
-  args: process.argv.slice(2).filter((a) => a !== '--'),
+const values = parseBenchOptions(HELP, {
   options: {
     duration: { type: 'string', default: '3' },
     rounds: { type: 'string', default: '3' },
@@ -92,10 +89,6 @@ const { values } = parseArgs({
     help: { type: 'boolean', short: 'h', default: false },
   },
 });
-if (values.help) {
-  console.log(HELP);
-  process.exit(0);
-}
 const positive = (flag: string, v: string): number => positiveArg(flag, v, HELP);
 const duration = positive('duration', values.duration);
 const rounds = Math.round(positive('rounds', values.rounds));

@@ -14,9 +14,9 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { scanRequest } from '@kvroute/protocol';
 import { Registry } from 'prom-client';
+import { parseBenchOptions } from '../../../scripts/bench-args.ts';
 import { BlockHasher } from '../src/recording/block-hasher.ts';
 import { type RecordedRequest, requestLine, TraceRecorder } from '../src/recording/recorder.ts';
 import { ShadowCacheModel } from '../src/shadow/shadow-cache.ts';
@@ -29,25 +29,12 @@ size (best of 7 rounds; see the file's header for each figure).
   --sizes LIST   body sizes in KB (default 1,16,120,136)
   -h, --help     this help
 `;
-function options() {
-  try {
-    return parseArgs({
-      args: process.argv.slice(2).filter((a) => a !== '--'),
-      options: {
-        sizes: { type: 'string', default: '1,16,120,136' },
-        help: { type: 'boolean', short: 'h', default: false },
-      },
-    }).values;
-  } catch (err) {
-    console.error(`${(err as Error).message}\n\n${HELP}`);
-    process.exit(2);
-  }
-}
-const values = options();
-if (values.help) {
-  console.log(HELP);
-  process.exit(0);
-}
+const values = parseBenchOptions(HELP, {
+  options: {
+    sizes: { type: 'string', default: '1,16,120,136' },
+    help: { type: 'boolean', short: 'h', default: false },
+  },
+});
 const sizes = values.sizes.split(',').map(Number);
 if (sizes.some((n) => !(n > 0))) {
   console.error(`--sizes takes positive KB sizes, got '${values.sizes}'`);

@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { resolveConfig } from '../src/config.ts';
 import { buildRouter } from '../src/router.ts';
 import { type FakeWorker, startFakeWorker } from './helpers/fake-worker.ts';
+import { NO_ACTIVE_CHECKS } from './helpers/router.ts';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -20,15 +21,7 @@ async function setup(
   const ws = await Promise.all(Array.from({ length: n }, () => startFakeWorker()));
   for (const w of ws) cleanups.push(() => w.close());
   const app = buildRouter(
-    resolveConfig([
-      '--worker-urls',
-      ...ws.map((w) => w.url),
-      '--health-check-interval-ms',
-      '0',
-      '--generation-check-interval-ms',
-      '0',
-      ...argv,
-    ]),
+    resolveConfig(['--worker-urls', ...ws.map((w) => w.url), ...NO_ACTIVE_CHECKS, ...argv]),
   );
   cleanups.push(() => app.close());
   await app.listen({ host: '127.0.0.1', port: 0 });

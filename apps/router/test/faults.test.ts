@@ -13,7 +13,7 @@ import {
   failsBeforeClientBytes,
   startFaultyWorker,
 } from './helpers/faulty-worker.ts';
-import { listenRouter } from './helpers/router.ts';
+import { listenRouter, NO_ACTIVE_CHECKS } from './helpers/router.ts';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -32,10 +32,7 @@ async function fleet(): Promise<{ app: FastifyInstance; url: string; bad: Faulty
       // every method, and the cache-aware default is exercised by fault-bench.
       '--load-balance-method',
       'round_robin',
-      '--health-check-interval-ms',
-      '0',
-      '--generation-check-interval-ms',
-      '0',
+      ...NO_ACTIVE_CHECKS,
       '--first-byte-timeout-ms',
       '300',
       '--prefill-tokens-per-sec',
@@ -108,10 +105,7 @@ describe('retry budget', () => {
       [
         '--worker-urls',
         ...ws.map((w) => w.url),
-        '--health-check-interval-ms',
-        '0',
-        '--generation-check-interval-ms',
-        '0',
+        ...NO_ACTIVE_CHECKS,
         '--outlier-consecutive-failures',
         '0',
         '--retry-min-concurrency',

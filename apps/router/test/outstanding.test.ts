@@ -5,7 +5,7 @@ import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Outstanding } from '../src/proxy/outstanding.ts';
 import { startFaultyWorker } from './helpers/faulty-worker.ts';
-import { listenRouter } from './helpers/router.ts';
+import { listenRouter, NO_ACTIVE_CHECKS } from './helpers/router.ts';
 
 interface Call {
   id: number;
@@ -88,10 +88,7 @@ describe('a worker taken out moves the attempts it holds elsewhere', () => {
         b.url,
         '--load-balance-method',
         'round_robin',
-        '--health-check-interval-ms',
-        '0',
-        '--generation-check-interval-ms',
-        '0',
+        ...NO_ACTIVE_CHECKS,
         // Far longer than the test: only the ejection can free the hung request.
         '--first-byte-timeout-ms',
         '30000',

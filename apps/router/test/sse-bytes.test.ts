@@ -6,6 +6,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
+import { streamParts } from './helpers/faulty-worker.ts';
 import { listenRouter } from './helpers/router.ts';
 
 const cleanups: (() => Promise<void> | void)[] = [];
@@ -28,18 +29,7 @@ async function scriptedWorker(parts: Buffer[]): Promise<string> {
     req.on('end', () => {
       const path = (req.url ?? '/').split('?')[0];
       if (req.method === 'POST' && path === '/v1/chat/completions') {
-        res.writeHead(200, { 'content-type': 'text/event-stream' });
-        let i = 0;
-        const next = (): void => {
-          if (res.destroyed) return;
-          if (i === parts.length - 1) {
-            res.end(parts[i]);
-            return;
-          }
-          res.write(parts[i++]);
-          setTimeout(next, 15);
-        };
-        next();
+        streamParts(res, parts, 15);
         return;
       }
       const body =

@@ -10,6 +10,7 @@ import { DEFAULT_CONFIG, resolveConfig } from '../src/config.ts';
 import { buildRouter } from '../src/router.ts';
 import { FirstByteBound, firstByteTimeoutMs, loadCostProfile } from '../src/timeouts.ts';
 import { completionBody, startFakeWorker } from './helpers/fake-worker.ts';
+import { NO_ACTIVE_CHECKS } from './helpers/router.ts';
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -112,10 +113,7 @@ describe('first-byte bound', () => {
         resolveConfig([
           '--worker-urls',
           w.url,
-          '--health-check-interval-ms',
-          '0',
-          '--generation-check-interval-ms',
-          '0',
+          ...NO_ACTIVE_CHECKS,
           '--first-byte-timeout-ms',
           '100',
           '--prefill-tokens-per-sec',

@@ -124,6 +124,18 @@ export function firstDrawWithin(
   return -1;
 }
 
+/** firstDrawWithin for a 53-bit key (its low and high words, as hashing/chained.ts jumpRank). */
+export function firstKeyDrawWithin(
+  ranks: readonly RankState[],
+  key: number,
+  order: 'tokens' | 'requests',
+  max: number,
+  from = 0,
+  to = HASH_DRAWS,
+): number {
+  return firstDrawWithin(ranks, key >>> 0, Math.floor(key / 2 ** 32), order, max, from, to);
+}
+
 /**
  * Where a key goes when its own rank is down: the first healthy rank among the key's jump-hash
  * draws seeded by two uint32 words (firstDrawWithin with no load bound), or, when none of them

@@ -23,7 +23,7 @@ import { badRequest } from './errors.ts';
 import { DEFAULT_LIMITS, type RequestLimits } from './limits.ts';
 import { type ParsedRequest, parseJsonBody, parseRequest, type RequestKind } from './parse.ts';
 import { buildRouteRequest } from './route-request.ts';
-import { approximateTokenIds } from './routing-text.ts';
+import { approximateTokenIds, idsOfUtf8, LITTLE_ENDIAN } from './routing-text.ts';
 import { approximateTokenizer } from './tokenizer.ts';
 
 export interface ScanOptions {
@@ -386,12 +386,6 @@ function spanBytes(b: Buffer, sp: StrSpan): number {
   return sp.esc ? escapedLength(b, sp.s, sp.e).decoded : sp.e - sp.s;
 }
 
-/** A plain span's first `bytes` bytes (more is fine) as a string, and the span's length. */
-function plainPrefix(b: Buffer, sp: StrSpan, bytes: number): { text: string; decoded: number } {
-  const end = Math.min(sp.e, sp.s + bytes);
-  return { text: b.toString('utf8', sp.s, end), decoded: end - sp.s };
-}
-
 /** b[p] is a backslash that starts an escape (an even offset into its run; runs start at s). */
 function escapeStartsAt(b: Buffer, s: number, p: number): boolean {
   if (p < s || b[p] !== BACKSLASH) return false;
@@ -485,10 +479,8 @@ class Utf8Out {
   /** The approximate tokenizer's ids of the text: its bytes, zero-padded to whole uint32s. */
   ids(): Uint32Array {
     if (!LITTLE_ENDIAN) return approximateTokenIds(this.buf.toString('utf8', 0, this.length));
-    const padded = (this.length + 3) & ~3;
-    this.room(padded - this.length);
-    this.buf.fill(0, this.length, padded);
-    return new Uint32Array(this.buf.buffer, this.buf.byteOffset, padded / 4);
+    this.room(((this.length + 3) & ~3) - this.length);
+    return idsOfUtf8(this.buf, this.length);
   }
 }
 
@@ -525,10 +517,11 @@ class TextBudget {
       return;
     }
     if (!sp.esc) {
-      const v = plainPrefix(this.b, sp, this.left);
+      // Plain: decoded is raw, so the first `left` bytes are the prefix (more is fine).
+      const end = sp.s + this.left;
       this.total += sp.e - sp.s;
-      this.out.write(v.text);
-      this.left -= v.decoded;
+      this.out.write(this.b.toString('utf8', sp.s, end));
+      this.left = 0;
       return;
     }
     // Escapes make the raw span longer than its text: it may still fit in the budget, and
@@ -608,7 +601,6 @@ class WholeText {
 
 /** Bodies from this size on decode a whole prompt with WholeText (below, strings are cheap). */
 const WHOLE_TEXT_MIN_BYTES = 64 * 1024;
-const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 /** Bytes past the needed prefix decoded as slack: a cut through a UTF-8 sequence stays past it. */
 const SLACK_BYTES = 8;

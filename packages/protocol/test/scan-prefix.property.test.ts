@@ -45,6 +45,23 @@ function asciiJson(s: string, upper: boolean): string {
   });
 }
 
+type Style = 'plain' | 'ascii-lower' | 'ascii-upper';
+
+/**
+ * `content` as a JSON string in `style`: its bytes `b` (quotes included, content [1, e)), and
+ * the UTF-8 bytes a slice [from, to) of its content decodes to.
+ */
+function quotedString(content: string, style: Style) {
+  const quoted =
+    style === 'plain' ? JSON.stringify(content) : asciiJson(content, style === 'ascii-upper');
+  const b = Buffer.from(quoted);
+  const decode = (from: number, to: number) =>
+    Buffer.from(JSON.parse(`"${b.toString('utf8', from, to)}"`) as string);
+  return { b, e: b.length - 1, decode };
+}
+
+const STYLES = fc.constantFrom<Style>('plain', 'ascii-lower', 'ascii-upper');
+
 const prompt = fc
   .array(fc.constantFrom(...PIECES), { minLength: 1, maxLength: 120 })
   .map((p) => p.join(''));
@@ -54,7 +71,7 @@ describe('the routing prefix of an escaped prompt, decoded in pieces', () => {
     fc.assert(
       fc.property(
         fc.array(prompt, { minLength: 1, maxLength: 3 }),
-        fc.constantFrom('plain', 'ascii-lower', 'ascii-upper'),
+        STYLES,
         fc.integer({ min: 1, max: 400 }),
         (contents, style, cap) => {
           const messages = contents.map((content, i) => ({
@@ -90,17 +107,10 @@ describe('where a piece of an escaped string can end', () => {
     fc.assert(
       fc.property(
         prompt,
-        fc.constantFrom('plain', 'ascii-lower', 'ascii-upper'),
+        STYLES,
         fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { minLength: 1, maxLength: 6 }),
         (content, style, cuts) => {
-          const quoted =
-            style === 'plain'
-              ? JSON.stringify(content)
-              : asciiJson(content, style === 'ascii-upper');
-          const b = Buffer.from(quoted);
-          const e = b.length - 1;
-          const decode = (from: number, to: number) =>
-            Buffer.from(JSON.parse(`"${b.toString('utf8', from, to)}"`) as string);
+          const { b, e, decode } = quotedString(content, style);
           // Cut after cut, each piece starting where the last one ended.
           const pieces: Buffer[] = [];
           let s = 1;
@@ -125,31 +135,20 @@ describe('where a piece of an escaped string can end', () => {
       .array(fc.constantFrom(...PIECES.filter((p) => p.length < 10)), { maxLength: 24 })
       .map((p) => p.join(''));
     fc.assert(
-      fc.property(
-        short,
-        fc.constantFrom('plain', 'ascii-lower', 'ascii-upper'),
-        (content, style) => {
-          const quoted =
-            style === 'plain'
-              ? JSON.stringify(content)
-              : asciiJson(content, style === 'ascii-upper');
-          const b = Buffer.from(quoted);
-          const e = b.length - 1;
-          const decode = (from: number, to: number) =>
-            Buffer.from(JSON.parse(`"${b.toString('utf8', from, to)}"`) as string);
-          const whole = decode(1, e);
-          const mid = pieceEnd(b, 1, 1 + ((e - 1) >> 1), e);
-          for (const s of [1, mid]) {
-            for (let cut = s; cut <= e; cut++) {
-              const c = pieceEnd(b, s, cut, e);
-              expect(c).toBeGreaterThanOrEqual(cut);
-              expect(c).toBeLessThanOrEqual(Math.min(e, cut + 12));
-              const joined = Buffer.concat([decode(1, s), decode(s, c), decode(c, e)]);
-              expect(joined.equals(whole)).toBe(true);
-            }
+      fc.property(short, STYLES, (content, style) => {
+        const { b, e, decode } = quotedString(content, style);
+        const whole = decode(1, e);
+        const mid = pieceEnd(b, 1, 1 + ((e - 1) >> 1), e);
+        for (const s of [1, mid]) {
+          for (let cut = s; cut <= e; cut++) {
+            const c = pieceEnd(b, s, cut, e);
+            expect(c).toBeGreaterThanOrEqual(cut);
+            expect(c).toBeLessThanOrEqual(Math.min(e, cut + 12));
+            const joined = Buffer.concat([decode(1, s), decode(s, c), decode(c, e)]);
+            expect(joined.equals(whole)).toBe(true);
           }
-        },
-      ),
+        }
+      }),
       { numRuns: 300 },
     );
   });

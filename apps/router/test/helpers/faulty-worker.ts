@@ -62,6 +62,26 @@ const event = (content: string): string =>
   `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content } }] })}\n\n`;
 const USAGE_EVENT = `data: ${JSON.stringify({ id: 'c1', choices: [], usage: { prompt_tokens: 10, completion_tokens: 3, total_tokens: 13 } })}\n\n`;
 
+/** An SSE answer written as `parts`, one write each, `gapMs` apart (the last ends it). */
+export function streamParts(
+  res: ServerResponse,
+  parts: readonly (string | Buffer)[],
+  gapMs: number,
+): void {
+  res.writeHead(200, { 'content-type': 'text/event-stream' });
+  let i = 0;
+  const next = (): void => {
+    if (res.destroyed) return;
+    if (i === parts.length - 1) {
+      res.end(parts[i]);
+      return;
+    }
+    res.write(parts[i++]);
+    setTimeout(next, gapMs);
+  };
+  next();
+}
+
 export async function startFaultyWorker(mode: FaultMode = 'ok'): Promise<FaultyWorker> {
   const hung = new Set<ServerResponse>();
   const worker: FaultyWorker = {
@@ -83,21 +103,8 @@ export async function startFaultyWorker(mode: FaultMode = 'ok'): Promise<FaultyW
     });
     res.end(text);
   };
-  const streamOk = (res: ServerResponse, gap: number): void => {
-    res.writeHead(200, { 'content-type': 'text/event-stream' });
-    const parts = [event('a'), event('b'), event('c'), USAGE_EVENT, 'data: [DONE]\n\n'];
-    let i = 0;
-    const next = (): void => {
-      if (res.destroyed) return;
-      if (i === parts.length - 1) {
-        res.end(parts[i]);
-        return;
-      }
-      res.write(parts[i++]);
-      setTimeout(next, gap);
-    };
-    next();
-  };
+  const streamOk = (res: ServerResponse, gap: number): void =>
+    streamParts(res, [event('a'), event('b'), event('c'), USAGE_EVENT, 'data: [DONE]\n\n'], gap);
   const hang = (res: ServerResponse): void => {
     hung.add(res);
     res.on('close', () => hung.delete(res));

@@ -14,3 +14,11 @@ export async function listenRouter(
   cleanups.push(async () => app.server.closeAllConnections());
   return { app, url: `http://127.0.0.1:${(app.server.address() as { port: number }).port}` };
 }
+
+/** Flags that turn the router's active health and generation checks off (tests drive faults). */
+export const NO_ACTIVE_CHECKS = [
+  '--health-check-interval-ms',
+  '0',
+  '--generation-check-interval-ms',
+  '0',
+] as const;

@@ -63,7 +63,7 @@ import { ChainedPrefixIndex } from '../hashing/chained-index.ts';
 import { validateTokenIds } from '../hashing/prefix-digest.ts';
 import { PendingPrefixes } from '../kv-index/pending.ts';
 import { type OptionsSchema, readInt, readNumber, readWindowAndCap } from '../options.ts';
-import { firstDrawWithin, healthyTotals, leastLoadedCool } from '../pickers.ts';
+import { firstKeyDrawWithin, healthyTotals, leastLoadedCool } from '../pickers.ts';
 import {
   type Decision,
   type LoadQueries,
@@ -517,8 +517,7 @@ export const createCacheAware = defineMethod(
           if (hash && first !== undefined) {
             // The first window's own order over ranks (jump-hash draws, as consistent_hash):
             // the first healthy rank within the bound.
-            const hi = Math.floor(first / 2 ** 32);
-            const drawn = firstDrawWithin(ranks, first >>> 0, hi, 'tokens', bound);
+            const drawn = firstKeyDrawWithin(ranks, first, 'tokens', bound);
             if (drawn >= 0) return { rank: drawn, reason: 'cache-miss-hash' };
           }
           const least = queries

@@ -36,7 +36,7 @@ import { PolicyConfigError } from '../errors.ts';
 import { prefixKey, stringKey } from '../hashing/chained.ts';
 import { prefixKeyLength, validateTokenIds } from '../hashing/prefix-digest.ts';
 import { type OptionsSchema, readNumber, readWindowAndCap } from '../options.ts';
-import { firstDrawWithin, healthyTotals, leastBy } from '../pickers.ts';
+import { firstKeyDrawWithin, healthyTotals, leastBy } from '../pickers.ts';
 import { type Decision, type Method, type MethodContext, promptLength } from '../types.ts';
 
 export const CONSISTENT_HASH_OPTIONS = {
@@ -156,11 +156,9 @@ export const createConsistentHash = defineMethod(
         // The key's own order over all ranks is its sequence of jump-hash draws; the request
         // takes the first healthy rank within the bound. An unhealthy first draw is a walk too.
         const ranks = ctx.ranks;
-        const lo = key >>> 0;
-        const hi = Math.floor(key / 2 ** 32);
-        const home = firstDrawWithin(ranks, lo, hi, unit, bound, 0, 1);
+        const home = firstKeyDrawWithin(ranks, key, unit, bound, 0, 1);
         if (home >= 0) return { rank: home, reason: 'consistent-hash' };
-        const walked = firstDrawWithin(ranks, lo, hi, unit, bound, 1);
+        const walked = firstKeyDrawWithin(ranks, key, unit, bound, 1);
         if (walked >= 0) return { rank: walked, reason: 'consistent-hash-overflow' };
         // Most ranks down or over the bound: the least-loaded rank, which is always within it.
         return { rank: leastBy(ctx, unit).rank, reason: 'consistent-hash-overflow' };
