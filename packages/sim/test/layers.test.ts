@@ -24,6 +24,15 @@ function specifiers(file: string): string[] {
   return out;
 }
 
+/** What a module loads with itself: value imports and re-exports, not types nor import(). */
+function loadedWith(file: string): string[] {
+  const code = readFileSync(file, 'utf8');
+  const out: string[] = [];
+  for (const m of code.matchAll(/(?:^|\n)\s*(import|export)(?!\s+type\b)[^'"]*?from\s+'([^']+)'/g))
+    out.push(m[2]!);
+  return out;
+}
+
 function closure(entry: string): { files: Set<string>; packages: Set<string> } {
   const files = new Set<string>();
   const packages = new Set<string>();
@@ -77,6 +86,31 @@ describe('layers', () => {
         const target = s.startsWith('.') ? relative(src, resolve(dirname(file), s)) : s;
         expect(target.startsWith('cli/') || target === 'cli.ts', `${rel} imports ${s}`).toBe(false);
       }
+    }
+  });
+
+  it('a command that writes no HTML loads no chart renderer', () => {
+    // vega and vega-lite took about 250 ms to load, before a sweep started its threads.
+    for (const command of ['run', 'sweep', 'replay', 'compare']) {
+      const todo = [join(src, 'cli', 'commands', `${command}.ts`)];
+      const files = new Set<string>();
+      const packages = new Set<string>();
+      while (todo.length > 0) {
+        const file = todo.pop()!;
+        if (files.has(file)) continue;
+        files.add(file);
+        for (const s of loadedWith(file)) {
+          if (s.startsWith('.')) todo.push(resolve(dirname(file), s));
+          else packages.add(s);
+        }
+      }
+      // The HTML module itself is on every one of these paths (it must not pull the renderers).
+      expect(files.has(join(src, 'report', 'html.ts')), command).toBe(true);
+      expect(packages.has('@kvroute/policy'), command).toBe(true);
+      expect(
+        [...packages].filter((p) => p.startsWith('vega')),
+        command,
+      ).toEqual([]);
     }
   });
 

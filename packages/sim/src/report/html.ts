@@ -1,9 +1,7 @@
 // One self-contained HTML file: inline CSS, charts as inline SVG rendered headlessly by
 // vega (renderer 'none' + toSVG needs no canvas and no DOM), no scripts, so it opens
 // offline and from a mail attachment alike.
-import { parse, View } from 'vega';
 import type { TopLevelSpec } from 'vega-lite';
-import { compile } from 'vega-lite';
 import {
   hitRateSpec,
   rankLoadSpec,
@@ -16,7 +14,14 @@ import { isBestCell, settingLabel } from './sweep-choice.ts';
 import { runColumns, sweepColumns } from './table.ts';
 import type { PolicySamples, RunExtras, RunReport, SweepReport } from './types.ts';
 
+// vega and vega-lite load on the first chart, not with this module: their module graph took
+// about 250 ms, and every run, sweep and compare imports this file whether or not it writes
+// HTML (the sweep's worker threads start only after it).
+let renderers: Promise<[typeof import('vega'), typeof import('vega-lite')]> | undefined;
+
 export async function renderSvg(spec: TopLevelSpec): Promise<string> {
+  renderers ??= Promise.all([import('vega'), import('vega-lite')]);
+  const [{ parse, View }, { compile }] = await renderers;
   const vgSpec = compile({ ...spec, config: { font: 'sans-serif', ...(spec.config ?? {}) } }).spec;
   const view = new View(parse(vgSpec), { renderer: 'none' });
   try {
