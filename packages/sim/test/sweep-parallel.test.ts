@@ -4,6 +4,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { oddMethodsFirst } from '../src/cli/simulate.ts';
 import type { CellJob } from '../src/parallel/cell.ts';
 import { runCells } from '../src/parallel/pool.ts';
 import { runSimCli } from './helpers/cli.ts';
@@ -199,7 +200,48 @@ describe('the thread pool', () => {
     expect(JSON.stringify(threadsOnly)).toBe(JSON.stringify(serial));
     const mixed = await runCells(jobs, { workers: 2 });
     expect(JSON.stringify(mixed)).toBe(JSON.stringify(serial));
+    // Any claim order, on threads or here: results still in job order.
+    const reversed = await runCells(jobs, { workers: 2, order: [2, 1, 0] });
+    expect(JSON.stringify(reversed)).toBe(JSON.stringify(serial));
+    const reversedHere = await runCells(jobs, { workers: 1, order: [2, 1, 0] });
+    expect(JSON.stringify(reversedHere)).toBe(JSON.stringify(serial));
   }, 120_000);
+
+  it('takes jobs in the order given, and refuses an order that is not a permutation', async () => {
+    const bad = (scenario: string): CellJob => ({
+      scenario,
+      scenarioOptions: {},
+      seed: 1,
+      profile: { name: 'h200-llama-3.1-8b' },
+      policy: { method: 'round_robin' },
+    });
+    const jobs = [bad('first-by-index'), bad('first-by-order')];
+    // The first job taken fails the run, so the error names which one ran first.
+    await expect(runCells(jobs, { workers: 1 })).rejects.toThrow(/first-by-index/);
+    await expect(runCells(jobs, { workers: 1, order: [1, 0] })).rejects.toThrow(/first-by-order/);
+    await expect(
+      runCells(jobs, { workers: 2, inThisThread: false, order: [1, 0] }),
+    ).rejects.toThrow(/first-by-order|first-by-index/);
+    for (const order of [[0], [0, 0], [0, 2], [1, 0.5], [0, 1, 2]]) {
+      await expect(runCells(jobs, { workers: 1, order })).rejects.toThrow(
+        'order must be a permutation of 0..1',
+      );
+    }
+  }, 120_000);
+
+  it("a sweep runs the cells of other methods than the grid's first", () => {
+    const job = (method: string): CellJob => ({
+      scenario: 'agentic',
+      scenarioOptions: {},
+      seed: 1,
+      profile: { name: 'h200-llama-3.1-8b' },
+      policy: { method },
+    });
+    const methods = ['prefix_match', 'prefix_match', 'cache_aware', 'prefix_match', 'round_robin'];
+    expect(oddMethodsFirst(methods.map(job))).toEqual([2, 4, 0, 1, 3]);
+    expect(oddMethodsFirst(['cache_aware', 'cache_aware'].map(job))).toEqual([0, 1]);
+    expect(oddMethodsFirst([])).toEqual([]);
+  });
 
   it('rejects with the error of a job that failed on a worker thread', async () => {
     const bad: CellJob = {

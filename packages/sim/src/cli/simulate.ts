@@ -325,6 +325,31 @@ export function shardIndices(total: number, index: number, count: number): numbe
   return out;
 }
 
+/**
+ * The order a sweep's cells run in: cells of a method other than the grid's own (the
+ * reference, the current setting) first, then the grid in index order. They are one or two
+ * cells among many similar ones and often the slowest (the reference walks its prefix
+ * index): run last by index, the reference cell of a 16-cell Mooncake-trace sweep (1.7 s,
+ * against about 1 s for the others) left one of two threads idle at the end, and taking it
+ * first made the sweep about 8% faster. The results do not depend on the order.
+ */
+export function oddMethodsFirst(jobs: readonly CellJob[]): number[] {
+  const counts = new Map<string, number>();
+  for (const j of jobs) counts.set(j.policy.method, (counts.get(j.policy.method) ?? 0) + 1);
+  let common = '';
+  let most = 0;
+  for (const [method, n] of counts) {
+    if (n > most) {
+      common = method;
+      most = n;
+    }
+  }
+  const odd: number[] = [];
+  const rest: number[] = [];
+  jobs.forEach((j, i) => (j.policy.method === common ? rest : odd).push(i));
+  return [...odd, ...rest];
+}
+
 export async function runSweepCells(
   io: CliIo,
   jobs: readonly CellJob[],
@@ -334,6 +359,7 @@ export async function runSweepCells(
   try {
     return await runCells(jobs, {
       ...(workers !== undefined ? { workers } : {}),
+      order: oddMethodsFirst(jobs),
       onDone: (done, total) => progress.update(done / total, `${done}/${total} cells`),
     });
   } finally {

@@ -36,6 +36,12 @@ export interface RunCellsOptions {
   inThisThread?: boolean;
   /** Called as each cell finishes, with how many have. */
   onDone?(done: number, total: number): void;
+  /**
+   * The order threads take jobs in (a permutation of the job indexes; default: index order).
+   * Results still come back in job order, so the output does not depend on it; putting the
+   * longest jobs first keeps one thread from running a long job alone at the end.
+   */
+  order?: readonly number[];
 }
 
 const SMALL_GRID = 4;
@@ -63,12 +69,14 @@ export async function runJobs<K extends JobKind>(
     opts.workers ?? (jobs.length < SMALL_GRID ? 1 : defaultWorkers()),
     jobs.length,
   );
+  const order = claimOrder(jobs.length, opts.order);
   if (workers <= 1) {
     const run = jobRunners()[kind] as (job: JobKinds[K]['job']) => JobKinds[K]['result'];
-    const out: JobKinds[K]['result'][] = [];
-    for (const job of jobs) {
-      out.push(run(job));
-      opts.onDone?.(out.length, jobs.length);
+    const out: JobKinds[K]['result'][] = new Array(jobs.length);
+    for (let k = 0; k < jobs.length; k++) {
+      const index = order[k]!;
+      out[index] = run(jobs[index]!);
+      opts.onDone?.(k + 1, jobs.length);
       // Let a progress bar draw and signals arrive between cells.
       await new Promise((r) => setImmediate(r));
     }
@@ -105,8 +113,9 @@ export async function runJobs<K extends JobKind>(
       };
       const local = () => {
         if (settled) return;
-        const index = Atomics.add(claim, 0, 1);
-        if (index >= jobs.length) return;
+        const k = Atomics.add(claim, 0, 1);
+        if (k >= jobs.length) return;
+        const index = order[k]!;
         try {
           results[index] = runHere(jobs[index]!);
         } catch (err) {
@@ -117,7 +126,7 @@ export async function runJobs<K extends JobKind>(
         // Between cells, let the threads' results, a progress bar and signals through.
         setImmediate(local);
       };
-      const batch: WorkerBatch = { kind, jobs, claim };
+      const batch: WorkerBatch = { kind, jobs, order, claim };
       for (const w of pool) {
         w.on('message', (msg: { index: number; result?: unknown; error?: WorkerError }) => {
           if (settled) return;
@@ -143,11 +152,30 @@ export async function runJobs<K extends JobKind>(
   return results as JobKinds[K]['result'][];
 }
 
-/** What a worker is given: every job, and the counter all threads claim job indexes from. */
+/**
+ * What a worker is given: every job, the order jobs are taken in, and the counter all threads
+ * claim positions in that order from.
+ */
 export interface WorkerBatch {
   kind: JobKind;
   jobs: readonly unknown[];
+  order: readonly number[];
   claim: Int32Array;
+}
+
+/** `order` checked to be a permutation of 0..n-1 (index order when absent). */
+function claimOrder(n: number, order: readonly number[] | undefined): readonly number[] {
+  if (order === undefined) return Array.from({ length: n }, (_, i) => i);
+  const seen = new Uint8Array(n);
+  for (const i of order) {
+    if (!Number.isInteger(i) || i < 0 || i >= n || seen[i] === 1) {
+      throw new RangeError(`runJobs: order must be a permutation of 0..${n - 1}`);
+    }
+    seen[i] = 1;
+  }
+  if (order.length !== n)
+    throw new RangeError(`runJobs: order must be a permutation of 0..${n - 1}`);
+  return order;
 }
 
 interface WorkerError {
