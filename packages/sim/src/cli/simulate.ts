@@ -346,7 +346,7 @@ export function oddMethodsFirst(jobs: readonly CellJob[]): number[] {
   }
   const odd: number[] = [];
   const rest: number[] = [];
-  jobs.forEach((j, i) => (j.policy.method === common ? rest : odd).push(i));
+  for (let i = 0; i < jobs.length; i++) (jobs[i]!.policy.method === common ? rest : odd).push(i);
   return [...odd, ...rest];
 }
 
