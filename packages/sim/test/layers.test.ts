@@ -33,7 +33,10 @@ function loadedWith(file: string): string[] {
   return out;
 }
 
-function closure(entry: string): { files: Set<string>; packages: Set<string> } {
+function closure(
+  entry: string,
+  imports: (file: string) => string[] = specifiers,
+): { files: Set<string>; packages: Set<string> } {
   const files = new Set<string>();
   const packages = new Set<string>();
   const todo = [entry];
@@ -41,7 +44,7 @@ function closure(entry: string): { files: Set<string>; packages: Set<string> } {
     const file = todo.pop()!;
     if (files.has(file)) continue;
     files.add(file);
-    for (const s of specifiers(file)) {
+    for (const s of imports(file)) {
       if (s.startsWith('.')) todo.push(resolve(dirname(file), s));
       else if (!s.startsWith('node:')) packages.add(s);
     }
@@ -92,18 +95,10 @@ describe('layers', () => {
   it('a command that writes no HTML loads no chart renderer', () => {
     // vega and vega-lite took about 250 ms to load, before a sweep started its threads.
     for (const command of ['run', 'sweep', 'replay', 'compare']) {
-      const todo = [join(src, 'cli', 'commands', `${command}.ts`)];
-      const files = new Set<string>();
-      const packages = new Set<string>();
-      while (todo.length > 0) {
-        const file = todo.pop()!;
-        if (files.has(file)) continue;
-        files.add(file);
-        for (const s of loadedWith(file)) {
-          if (s.startsWith('.')) todo.push(resolve(dirname(file), s));
-          else packages.add(s);
-        }
-      }
+      const { files, packages } = closure(
+        join(src, 'cli', 'commands', `${command}.ts`),
+        loadedWith,
+      );
       // The HTML module itself is on every one of these paths (it must not pull the renderers).
       expect(files.has(join(src, 'report', 'html.ts')), command).toBe(true);
       expect(packages.has('@kvroute/policy'), command).toBe(true);
