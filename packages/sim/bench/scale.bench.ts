@@ -5,25 +5,28 @@
 // is more conversations of the same service, not the same ones again. Prints wall and CPU
 // seconds, peak RSS and the ratios to the 1x run against the targets (<= 1.1 x N time,
 // <= 2x memory), plus the load average, since the machine may be shared. No assertions.
-//   pnpm --filter @kvroute/sim bench:scale [-- --factor 10] [--ranks 1024] [--policy round_robin]
+//
+// The runs use the compiled package (dist/, built first if older than src/) under plain
+// node, the form the kvroute-sim bin runs in; --source runs src/ under tsx instead, whose
+// loader adds to both runs' memory and so makes the ratio look better than users see it.
+//   pnpm --filter @kvroute/sim bench:scale [-- --factor 10] [--ranks 1024] [--policy round_robin] [--source]
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { checkBenchArgs } from '../../../scripts/bench-args.ts';
-import { getProfile } from '../src/cost/profiles.ts';
-import { simulatePlan } from '../src/simulate.ts';
-import { buildWorkload } from '../src/workloads/registry.ts';
 import { defaultTracePath } from '../src/workloads/replay.ts';
+import { ensureBuilt } from './built.ts';
 
 checkBenchArgs(
   `usage: pnpm --filter @kvroute/sim bench:scale [-- --factor N --ranks N --policy NAME]
 
 The Mooncake trace once and --factor times over (default 10) on --ranks ranks (default 1,024)
 with --policy (default round_robin), each in its own process: wall and CPU seconds, peak RSS
-and the ratios to the 1x run, against the targets.`,
-  { values: ['--factor', '--ranks', '--policy', '--child'], flags: [] },
+and the ratios to the 1x run, against the targets. The runs use the compiled dist/ (built
+first if older than src/); --source runs src/ under tsx instead.`,
+  { values: ['--factor', '--ranks', '--policy'], flags: ['--source'] },
 );
 
 const args = process.argv.slice(2);
@@ -67,74 +70,60 @@ function repeatTrace(source: string, times: number, out: string): void {
   writeFileSync(out, `${text.join('\n')}\n`);
 }
 
-const child = args.indexOf('--child');
-if (child >= 0) {
-  const file = args[child + 1]!;
-  const t0 = performance.now();
-  const c0 = process.cpuUsage();
-  const plan = buildWorkload('replay', { file, ranks }, 1);
-  const run = simulatePlan(plan, {
-    policy: { method: policy },
-    ranks,
-    profile: getProfile('h200-llama-3.1-8b'),
-    seed: 1,
-  });
-  const cpu = process.cpuUsage(c0);
-  const out: ChildResult = {
-    requests: run.summary.requests,
-    wallS: (performance.now() - t0) / 1000,
-    cpuS: (cpu.user + cpu.system) / 1e6,
-    peakRssMiB: process.resourceUsage().maxRSS / 1024,
-    events: run.summary.events,
-  };
-  console.log(JSON.stringify(out));
-} else {
-  const dir = mkdtempSync(join(tmpdir(), 'kvroute-scale-'));
-  const self = fileURLToPath(import.meta.url);
-  const runOne = (file: string): ChildResult => {
-    const r = spawnSync(
-      process.execPath,
-      [...process.execArgv, self, '--child', file, '--ranks', String(ranks), '--policy', policy],
-      { encoding: 'utf8', maxBuffer: 1 << 24 },
-    );
-    if (r.status !== 0) {
-      console.error(r.stderr);
-      process.exit(1);
-    }
-    return JSON.parse(r.stdout.trim().split('\n').pop()!) as ChildResult;
-  };
-  try {
-    const longer = join(dir, `trace-x${factor}.jsonl`);
-    repeatTrace(defaultTracePath(), factor, longer);
-    console.log(
-      `Mooncake conversation trace x1 and x${factor}, ${ranks} ranks, ${policy}, h200-llama-3.1-8b; load average before: ${loadavg()[0]!.toFixed(1)}`,
-    );
-    console.log('trace  requests   events   wall s    CPU s  peak RSS');
-    const rows: [string, ChildResult][] = [
-      ['x1', runOne(defaultTracePath())],
-      [`x${factor}`, runOne(longer)],
-    ];
-    for (const [name, r] of rows) {
-      console.log(
-        [
-          name.padEnd(5),
-          String(r.requests).padStart(9),
-          String(r.events).padStart(8),
-          r.wallS.toFixed(1).padStart(8),
-          r.cpuS.toFixed(1).padStart(8),
-          `${r.peakRssMiB.toFixed(0)} MiB`.padStart(10),
-        ].join(' '),
-      );
-    }
-    const [a, b] = [rows[0]![1], rows[1]![1]];
-    const cpuRatio = b.cpuS / a.cpuS;
-    const wallRatio = b.wallS / a.wallS;
-    const memRatio = b.peakRssMiB / a.peakRssMiB;
-    const timeLimit = 1.1 * factor;
-    console.log(
-      `x${factor}/x1: CPU ${cpuRatio.toFixed(2)}x, wall ${wallRatio.toFixed(2)}x (target <= ${timeLimit.toFixed(0)}x: ${cpuRatio <= timeLimit ? 'met' : 'MISSED'} on CPU), memory ${memRatio.toFixed(2)}x (target <= 2x: ${memRatio <= 2 ? 'met' : 'MISSED'}); load average after: ${loadavg()[0]!.toFixed(1)}`,
-    );
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
+const fromSource = args.includes('--source');
+if (!fromSource) ensureBuilt();
+const dir = mkdtempSync(join(tmpdir(), 'kvroute-scale-'));
+const child = fileURLToPath(new URL('./scale-child.mjs', import.meta.url));
+const runOne = (file: string): ChildResult => {
+  const r = spawnSync(
+    process.execPath,
+    [
+      ...(fromSource ? process.execArgv : []),
+      child,
+      file,
+      String(ranks),
+      policy,
+      ...(fromSource ? ['--source'] : []),
+    ],
+    { encoding: 'utf8', maxBuffer: 1 << 24 },
+  );
+  if (r.status !== 0) {
+    console.error(r.stderr);
+    process.exit(1);
   }
+  return JSON.parse(r.stdout.trim().split('\n').pop()!) as ChildResult;
+};
+try {
+  const longer = join(dir, `trace-x${factor}.jsonl`);
+  repeatTrace(defaultTracePath(), factor, longer);
+  console.log(
+    `Mooncake conversation trace x1 and x${factor}, ${ranks} ranks, ${policy}, h200-llama-3.1-8b, ${fromSource ? 'src/ under tsx' : 'compiled dist/ under plain node'}; load average before: ${loadavg()[0]!.toFixed(1)}`,
+  );
+  console.log('trace  requests   events   wall s    CPU s  peak RSS');
+  const rows: [string, ChildResult][] = [
+    ['x1', runOne(defaultTracePath())],
+    [`x${factor}`, runOne(longer)],
+  ];
+  for (const [name, r] of rows) {
+    console.log(
+      [
+        name.padEnd(5),
+        String(r.requests).padStart(9),
+        String(r.events).padStart(8),
+        r.wallS.toFixed(1).padStart(8),
+        r.cpuS.toFixed(1).padStart(8),
+        `${r.peakRssMiB.toFixed(0)} MiB`.padStart(10),
+      ].join(' '),
+    );
+  }
+  const [a, b] = [rows[0]![1], rows[1]![1]];
+  const cpuRatio = b.cpuS / a.cpuS;
+  const wallRatio = b.wallS / a.wallS;
+  const memRatio = b.peakRssMiB / a.peakRssMiB;
+  const timeLimit = 1.1 * factor;
+  console.log(
+    `x${factor}/x1: CPU ${cpuRatio.toFixed(2)}x, wall ${wallRatio.toFixed(2)}x (target <= ${timeLimit.toFixed(0)}x: ${cpuRatio <= timeLimit ? 'met' : 'MISSED'} on CPU), memory ${memRatio.toFixed(2)}x (target <= 2x: ${memRatio <= 2 ? 'met' : 'MISSED'}); load average after: ${loadavg()[0]!.toFixed(1)}`,
+  );
+} finally {
+  rmSync(dir, { recursive: true, force: true });
 }

@@ -14,12 +14,12 @@
 // --trace adds the same 16 cells on the Mooncake trace (cells of about a second; at most two
 // rounds, about two minutes).
 //   pnpm --filter @kvroute/sim bench:sweep [-- --rounds 3] [--skip-1000] [--trace]
-import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { availableParallelism, loadavg } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { checkBenchArgs } from '../../../scripts/bench-args.ts';
+import { ensureBuilt, packageRoot } from './built.ts';
 
 checkBenchArgs(
   `usage: pnpm --filter @kvroute/sim bench:sweep [-- --rounds N --skip-1000 --trace]
@@ -41,23 +41,8 @@ if (!Number.isInteger(rounds) || rounds < 1) {
   process.exit(2);
 }
 
-const root = fileURLToPath(new URL('..', import.meta.url));
-const cli = join(root, 'dist', 'cli.js');
-
-/** Newest modification time under a directory (recursively). */
-function newest(dir: string): number {
-  let t = 0;
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    const p = join(dir, e.name);
-    t = Math.max(t, e.isDirectory() ? newest(p) : statSync(p).mtimeMs);
-  }
-  return t;
-}
-if (!existsSync(cli) || statSync(cli).mtimeMs < newest(join(root, 'src'))) {
-  console.log('building dist/ (older than src/) ...');
-  const b = spawnSync('pnpm', ['run', 'build'], { cwd: root, stdio: 'inherit' });
-  if (b.status !== 0) process.exit(b.status ?? 1);
-}
+ensureBuilt();
+const cli = join(packageRoot, 'dist', 'cli.js');
 
 interface Run {
   wallS: number;
