@@ -11,6 +11,7 @@ import type { KeyStore } from '../cache/key-store.ts';
 import { RadixCache, type RadixHandle } from '../cache/radix-cache.ts';
 import type { CostModel } from '../cost/cost-model.ts';
 import type { ScheduledEvent, Scheduler } from '../engine/event-queue.ts';
+import { KeptMap } from '../engine/kept-tables.ts';
 import { ActiveRequest, type RankRequest } from './request.ts';
 
 export type { RankRequest } from './request.ts';
@@ -225,7 +226,7 @@ export class RankModel {
   private entering = 0;
   private chunked: ActiveRequest | null = null;
   private decoding: ActiveRequest[] = [];
-  private readonly byId = new Map<number | string, ActiveRequest>();
+  private readonly byId = new KeptMap<number | string, ActiveRequest>();
   private reservedTotal = 0;
   /** Generated (or recomputed output) tokens' KV outside the tree, growing modes only. */
   private heldTotal = 0;
@@ -411,7 +412,7 @@ export class RankModel {
 
   /** Requests submitted and not finished or aborted, by id. */
   activeIds(): (number | string)[] {
-    return [...this.byId.keys()];
+    return this.byId.keys();
   }
 
   // --- scheduling -------------------------------------------------------------------------
@@ -454,9 +455,9 @@ export class RankModel {
   private expectedGrowth(): number {
     if (this.admission !== 'optimistic') return 0;
     let left = 0;
-    for (const r of this.byId.values()) {
+    this.byId.forEachValue((r) => {
       if (r.phase === 'prefill' || r.phase === 'decode') left += r.spec.maxNewTokens - r.generated;
-    }
+    });
     return left * this.newTokenRatio;
   }
 

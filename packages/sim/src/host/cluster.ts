@@ -5,6 +5,7 @@
 import type { DispatchTicket, LoadTracker } from '@kvroute/policy';
 import type { CostModel } from '../cost/cost-model.ts';
 import type { Scheduler } from '../engine/event-queue.ts';
+import { KeptSet } from '../engine/kept-tables.ts';
 import { DpAttentionGroup } from '../entities/dp-attention-group.ts';
 import {
   RankModel,
@@ -55,7 +56,7 @@ export interface RankSlot {
   requests: number;
   /** Counters of models this slot had before (restarts), added to the live one's. */
   past: RankStats | null;
-  flights: Set<Flight>;
+  flights: KeptSet<Flight>;
 }
 
 function addStats(a: RankStats | null, b: RankStats): RankStats {
@@ -118,7 +119,12 @@ export class Cluster {
 
   private addSlot(): void {
     const rank = this.slots.length;
-    this.slots.push({ model: this.newModel(rank), requests: 0, past: null, flights: new Set() });
+    this.slots.push({
+      model: this.newModel(rank),
+      requests: 0,
+      past: null,
+      flights: new KeptSet(),
+    });
   }
 
   /** Takes a rank's model away; returns the requests that were in flight on it. */
@@ -128,8 +134,7 @@ export class Cluster {
     slot.past = addStats(slot.past, model.stats());
     slot.model = null;
     this.group?.remove(model);
-    const moved = [...slot.flights];
-    slot.flights.clear();
+    const moved = slot.flights.drain();
     for (const f of moved) {
       model.abort(f.attempt);
       f.ticket?.done('aborted');
