@@ -12,7 +12,9 @@
 // 'fallback-round-robin'. Windows make the key stable while a conversation grows inside one
 // window, and cap hashing cost at prefixLength tokens.
 // Cost: one BLAKE2b over at most 4 * prefixLength bytes (about 30 us for 4,096 tokens) plus a
-// 64-byte mod; only the hashed tokens are validated. Failover: O(log ranks) per draw.
+// 64-byte mod; only the hashed tokens are validated. A key seen twice before is served from a
+// small memo after a byte-for-byte compare instead (DigestMemo: agents repeat their prefix).
+// Failover: O(log ranks) per draw.
 // Failure modes: load-blind (one hot prefix pins one rank); requests sharing only part of
 // the key scatter (a common 1,000-token system prompt followed by different user turns
 // within the first 4,096 tokens gives different keys); the mod reshuffles almost every key
@@ -23,7 +25,7 @@
 
 import { defineMethod } from '../define-method.ts';
 import { PolicyRangeError } from '../errors.ts';
-import { digestMod, digestWord, prefixKeyLength, tokenDigest } from '../hashing/prefix-digest.ts';
+import { DigestMemo, digestMod, digestWord, prefixKeyLength } from '../hashing/prefix-digest.ts';
 import type { OptionsSchema } from '../options.ts';
 import { failoverRank } from '../pickers.ts';
 import type { Decision, Method, MethodContext, RankState } from '../types.ts';
@@ -68,6 +70,7 @@ export const createPrefixMatch = defineMethod(
     }
     let hashed = 0;
     let failovers = 0;
+    const memo = new DigestMemo();
     let fallbacks = 0;
     return {
       name: 'prefix_match',
@@ -79,7 +82,7 @@ export const createPrefixMatch = defineMethod(
           return { rank: ctx.tieBreak(ctx.healthy).rank, reason: 'fallback-round-robin' };
         }
         const keyLength = prefixKeyLength(length, window, prefixLength);
-        const digest = tokenDigest(ids, keyLength);
+        const digest = memo.digest(ids, keyLength);
         const primary = digestMod(digest, ctx.ranks.length);
         if ((ctx.ranks[primary] as RankState).healthy) {
           return { rank: primary, reason: 'prefix-hash' };
