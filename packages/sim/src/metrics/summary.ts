@@ -40,13 +40,15 @@ export function latencyStats(values: ArrayLike<number>): LatencyStats {
   };
 }
 
-/** The entries k of `from` (default: k itself) for k < n where `keep(k)`, in order. */
-function rowsWhere(n: number, keep: (k: number) => boolean, from?: Uint32Array): Uint32Array {
+/** The rows of `rows` (or 0..rows-1) that `keep`, in order. */
+function rowsWhere(rows: Uint32Array | number, keep: (row: number) => boolean): Uint32Array {
+  const n = typeof rows === 'number' ? rows : rows.length;
+  const row = typeof rows === 'number' ? (k: number) => k : (k: number) => rows[k]!;
   let count = 0;
-  for (let k = 0; k < n; k++) if (keep(k)) count++;
+  for (let k = 0; k < n; k++) if (keep(row(k))) count++;
   const out = new Uint32Array(count);
   let o = 0;
-  for (let k = 0; k < n; k++) if (keep(k)) out[o++] = from === undefined ? k : from[k]!;
+  for (let k = 0; k < n; k++) if (keep(row(k))) out[o++] = row(k);
   return out;
 }
 
@@ -126,7 +128,7 @@ export function summarize(input: SummaryInput): PolicyRunSummary {
   const warmupMs = input.warmupMs;
   const steady =
     warmupMs !== undefined
-      ? rowsWhere(byArrival.length, (k) => arrival[byArrival[k]!]! >= warmupMs, byArrival)
+      ? rowsWhere(byArrival, (i) => arrival[i]! >= warmupMs)
       : byArrival.subarray(input.ranks);
   const cold = rowsWhere(n, (i) => cachedTokens[i] === 0);
   const retries = recs.column('retries');

@@ -167,14 +167,10 @@ export interface WorkerBatch {
 function claimOrder(n: number, order: readonly number[] | undefined): readonly number[] {
   if (order === undefined) return Array.from({ length: n }, (_, i) => i);
   const seen = new Uint8Array(n);
-  for (const i of order) {
-    if (!Number.isInteger(i) || i < 0 || i >= n || seen[i] === 1) {
-      throw new RangeError(`runJobs: order must be a permutation of 0..${n - 1}`);
-    }
-    seen[i] = 1;
-  }
-  if (order.length !== n)
+  const once = (i: number) => Number.isInteger(i) && i >= 0 && i < n && seen[i]!++ === 0;
+  if (order.length !== n || !order.every(once)) {
     throw new RangeError(`runJobs: order must be a permutation of 0..${n - 1}`);
+  }
   return order;
 }
 
