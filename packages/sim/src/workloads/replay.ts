@@ -8,7 +8,8 @@ import { isAbsolute, resolve } from 'node:path';
 import { type BlockTokenSource, describeTokens } from '../cache/token-source.ts';
 import { repoRoot, sharedFile } from '../cost/calibration.ts';
 import { optBool, optInt, optNum } from './options.ts';
-import { stream, VOCAB } from './random.ts';
+import { stream } from './random.ts';
+import { blockSeed, blockToken, tokenWriter } from './token-fill.ts';
 import {
   readTraceTable,
   sessionLinks,
@@ -32,44 +33,6 @@ export function resolveTracePath(file: string): string {
   if (existsSync(fromCwd)) return fromCwd;
   const fromRepo = resolve(repoRoot(), file);
   return existsSync(fromRepo) ? fromRepo : fromCwd;
-}
-
-/** The per-block part of a token's mix: (salt, id) -> seed. */
-function blockSeed(salt: number, id: number): number {
-  const h0 = Math.imul(salt ^ id, 0x9e3779b1) ^ (id >>> 16);
-  return Math.imul(h0 ^ (h0 >>> 15), 0x85ebca6b);
-}
-
-const SPAN = VOCAB - 1;
-const STEP = 0x9e3779b9 | 0;
-
-/** The last part of a token's mix: h (position already mixed in) -> [1, VOCAB). */
-function finish(h: number): number {
-  h = Math.imul(h ^ (h >>> 16), 0x7feb352d);
-  h ^= h >>> 15;
-  // floor((h >>> 0) * SPAN / 2^32), in two 16-bit halves so it stays in integers (about 20%
-  // faster than the double product it equals): with hi, lo the halves, the floor of
-  // (hi * SPAN + lo * SPAN / 2^16) / 2^16 is that of (hi * SPAN + floor(lo * SPAN / 2^16)) / 2^16,
-  // and every sum is below 2^16 * SPAN < 2^31.
-  return 1 + (((h >>> 16) * SPAN + (((h & 0xffff) * SPAN) >>> 16)) >>> 16);
-}
-
-/** Token `pos` of a block with seed `h0`: a 32-bit mix scaled into [1, VOCAB). */
-function blockToken(h0: number, pos: number): number {
-  return finish((h0 + Math.imul(pos + 1, STEP)) | 0);
-}
-
-/**
- * Tokens [0, n) of block `id` into out[offset...]: blockToken() for each position, with
- * h0 + (pos + 1) * STEP stepped instead of multiplied (the same 32-bit values, ~1.5x faster:
- * building a replay's tokens was most of its run time).
- */
-function fillBlock(out: Uint32Array, offset: number, n: number, salt: number, id: number): void {
-  let h = (blockSeed(salt, id) + STEP) | 0;
-  for (let p = 0; p < n; p++) {
-    out[offset + p] = finish(h);
-    h = (h + STEP) | 0;
-  }
 }
 
 /**
@@ -100,10 +63,12 @@ abstract class TraceSource implements BlockTokenSource {
   /** A fresh array of the tokens, described by this source. */
   tokens(): Uint32Array {
     const { length, blockTokens, family } = this;
-    const out = new Uint32Array(length);
+    const writer = tokenWriter();
+    writer.begin(length);
     for (let b = 0, off = 0; off < length; b++, off += blockTokens) {
-      fillBlock(out, off, Math.min(blockTokens, length - off), family, this.blockId(b));
+      writer.block(off, Math.min(blockTokens, length - off), blockSeed(family, this.blockId(b)));
     }
+    const out = writer.take(length);
     describeTokens(out, this);
     return out;
   }
