@@ -1,5 +1,5 @@
-// Generated from token-fill.wat by scripts/gen-token-fill.ts; do not edit.
-/** The token-fill WebAssembly module (SIMD), base64. */
+// Generated from token-fill.wat by scripts/gen-wasm.ts; do not edit.
+/** The token-fill WebAssembly module, base64. */
 export const TOKEN_FILL_WASM =
   'AGFzbQEAAAABDwJgA39/fwBgBHt7e3sBewMDAgABBQMBAAEHEQIGbWVtb3J5AgAEZmlsbAAACu0CApsCAgF/CHsgACABQQJ0' +
   'aiEDIAL9Ef0MAAAAAAEAAAACAAAAAwAAAEG5893xef0R/bUB/a4BIQRBBEG5893xeWz9ESEHQa3qrP8H/REhCEGv6gH9ESEJ' +

@@ -7,6 +7,7 @@
 // give the same tokens.
 import { VOCAB } from './random.ts';
 import { TOKEN_FILL_WASM } from './token-fill-wasm.ts';
+import { ensureMemory, instantiateWasm, type WasmMemory } from './wasm.ts';
 
 /** The per-block part of a token's mix: (salt, id) -> seed. */
 export function blockSeed(salt: number, id: number): number {
@@ -73,21 +74,6 @@ export class JsTokenWriter implements TokenWriter {
   }
 }
 
-const WASM_PAGE = 65_536;
-
-// The little of the WebAssembly API used here (the project's TypeScript libs leave it out).
-interface WasmMemory {
-  readonly buffer: ArrayBuffer;
-  grow(pages: number): number;
-}
-declare const WebAssembly:
-  | {
-      validate(bytes: Uint8Array): boolean;
-      Module: new (bytes: Uint8Array) => object;
-      Instance: new (module: object) => { exports: unknown };
-    }
-  | undefined;
-
 interface FillExports {
   memory: WasmMemory;
   fill(byteOffset: number, n: number, h: number): void;
@@ -106,13 +92,8 @@ export class WasmTokenWriter implements TokenWriter {
   }
 
   begin(length: number): void {
-    const bytes = length * 4;
-    const have = this.memory.buffer.byteLength;
-    if (bytes > have) {
-      // Grows to the longest prompt seen and stays there (a 128k-token prompt: 512 KiB).
-      this.memory.grow(Math.ceil((bytes - have) / WASM_PAGE));
-      this.view = new Uint32Array(this.memory.buffer);
-    }
+    // Grows to the longest prompt seen and stays there (a 128k-token prompt: 512 KiB).
+    if (ensureMemory(this.memory, length * 4)) this.view = new Uint32Array(this.memory.buffer);
   }
 
   block(offset: number, n: number, seed: number): void {
@@ -127,11 +108,7 @@ export class WasmTokenWriter implements TokenWriter {
 
 /** The module's exports, or null where WebAssembly SIMD cannot run. */
 export function instantiateTokenFill(): FillExports | null {
-  if (typeof WebAssembly !== 'object') return null;
-  const bytes = Buffer.from(TOKEN_FILL_WASM, 'base64');
-  if (!WebAssembly.validate(bytes)) return null;
-  const instance = new WebAssembly.Instance(new WebAssembly.Module(bytes));
-  return instance.exports as FillExports;
+  return instantiateWasm(TOKEN_FILL_WASM) as FillExports | null;
 }
 
 let shared: TokenWriter | undefined;
