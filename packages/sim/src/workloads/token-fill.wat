@@ -1,5 +1,5 @@
 ;; A replay's synthetic tokens, four at a time (WebAssembly SIMD). The source of the bytes in
-;; token-fill-wasm.ts: after an edit, run `pnpm --filter @kvroute/sim gen:token-fill` (a test
+;; token-fill-wasm.ts: after an edit, run `pnpm --filter @kvroute/sim gen:wasm` (a test
 ;; fails while the two differ). token-fill.ts holds the same computation in JavaScript, the
 ;; reference this is tested against:
 ;;   token k of a block = finish(h + k * STEP), STEP = 0x9e3779b9, where
