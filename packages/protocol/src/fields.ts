@@ -1,7 +1,7 @@
 // Field checks shared by the request parsers: every field a parser reads is checked, and a
 // wrong one gets a 400 naming it (OpenAI's `param`).
 import { badRequest } from './errors.ts';
-import type { ParsedRequest } from './parse.ts';
+import type { ParsedRequest } from './request.ts';
 
 export function requireObjectBody(value: unknown): Record<string, unknown> {
   if (!isPlainObject(value)) {

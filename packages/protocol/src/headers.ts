@@ -1,7 +1,7 @@
 // Routing hints carried in HTTP headers. Header names follow SGLang's router
 // (`X-Data-Parallel-Rank`, `x-smg-routing-key`) so clients written for it work unchanged.
 import { badRequest } from './errors.ts';
-import type { ParsedRequest } from './parse.ts';
+import type { ParsedRequest } from './request.ts';
 
 /** Node's `IncomingHttpHeaders` (lower-cased keys) or a fetch/undici `Headers`. */
 export type HeaderSource =

@@ -13,7 +13,7 @@ import {
   wrongType,
 } from './fields.ts';
 import { checkOutputTokens, DEFAULT_LIMITS, type RequestLimits } from './limits.ts';
-import type { ChatContentPart, ChatMessage, ParsedRequest, PromptSource } from './parse.ts';
+import type { ChatContentPart, ChatMessage, ParsedRequest, PromptSource } from './request.ts';
 
 /**
  * OpenAI `/v1/embeddings`: `input` is a string, a list of strings, a list of token ids or a

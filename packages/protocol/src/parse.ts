@@ -18,61 +18,17 @@ import {
   parseRerankRequest,
   parseResponsesRequest,
 } from './parse-inputs.ts';
+import type { ChatMessage, ParsedRequest, PromptSource, RequestKind } from './request.ts';
 
 export { isPlainObject } from './fields.ts';
 
-export type RequestKind = 'chat' | 'completion' | 'generate' | 'embedding' | 'rerank' | 'responses';
-
-export interface ChatContentPart {
-  type: string;
-  text?: string;
-  [key: string]: unknown;
-}
-
-export interface ChatMessage {
-  role: string;
-  content?: string | ChatContentPart[] | null;
-  tool_calls?: unknown[];
-  [key: string]: unknown;
-}
-
-/** Where the prompt comes from; the routing tokenizer turns it into token ids. */
-export type PromptSource =
-  | { type: 'chat'; messages: ChatMessage[]; tools?: unknown[] }
-  | { type: 'text'; text: string }
-  | { type: 'ids'; ids: number[] };
-
-export interface ParsedRequest {
-  kind: RequestKind;
-  stream: boolean;
-  /** OpenAI `stream_options.include_usage`: a stream ends with a usage chunk only when set. */
-  includeUsage: boolean;
-  /**
-   * Output token limit the client asked for: chat `max_completion_tokens` (else `max_tokens`),
-   * completions `max_tokens`, generate `sampling_params.max_new_tokens`. Undefined when absent:
-   * the host applies its default (see DEFAULT_MAX_TOKENS).
-   */
-  maxTokens?: number;
-  model?: string;
-  temperature?: number;
-  prompt: PromptSource;
-  /** Body `routing_key` (headers are read separately, see headers.ts). */
-  routingKey?: string;
-  /** Body `routed_dp_rank`. */
-  routedRank?: number;
-  /** Body `bootstrap_room`. */
-  bootstrapRoom?: number;
-  /** SGLang request id (`rid`, /generate only; the first one for a batch). */
-  rid?: string;
-  /**
-   * Set for a request that carries several prompts (a /generate batch, an embeddings input
-   * list, a rerank query and its documents): every prompt in order; `prompt` is the first.
-   * A worker prefills each one; a router routes the request as one, by their concatenation.
-   */
-  items?: PromptSource[];
-  /** The parsed JSON body as received, for proxying. */
-  body: Record<string, unknown>;
-}
+export type {
+  ChatContentPart,
+  ChatMessage,
+  ParsedRequest,
+  PromptSource,
+  RequestKind,
+} from './request.ts';
 
 /** Engine defaults when the client gives no limit: OpenAI completions 16, SGLang 128; chat has no
  * fixed limit in OpenAI, SGLang uses the remaining context, we use 128 for accounting. */

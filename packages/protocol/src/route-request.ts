@@ -1,8 +1,8 @@
 // The bridge from an HTTP request to the policy's RouteRequest. Declared structurally here
 // (same field names as @kvroute/policy's RouteRequest) so this package needs no policy import.
 import { type HeaderSource, routingHints } from './headers.ts';
-import { DEFAULT_MAX_TOKENS, type ParsedRequest } from './parse.ts';
-import type { ScannedRequest } from './scan.ts';
+import { DEFAULT_MAX_TOKENS } from './parse.ts';
+import type { ParsedRequest, ScannedRequest } from './request.ts';
 import type { RoutingTokenizer } from './tokenizer.ts';
 
 export interface ProtocolRouteRequest {

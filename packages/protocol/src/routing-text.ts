@@ -3,7 +3,7 @@
 // conversation must serialize to an extension of the earlier turn's text, so the
 // earlier turn's token windows are a prefix of the later one's. The Python GPU worker
 // reimplements this byte for byte; test/fixtures/routing-tokenizer.json pins it.
-import type { ChatContentPart, ChatMessage } from './parse.ts';
+import type { ChatContentPart, ChatMessage } from './request.ts';
 
 /** A message's text: string content, or its `text` parts joined with "\n"; null/missing -> "". */
 export function messageText(content: ChatMessage['content']): string {

@@ -21,10 +21,13 @@
 import { isUtf8 } from 'node:buffer';
 import { badRequest } from './errors.ts';
 import { DEFAULT_LIMITS, type RequestLimits } from './limits.ts';
-import { type ParsedRequest, parseJsonBody, parseRequest, type RequestKind } from './parse.ts';
+import { parseJsonBody, parseRequest } from './parse.ts';
+import type { ParsedRequest, RequestKind, ScannedRequest } from './request.ts';
 import { buildRouteRequest } from './route-request.ts';
 import { approximateTokenIds, idsOfUtf8, LITTLE_ENDIAN } from './routing-text.ts';
 import { approximateTokenizer } from './tokenizer.ts';
+
+export type { ScannedRequest } from './request.ts';
 
 export interface ScanOptions {
   /**
@@ -34,28 +37,6 @@ export interface ScanOptions {
   maxPromptTokens?: number;
   /** Output-token and nesting bounds (limits.ts), enforced as the full parser enforces them. */
   limits?: RequestLimits;
-}
-
-/** The fields routing reads, the prompt's leading routing ids, and where routed_dp_rank sits. */
-export interface ScannedRequest {
-  kind: RequestKind;
-  stream: boolean;
-  maxTokens?: number;
-  routingKey?: string;
-  routedRank?: number;
-  bootstrapRoom?: number;
-  /** The body's `model`: which worker group serves it when the router has several. */
-  model?: string;
-  /** The first min(promptTokens, maxPromptTokens) routing ids (approximate tokenizer). */
-  inputIds: Uint32Array;
-  /**
-   * The whole prompt's length in routing tokens, for load accounting. Exact, except that a
-   * `tools` or `tool_calls` value past the decoded prefix counts its raw bytes (the full path
-   * counts them re-serialised without whitespace).
-   */
-  promptTokens: number;
-  /** Byte ranges [start, end) of top-level `routed_dp_rank` members, for withRoutedRank. */
-  routedRankSpans: [number, number][];
 }
 
 /** Thrown inside the walk; the full parser then produces the client-facing error. */

@@ -8,7 +8,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { Tokenizer } from '@huggingface/tokenizers';
-import type { ChatMessage, PromptSource } from './parse.ts';
+import type { ChatMessage, PromptSource } from './request.ts';
 import { approximateTokenIds, canonicalChatText, messageText } from './routing-text.ts';
 
 export interface RoutingTokenizer {
