@@ -19,7 +19,6 @@ import {
 import { type Tracer, trace } from '@opentelemetry/api';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { Counter, Gauge } from 'prom-client';
-import type { Agent } from 'undici';
 import { Admission } from './admission.ts';
 import { loadApiKeys, type RouterConfig } from './config.ts';
 import { discoveryPlugin } from './discovery/plugin.ts';
@@ -28,10 +27,10 @@ import type { RouterError } from './errors.ts';
 import { HealthMonitor } from './health.ts';
 import { KvEventsFeed, type KvEventsSettings, kvEventsEnabled } from './kv-events/feed.ts';
 import { LoadPoller } from './load-poller.ts';
-import { createRouterMetrics, type RouterMetrics } from './metrics.ts';
-import { dispatcherConfigOf, PolicyState, type PolicySwitchEvent } from './model-groups.ts';
+import { createRouterMetrics } from './metrics.ts';
+import { dispatcherConfigOf, PolicyState } from './model-groups.ts';
 import { OutlierDetector } from './outlier.ts';
-import { createPdMode, type PdMode } from './pd/mode.ts';
+import { createPdMode } from './pd/mode.ts';
 import { adminPlugin } from './plugins/admin.ts';
 import { engineApiPlugin, forwardToOneWorker } from './plugins/engine-api.ts';
 import { metricsPlugin } from './plugins/metrics.ts';
@@ -61,57 +60,9 @@ export interface BuildRouterOptions {
   tracer?: Tracer;
 }
 
-/** What the router exposes to embedders and tests as `app.kvroute`. */
-export interface RouterState {
-  readonly config: RouterConfig;
-  readonly table: RankTable;
-  /** The worker groups (one per model, or the implicit one), their policies and switches. */
-  readonly policy: PolicyState;
-  /** The default group's current dispatcher (the only one without groups). */
-  readonly dispatcher: Dispatcher;
-  readonly health: HealthMonitor;
-  readonly outlier: OutlierDetector;
-  readonly admission: Admission;
-  readonly loadPoller: LoadPoller;
-  readonly metrics: RouterMetrics;
-  readonly tokenizer: RoutingTokenizer;
-  /** The keep-alive pools to the workers, shared by the proxy, checks and polls. */
-  readonly agent: Agent;
-  /** Request limits in force (max_tokens bound from the workers' context, JSON depth). */
-  limits(): RequestLimits;
-  /** With --admin-port: the app serving /metrics and the admin routes (cli.ts listens on it). */
-  adminApp?: FastifyInstance;
-  /** The events-fed cache index, when --kv-events-endpoint(s) is set. */
-  readonly kvEvents: KvEventsFeed | undefined;
-  /** With --pd-disaggregation: the decode side (the main table is the prefill side). */
-  readonly pd: PdMode | undefined;
-  /**
-   * Applies a re-read configuration's methods and options to every group (SIGHUP's path):
-   * all or nothing; throws RouterConfigError, switching nothing, when the new config is
-   * invalid or its groups differ. Other settings in it are not applied (they need a restart).
-   */
-  reloadPolicies(next: RouterConfig, source: string): PolicySwitchEvent[];
-  /** Counts a switch refused (bad method or options): the old policy kept running. */
-  noteSwitchRefused(source: string): void;
-  /** Adds a worker at runtime (the admin POST /ranks path), to the group of `model` if given. */
-  addWorker(url: string, dpSize?: number, model?: string): Promise<Worker>;
-  removeWorker(url: string): Worker | undefined;
-  /** The traffic recorder (--record-trace, admin POST /trace_recording). */
-  readonly recorder: TraceRecorder;
-  /** With --shadow-profile: the live cache model behind the kvroute_shadow_* metrics. */
-  readonly shadow: ShadowCacheModel | undefined;
-  /**
-   * Marks a switch of method or options (hot reload) in the recorded trace, if one runs.
-   * Whoever switches the policy calls it with the policy now in force.
-   */
-  markPolicySwitch(policy: PolicyDescription): void;
-}
+import type { RouterState } from './state.ts';
 
-declare module 'fastify' {
-  interface FastifyInstance {
-    kvroute: RouterState;
-  }
-}
+export type { RouterState };
 
 /** The policy config the CLI flags describe (a plain object). */
 export function dispatcherConfig(config: RouterConfig): DispatcherConfig {

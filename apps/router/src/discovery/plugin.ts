@@ -2,7 +2,7 @@
 // ready (after the static --worker-urls are added) and stops when the app closes.
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { FastifyInstance } from 'fastify';
-import type { RouterState } from '../router.ts';
+import type { RouterState } from '../state.ts';
 import { createKubernetesDiscovery } from './kubernetes.ts';
 
 export interface DiscoveryPluginOptions {

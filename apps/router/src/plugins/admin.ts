@@ -12,7 +12,7 @@ import { readGroupKey } from '../config.ts';
 import { RouterConfigError, RouterError } from '../errors.ts';
 import type { PolicySettings, WorkerGroup } from '../model-groups.ts';
 import { registerTraceRecording } from '../recording/admin-routes.ts';
-import type { RouterState } from '../router.ts';
+import type { RouterState } from '../state.ts';
 import { registerFlushCache } from './engine-api.ts';
 
 export interface AdminPluginOptions {

@@ -16,7 +16,7 @@ import { RouterError } from '../errors.ts';
 import type { WorkerGroup } from '../model-groups.ts';
 import { noRankLeft } from '../proxy/route.ts';
 import type { Worker } from '../rank-table.ts';
-import type { RouterState } from '../router.ts';
+import type { RouterState } from '../state.ts';
 
 export interface EngineApiOptions {
   state: RouterState;

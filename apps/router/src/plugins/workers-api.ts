@@ -12,7 +12,7 @@
 import { describeError, getText } from '@kvroute/protocol';
 import type { FastifyInstance } from 'fastify';
 import { noRankLeft } from '../proxy/route.ts';
-import type { RouterState } from '../router.ts';
+import type { RouterState } from '../state.ts';
 
 export interface WorkersApiOptions {
   state: RouterState;

@@ -6,7 +6,7 @@
 import { parseJsonBody } from '@kvroute/protocol';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { RouterError } from '../errors.ts';
-import type { RouterState } from '../router.ts';
+import type { RouterState } from '../state.ts';
 import { recordingSettings } from './recorder.ts';
 
 export function registerTraceRecording(
