@@ -299,6 +299,7 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
     coolChanged,
     // Present from the start, so setting them per decision keeps the object's shape.
     kvIndex: undefined,
+    prefixDigests: undefined,
     totals: undefined,
     queries: undefined,
   };
@@ -362,6 +363,7 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
     mctx.ranks = ranks;
     mctx.nowMs = nowMs;
     mctx.kvIndex = ctx?.kvIndex;
+    mctx.prefixDigests = ctx?.prefixDigests;
     mctx.totals = index;
     mctx.queries = index ? queries : undefined;
 

@@ -87,6 +87,7 @@ export type {
   Method,
   MethodContext,
   MethodFactory,
+  PrefixDigests,
   RankState,
   RouteRequest,
   TicketOutcome,

@@ -80,12 +80,25 @@ export interface KvIndexView {
   matchKeys(blockKeys: readonly number[], ranks: readonly number[], out: number[]): void;
 }
 
+/**
+ * Prefix digests a host can vouch for: `digest(ids, count)` returns exactly
+ * tokenDigest(ids, count) (BLAKE2b-512 of the first `count` ids) from the host's own store, or
+ * null when it has none for these ids, and the method hashes them itself. A simulator that
+ * runs the same requests under many settings (a sweep) keeps each digest once instead of
+ * hashing it in every cell; a router has no use for it.
+ */
+export interface PrefixDigests {
+  digest(ids: ArrayLike<number>, count: number): Uint8Array | null;
+}
+
 /** Time and other host facts passed into a decision. The policy never reads a clock. */
 export interface DispatchContext {
   /** Host time in milliseconds (simulated or wall); used for TTLs. Defaults to 0. */
   nowMs?: number;
   /** An events-fed cache index (see KvIndexView); absent: methods use what they learned. */
   kvIndex?: KvIndexView;
+  /** Digests of prompt prefixes the host already has (see PrefixDigests). */
+  prefixDigests?: PrefixDigests;
 }
 
 /** The healthy ranks and their summed load: what a bound over the mean load needs. */
@@ -136,6 +149,8 @@ export interface MethodContext {
   nowMs: number;
   /** DispatchContext.kvIndex, when the host keeps one. */
   kvIndex?: KvIndexView | undefined;
+  /** DispatchContext.prefixDigests, when the host keeps them. */
+  prefixDigests?: PrefixDigests | undefined;
   /**
    * Picks one of `candidates` (non-empty, in rank order) with a cursor that rotates per
    * dispatcher, so equal candidates take turns instead of the lowest rank always winning.

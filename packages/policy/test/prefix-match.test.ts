@@ -216,3 +216,24 @@ describe('prefix_match validation and options', () => {
     expect(stats.failovers).toBe(1);
   });
 });
+
+describe("prefix_match with a host's prefix digests", () => {
+  it('takes the digest the host gives and hashes itself when it gives none', () => {
+    const ranks = makeRanks(16);
+    const ids = randomIds(rand, 2048);
+    const own = prefixMatch().dispatch({ inputIds: ids }, ranks);
+    const asked: number[] = [];
+    // A digest of zeros is rank 0 for any rank count.
+    const zeros = {
+      digest(_ids: ArrayLike<number>, count: number) {
+        asked.push(count);
+        return new Uint8Array(64);
+      },
+    };
+    const d = prefixMatch({ window: 256, prefixLength: 1024 });
+    expect(d.dispatch({ inputIds: ids }, ranks, { prefixDigests: zeros }).rank).toBe(0);
+    expect(asked).toEqual([prefixKeyLength(ids.length, 256, 1024)]);
+    const none = { digest: () => null };
+    expect(prefixMatch().dispatch({ inputIds: ids }, ranks, { prefixDigests: none })).toEqual(own);
+  });
+});

@@ -82,7 +82,8 @@ export const createPrefixMatch = defineMethod(
           return { rank: ctx.tieBreak(ctx.healthy).rank, reason: 'fallback-round-robin' };
         }
         const keyLength = prefixKeyLength(length, window, prefixLength);
-        const digest = memo.digest(ids, keyLength);
+        // A host's own digest (a simulator's sweep keeps each once), else hashed here.
+        const digest = ctx.prefixDigests?.digest(ids, keyLength) ?? memo.digest(ids, keyLength);
         const primary = digestMod(digest, ctx.ranks.length);
         if ((ctx.ranks[primary] as RankState).healthy) {
           return { rank: primary, reason: 'prefix-hash' };
