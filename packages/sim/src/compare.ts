@@ -1,11 +1,12 @@
 // Runs one workload under several policies and returns the comparison the CLI prints and
 // writes as JSON. The plan is built once, so every policy sees the same
 // requests; each policy gets fresh ranks and a fresh dispatcher.
-import type { DispatcherConfig } from '@kvroute/policy';
+import type { DispatcherConfig, PrefixDigests } from '@kvroute/policy';
 import type { CostModel } from './cost/cost-model.ts';
 import { getProfile } from './cost/profiles.ts';
 import { type EngineSettings, type ResolvedEngine, resolveEngine } from './entities/presets.ts';
 import type { IndexSource } from './host/kv-events.ts';
+import { SourceDigests } from './host/prefix-digests.ts';
 import type { PolicyRunSummary, RequestRecord } from './metrics/types.ts';
 import { type RankOverrides, simulatePlan } from './simulate.ts';
 import { withRequestRate } from './workloads/load.ts';
@@ -38,6 +39,11 @@ export interface ComparisonOptions {
   plan?: WorkloadPlan;
   /** Router replicas and where their cache index comes from (SimulateOptions). */
   router?: RouterModel;
+  /**
+   * Prefix digests shared with other runs of the same plan (a sweep's cells); default: one
+   * store for these policies' runs when there are several.
+   */
+  prefixDigests?: PrefixDigests;
 }
 
 export interface RouterModel {
@@ -93,6 +99,8 @@ export function runComparisonDetailed(opts: ComparisonOptions): ComparisonRun {
   const summaries: PolicyRunSummary[] = [];
   const records: RequestRecord[][] = [];
   const n = opts.policies.length;
+  // Runs of one plan share digests; a single run would only hold them.
+  const prefixDigests = opts.prefixDigests ?? (n > 1 ? new SourceDigests() : undefined);
   opts.policies.forEach((p, i) => {
     const run = simulatePlan(plan, {
       policy: policyConfig(p, opts),
@@ -103,6 +111,7 @@ export function runComparisonDetailed(opts: ComparisonOptions): ComparisonRun {
       rank,
       ...(opts.maxConcurrency !== undefined ? { maxConcurrency: opts.maxConcurrency } : {}),
       onProgress: opts.onProgress ? (f) => opts.onProgress!((i + f) / n) : undefined,
+      ...(prefixDigests ? { prefixDigests } : {}),
     });
     summaries.push(run.summary);
     records.push(run.records);

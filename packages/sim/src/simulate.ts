@@ -3,7 +3,12 @@
 // completes, as every host does), the request host
 // (host/requests.ts: dispatch, submit, records), the cluster (host/cluster.ts: ranks and
 // cluster events). The policy (from @kvroute/policy, used as is) only decides.
-import { createDispatcher, createLoadTracker, type DispatcherConfig } from '@kvroute/policy';
+import {
+  createDispatcher,
+  createLoadTracker,
+  type DispatcherConfig,
+  type PrefixDigests,
+} from '@kvroute/policy';
 import { KeyStore } from './cache/key-store.ts';
 import type { CostModel } from './cost/cost-model.ts';
 import { EventQueue } from './engine/event-queue.ts';
@@ -60,6 +65,11 @@ export interface SimulateOptions {
    * requests.
    */
   loadPollMs?: number;
+  /**
+   * Prefix digests shared with other simulations of the same plan (host/prefix-digests.ts):
+   * a sweep's cells hash each request's prefix once instead of once a cell.
+   */
+  prefixDigests?: PrefixDigests;
 }
 
 export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyRunResult {
@@ -122,6 +132,7 @@ export function simulatePlan(plan: WorkloadPlan, opts: SimulateOptions): PolicyR
     replicas,
     ...(kvEvents ? { kvIndex: kvEvents.index } : {}),
     ...(opts.loadPollMs !== undefined ? { loadPollMs: opts.loadPollMs } : {}),
+    ...(opts.prefixDigests ? { prefixDigests: opts.prefixDigests } : {}),
     onDone: (record, req) => driver.complete(req, record),
   });
   // The run's own key store: its chunks are sized to this run and go with it.

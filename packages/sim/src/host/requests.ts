@@ -9,6 +9,7 @@ import {
   type KvIndexView,
   type LoadTracker,
   NoHealthyRankError,
+  type PrefixDigests,
   type RankState,
 } from '@kvroute/policy';
 import type { Scheduler } from '../engine/event-queue.ts';
@@ -40,6 +41,8 @@ export interface RequestHostOptions {
   replicas?: readonly { dispatcher: Dispatcher; tracker: LoadTracker }[];
   /** The events-fed cache index the replicas share (index source events or oracle). */
   kvIndex?: KvIndexView;
+  /** Prefix digests kept across the simulations of one plan (see SimulateOptions). */
+  prefixDigests?: PrefixDigests;
   /**
    * Replicas poll the ranks' load this often (host ms), as the router's --load-poll-interval:
    * a rank reports the requests it holds (running + waiting), the replica keeps what exceeds
@@ -90,6 +93,7 @@ export function createRequestHost(o: RequestHostOptions): RequestHost {
         {
           nowMs: q.now(),
           ...(o.kvIndex ? { kvIndex: o.kvIndex } : {}),
+          ...(o.prefixDigests ? { prefixDigests: o.prefixDigests } : {}),
           ...(view ? { view } : {}),
         },
       );

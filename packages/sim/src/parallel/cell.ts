@@ -8,6 +8,7 @@ import { type RouterModel, runComparisonDetailed } from '../compare.ts';
 import { type CostModel, loadProfileFile } from '../cost/cost-model.ts';
 import { getProfile } from '../cost/profiles.ts';
 import type { EngineSettings } from '../entities/presets.ts';
+import { SourceDigests } from '../host/prefix-digests.ts';
 import type { PolicyRunSummary } from '../metrics/types.ts';
 import { buildWorkload } from '../workloads/registry.ts';
 import type { WorkloadPlan } from '../workloads/types.ts';
@@ -43,6 +44,8 @@ export function loadProfileRef(ref: ProfileRef): CostModel {
 /** Plans and profiles built once per thread and reused by the cells that share them. */
 export class CellContext {
   private readonly plans = new Map<string, WorkloadPlan>();
+  /** The current plan's prefix digests, shared by its cells. */
+  private digests = new SourceDigests();
   private readonly profiles = new Map<string, CostModel>();
 
   run(job: CellJob): CellResult {
@@ -54,6 +57,7 @@ export class CellContext {
       // does not pile up.
       this.plans.clear();
       this.plans.set(planKey, plan);
+      this.digests = new SourceDigests();
     }
     const profileKey = JSON.stringify(job.profile);
     let profile = this.profiles.get(profileKey);
@@ -70,6 +74,7 @@ export class CellContext {
       seed: job.seed,
       ...(job.engine ?? {}),
       ...(job.router ? { router: job.router } : {}),
+      prefixDigests: this.digests,
     });
     return {
       summary: result.policies[0]!,
