@@ -9,10 +9,15 @@
 import { type PrefixDigests, tokenDigest } from '@kvroute/policy';
 import { tokenSourceOf } from '../cache/token-source.ts';
 
+/** Digests per slab: copied into slabs of this store's own, 64 bytes each. */
+const SLAB_DIGESTS = 4096;
+const DIGEST_BYTES = 64;
+
 export class SourceDigests implements PrefixDigests {
-  /** At most this many digests (about 150 bytes each with their map entries). */
+  /** At most this many digests (about 200 bytes each with their view and map entries). */
   static readonly MAX_ENTRIES = 262_144;
   private readonly bySource = new WeakMap<object, Map<number, Uint8Array>>();
+  private slab = new Uint8Array(0);
   private entries = 0;
   private hits = 0;
   private misses = 0;
@@ -29,7 +34,12 @@ export class SourceDigests implements PrefixDigests {
     }
     this.misses++;
     if (this.entries >= SourceDigests.MAX_ENTRIES) return null;
-    const digest = tokenDigest(ids, count);
+    // node:crypto's digest may be a view of a shared 8 KiB pool: keeping it would keep the
+    // pool (a sweep's store then held 200 MB for 7 MB of digests). Copy it into a slab.
+    const at = this.entries % SLAB_DIGESTS;
+    if (at === 0) this.slab = new Uint8Array(SLAB_DIGESTS * DIGEST_BYTES);
+    const digest = this.slab.subarray(at * DIGEST_BYTES, (at + 1) * DIGEST_BYTES);
+    digest.set(tokenDigest(ids, count));
     if (kept === undefined) {
       kept = new Map();
       this.bySource.set(source, kept);
