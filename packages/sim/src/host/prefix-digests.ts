@@ -34,9 +34,8 @@ export class SourceDigests implements PrefixDigests {
     }
     this.misses++;
     if (this.entries >= SourceDigests.MAX_ENTRIES) return null;
-    // node:crypto's digest may be a view of a shared 8 KiB pool: keeping it would keep the
-    // pool (a first version's 16-cell sweep peaked at 492 MiB against 284 without the store,
-    // for a few MB of digests). Copy it into a slab.
+    // Copied into a slab: node:crypto gives each digest its own 64-byte ArrayBuffer, a
+    // backing store and its bookkeeping apiece.
     const at = this.entries % SLAB_DIGESTS;
     if (at === 0) this.slab = new Uint8Array(SLAB_DIGESTS * DIGEST_BYTES);
     const digest = this.slab.subarray(at * DIGEST_BYTES, (at + 1) * DIGEST_BYTES);
