@@ -9,15 +9,10 @@
 import { type PrefixDigests, tokenDigest } from '@kvroute/policy';
 import { tokenSourceOf } from '../cache/token-source.ts';
 
-/** Digests per slab: copied into slabs of this store's own, 64 bytes each. */
-const SLAB_DIGESTS = 4096;
-const DIGEST_BYTES = 64;
-
 export class SourceDigests implements PrefixDigests {
-  /** At most this many digests (about 200 bytes each with their view and map entries). */
+  /** At most this many digests (about 200 bytes each with their buffer and map entries). */
   static readonly MAX_ENTRIES = 262_144;
   private readonly bySource = new WeakMap<object, Map<number, Uint8Array>>();
-  private slab = new Uint8Array(0);
   private entries = 0;
   private hits = 0;
   private misses = 0;
@@ -34,12 +29,7 @@ export class SourceDigests implements PrefixDigests {
     }
     this.misses++;
     if (this.entries >= SourceDigests.MAX_ENTRIES) return null;
-    // Copied into a slab: node:crypto gives each digest its own 64-byte ArrayBuffer, a
-    // backing store and its bookkeeping apiece.
-    const at = this.entries % SLAB_DIGESTS;
-    if (at === 0) this.slab = new Uint8Array(SLAB_DIGESTS * DIGEST_BYTES);
-    const digest = this.slab.subarray(at * DIGEST_BYTES, (at + 1) * DIGEST_BYTES);
-    digest.set(tokenDigest(ids, count));
+    const digest = tokenDigest(ids, count);
     if (kept === undefined) {
       kept = new Map();
       this.bySource.set(source, kept);

@@ -90,12 +90,9 @@ export function createRequestHost(o: RequestHostOptions): RequestHost {
       decision = replica.dispatcher.begin(
         { inputIds: f.inputIds, routingKey: f.req.routingKey, maxNewTokens: f.req.outputTokens },
         replica.tracker,
-        {
-          nowMs: q.now(),
-          ...(o.kvIndex ? { kvIndex: o.kvIndex } : {}),
-          ...(o.prefixDigests ? { prefixDigests: o.prefixDigests } : {}),
-          ...(view ? { view } : {}),
-        },
+        // One shape every decision (absent fields are undefined, which the dispatcher reads
+        // as absent), instead of a spread per optional field.
+        { nowMs: q.now(), kvIndex: o.kvIndex, prefixDigests: o.prefixDigests, view },
       );
     } catch (err) {
       if (err instanceof NoHealthyRankError) {

@@ -16,7 +16,7 @@ declare const WebAssembly:
     }
   | undefined;
 
-export const WASM_PAGE = 65_536;
+const WASM_PAGE = 65_536;
 
 /** A new instance's exports, or null where this runtime cannot run the module. */
 export function instantiateWasm(base64: string): unknown {
