@@ -20,6 +20,7 @@
 // their string contents are not: the worker parses every byte anyway.
 import { isUtf8 } from 'node:buffer';
 import { badRequest } from './errors.ts';
+import { countJsonString, decodeJsonString } from './json-string.ts';
 import { DEFAULT_LIMITS, type RequestLimits } from './limits.ts';
 import { parseJsonBody, parseRequest } from './parse.ts';
 import type { ParsedRequest, RequestKind, ScannedRequest } from './request.ts';
@@ -362,9 +363,15 @@ function escapedLength(b: Buffer, s: number, e: number, stopAt = Number.POSITIVE
   return { decoded, cut: e };
 }
 
+/** The decoded UTF-8 length of the escaped string bytes [s, e): the module's count, else JS's. */
+function escapedBytes(b: Buffer, s: number, e: number): number {
+  const n = countJsonString(b, s, e);
+  return n >= 0 ? n : escapedLength(b, s, e).decoded;
+}
+
 /** The decoded UTF-8 length of a string span. */
 function spanBytes(b: Buffer, sp: StrSpan): number {
-  return sp.esc ? escapedLength(b, sp.s, sp.e).decoded : sp.e - sp.s;
+  return sp.esc ? escapedBytes(b, sp.s, sp.e) : sp.e - sp.s;
 }
 
 /** b[p] is a backslash that starts an escape (an even offset into its run; runs start at s). */
@@ -491,26 +498,49 @@ class TextBudget {
       this.total += spanBytes(this.b, sp);
       return;
     }
-    if (sp.e - sp.s <= this.left) {
-      // Decoded length <= raw length, so the whole string fits.
-      const v = decodeSpan(this.b, sp);
-      this.lit(v);
-      return;
-    }
+    const b = this.b;
     if (!sp.esc) {
-      // Plain: decoded is raw, so the first `left` bytes are the prefix (more is fine).
+      // Plain: valid UTF-8 is its own text, copied as is; anything else goes through the
+      // string (U+FFFD as there).
+      if (sp.e - sp.s <= this.left) {
+        if (!isUtf8(b.subarray(sp.s, sp.e))) {
+          this.lit(b.toString('utf8', sp.s, sp.e));
+          return;
+        }
+        const n = sp.e - sp.s;
+        this.out.copy(b, sp.s, sp.e);
+        this.total += n;
+        this.left -= n;
+        return;
+      }
+      // Longer than the budget: its first `left` bytes are the prefix (more is fine).
       const end = sp.s + this.left;
       this.total += sp.e - sp.s;
-      this.out.write(this.b.toString('utf8', sp.s, end));
+      if (isUtf8(b.subarray(sp.s, end))) this.out.copy(b, sp.s, end);
+      else this.out.write(b.toString('utf8', sp.s, end));
       this.left = 0;
       return;
     }
-    // Escapes make the raw span longer than its text: it may still fit in the budget, and
-    // what follows it is then kept too. Decoded in pieces of at most the bytes still missing
-    // (raw is never shorter than decoded), each written as it is decoded, until the budget is
-    // filled (usually two or three pieces); the rest is only counted. No walk over the kept
-    // part's escapes to find where to cut.
-    const b = this.b;
+    // Escaped: the module decodes up to the budget straight into the kept bytes and counts
+    // the rest (json-string.ts).
+    const mark = this.out.length;
+    const stop = decodeJsonString(b, sp.s, sp.e, this.out, this.left);
+    if (stop >= 0) {
+      const n = this.out.length - mark;
+      this.total += n + (stop < sp.e ? escapedBytes(b, stop, sp.e) : 0);
+      this.left -= n;
+      return;
+    }
+    if (sp.e - sp.s <= this.left) {
+      // Decoded length <= raw length, so the whole string fits.
+      this.lit(decodeSpan(b, sp));
+      return;
+    }
+    // The JavaScript path. Escapes make the raw span longer than its text: it may still fit
+    // in the budget, and what follows it is then kept too. Decoded in pieces of at most the
+    // bytes still missing (raw is never shorter than decoded), each written as it is decoded,
+    // until the budget is filled (usually two or three pieces); the rest is only counted. No
+    // walk over the kept part's escapes to find where to cut.
     let i = sp.s;
     while (this.left > 0 && i < sp.e) {
       const cut = pieceEnd(b, i, Math.min(sp.e, i + this.left), sp.e);
@@ -519,7 +549,7 @@ class TextBudget {
       this.left -= n;
       i = cut;
     }
-    if (i < sp.e) this.total += escapedLength(b, i, sp.e).decoded;
+    if (i < sp.e) this.total += escapedBytes(b, i, sp.e);
   }
   /** A JSON value re-serialised as the full path does (JSON.stringify of its parse). */
   json(start: number, end: number): void {
@@ -563,6 +593,7 @@ class WholeText {
       else this.lit(b.toString('utf8', sp.s, sp.e));
       return;
     }
+    if (decodeJsonString(b, sp.s, sp.e, this.out) >= 0) return;
     if (sp.e - sp.s <= DECODE_PIECE_BYTES) {
       this.lit(JSON.parse(b.toString('utf8', sp.s - 1, sp.e + 1)) as string);
       return;

@@ -5,7 +5,7 @@
 // with every non-ASCII character escaped (as Python's json.dumps does by default), under any
 // routing cap, the scan gives the full path's ids up to the cap and its exact token count.
 import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   approximateTokenizer,
   buildRouteRequest,
@@ -13,6 +13,7 @@ import {
   parseRequest,
   scanRequest,
 } from '../src/index.ts';
+import { jsonStringWasmActive, useJsonStringWasm } from '../src/json-string.ts';
 import { pieceEnd } from '../src/scan.ts';
 
 /** Characters whose encodings are 1 to 4 UTF-8 bytes, escapes of every kind, lone surrogates. */
@@ -66,7 +67,17 @@ const prompt = fc
   .array(fc.constantFrom(...PIECES), { minLength: 1, maxLength: 120 })
   .map((p) => p.join(''));
 
-describe('the routing prefix of an escaped prompt, decoded in pieces', () => {
+// Both ways of decoding: the WebAssembly module (json-string.ts) and the JavaScript pieces.
+describe.each([
+  ['the WebAssembly decoder', true],
+  ['the JavaScript pieces', false],
+])('the routing prefix of an escaped prompt, decoded by %s', (_name, wasm) => {
+  beforeAll(() => {
+    useJsonStringWasm(wasm);
+    expect(jsonStringWasmActive()).toBe(wasm);
+  });
+  afterAll(() => useJsonStringWasm(true));
+
   it('has the full path ids up to any cap, and the exact count', () => {
     fc.assert(
       fc.property(

@@ -1,4 +1,4 @@
-// Generated from token-fill.wat by scripts/gen-wasm.ts; do not edit.
+// Generated from token-fill.wat by scripts/gen-wasm.ts (pnpm gen:wasm); do not edit.
 /** The token-fill WebAssembly module, base64. */
 export const TOKEN_FILL_WASM =
   'AGFzbQEAAAABDwJgA39/fwBgBHt7e3sBewMDAgABBQMBAAEHEQIGbWVtb3J5AgAEZmlsbAAACu0CApsCAgF/CHsgACABQQJ0' +
