@@ -7,8 +7,8 @@
 ;; as they are (the caller checks that they are valid UTF-8 when $high says some byte was
 ;; >= 0x80); escapes are decoded as JSON.parse decodes them, and a surrogate that is not half
 ;; of an escaped pair becomes U+FFFD, as UTF-8 encoding of the parsed string writes it.
-;; Anything JSON.parse would refuse (a control byte, an unknown escape, bad hex) returns -1 and
-;; the caller takes its JavaScript path, whose error is the answer.
+;; Anything JSON.parse would refuse (a control byte, a bare quote, an unknown escape, bad hex)
+;; returns -1 and the caller takes its JavaScript path, whose error is the answer.
 ;;
 ;; `final` = 0 means the bytes go on past e (the caller feeds a long string in windows): an
 ;; escape cut by e is left for the next window ($at stops at its backslash). With `final` = 1 a
@@ -158,9 +158,10 @@
     (param $s i32) (param $e i32) (param $d i32) (param $stop i32) (param $final i32)
     (result i32)
     (local $v v128) (local $m i32) (local $k i32) (local $u i32) (local $cp i32)
-    (local $bs v128) (local $ctl v128) (local $highs v128) (local $high i32)
+    (local $bs v128) (local $ctl v128) (local $quote v128) (local $highs v128) (local $high i32)
     (local.set $bs (i8x16.splat (i32.const 0x5c)))
     (local.set $ctl (i8x16.splat (i32.const 0x20)))
+    (local.set $quote (i8x16.splat (i32.const 0x22)))
     (block $done
       (loop $scan
         (br_if $done (i32.ge_u (local.get $d) (local.get $stop)))
@@ -171,7 +172,9 @@
             (local.set $m
               (i8x16.bitmask
                 (v128.or
-                  (i8x16.eq (local.get $v) (local.get $bs))
+                  (v128.or
+                    (i8x16.eq (local.get $v) (local.get $bs))
+                    (i8x16.eq (local.get $v) (local.get $quote)))
                   (i8x16.lt_u (local.get $v) (local.get $ctl)))))
             ;; The whole block is stored; only the bytes before the first special one count.
             (v128.store (local.get $d) (local.get $v))
@@ -186,14 +189,16 @@
           (else
             (br_if $done (i32.ge_u (local.get $s) (local.get $e)))
             (local.set $k (i32.load8_u (local.get $s)))
-            (if (i32.and (i32.ne (local.get $k) (i32.const 0x5c)) (i32.ge_u (local.get $k) (i32.const 0x20)))
+            (if (i32.and
+                  (i32.and (i32.ne (local.get $k) (i32.const 0x5c)) (i32.ne (local.get $k) (i32.const 0x22)))
+                  (i32.ge_u (local.get $k) (i32.const 0x20)))
               (then
                 (i32.store8 (local.get $d) (local.get $k))
                 (if (i32.ge_u (local.get $k) (i32.const 0x80)) (then (local.set $high (i32.const 1))))
                 (local.set $s (i32.add (local.get $s) (i32.const 1)))
                 (local.set $d (i32.add (local.get $d) (i32.const 1)))
                 (br $scan)))))
-        ;; A control byte (JSON.parse refuses it) or an escape at s.
+        ;; A control byte or a bare quote (JSON.parse refuses either here) or an escape at s.
         (if (i32.ne (i32.load8_u (local.get $s)) (i32.const 0x5c)) (then (return (i32.const -1))))
         (if (i32.ge_u (i32.add (local.get $s) (i32.const 1)) (local.get $e))
           (then

@@ -3,6 +3,7 @@
 // characters and escapes that make decoding hard, written as JSON.stringify writes them or
 // with every non-ASCII unit escaped (as Python's json.dumps does), short ones and ones longer
 // than the module's window with an escape placed across the window's edge.
+import { isUtf8 } from 'node:buffer';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
@@ -124,10 +125,64 @@ describe('the WebAssembly JSON string decoder', () => {
     );
   });
 
+  it('never answers where JSON.parse would refuse or differ, on arbitrary bytes', () => {
+    // Bytes drawn mostly from the ones that matter (backslash, u, hex digits, escape letters,
+    // controls, UTF-8 lead and continuation bytes), as a string's contents: whatever the
+    // module decodes must be what JSON.parse gives, and whatever it counts, that length.
+    const byte = fc.oneof(
+      fc.constantFrom(0x5c, 0x75, 0x30, 0x39, 0x61, 0x66, 0x41, 0x46, 0x64, 0x38, 0x63),
+      fc.constantFrom(0x6e, 0x74, 0x72, 0x62, 0x2f, 0x22, 0x00, 0x1f, 0x7f, 0x20),
+      fc.constantFrom(0xc3, 0xa9, 0xe2, 0x82, 0xac, 0xf0, 0x9f, 0x98, 0x80, 0xed, 0xa0, 0xff),
+      fc.integer({ min: 0, max: 255 }),
+    );
+    fc.assert(
+      fc.property(
+        fc.array(byte, { maxLength: 64 }),
+        fc.integer({ min: 0, max: 80 }),
+        (bytes, want) => {
+          const b = Buffer.from([0x22, ...bytes, 0x22]);
+          const e = b.length - 1;
+          let expected: Buffer | undefined;
+          try {
+            expected = Buffer.from(JSON.parse(b.toString('utf8')) as string);
+          } catch {
+            expected = undefined;
+          }
+          const sink = new Sink();
+          const stop = decodeJsonString(b, 1, e, sink);
+          if (stop >= 0) {
+            expect(expected).toBeDefined();
+            expect(stop).toBe(e);
+            expect(sink.bytes().equals(expected!)).toBe(true);
+          } else {
+            expect(sink.length).toBe(0);
+          }
+          const part = new Sink();
+          const cut = decodeJsonString(b, 1, e, part, want);
+          if (cut >= 0) {
+            // A budgeted decode vouches for what it decoded (the rest is only counted, as the
+            // JavaScript path leaves it): the raw bytes up to where it stopped parse to them.
+            const raw = b.subarray(1, cut);
+            if (isUtf8(raw)) {
+              const prefix = Buffer.from(JSON.parse(`"${raw.toString('utf8')}"`) as string);
+              expect(part.bytes().equals(prefix)).toBe(true);
+            }
+            if (expected !== undefined) {
+              expect(expected.subarray(0, part.length).equals(part.bytes())).toBe(true);
+            }
+          }
+          const n = countJsonString(b, 1, e);
+          if (n >= 0 && expected !== undefined && isUtf8(b)) expect(n).toBe(expected.length);
+        },
+      ),
+      { numRuns: 5000 },
+    );
+  });
+
   it('declines what JSON.parse refuses and leaves the sink as it was', () => {
     const sink = new Sink();
     sink.copy(Buffer.from('kept'), 0, 4);
-    for (const raw of ['"a\u0001b"', '"a\\xb"', '"\\u12g4"', '"tail\\u12"', '"end\\"']) {
+    for (const raw of ['"a\u0001b"', '"a\\xb"', '"\\u12g4"', '"tail\\u12"', '"end\\"', '"a"b"']) {
       const b = Buffer.from(raw);
       expect(() => JSON.parse(raw)).toThrow();
       expect(decodeJsonString(b, 1, b.length - 1, sink)).toBe(-1);
