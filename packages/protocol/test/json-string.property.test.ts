@@ -13,44 +13,10 @@ import {
   jsonStringWasmActive,
   WINDOW,
 } from '../src/json-string.ts';
-
-const PIECES = [
-  'a',
-  'word ',
-  'é',
-  '€',
-  '😀',
-  '\n',
-  '\t',
-  '"',
-  '\\',
-  '/',
-  '\b',
-  '\f',
-  '\r',
-  '\u0000',
-  '\u001f',
-  '\u007f',
-  '\ud83d',
-  '\ude00',
-  '\\u',
-  'x'.repeat(40),
-];
-
-function asciiJson(s: string, upper: boolean): string {
-  return JSON.stringify(s).replace(/[\u0080-\uffff]/g, (c) => {
-    const h = c.charCodeAt(0).toString(16).padStart(4, '0');
-    return `\\u${upper ? h.toUpperCase() : h}`;
-  });
-}
-
-type Style = 'plain' | 'ascii-lower' | 'ascii-upper';
-const STYLES = fc.constantFrom<Style>('plain', 'ascii-lower', 'ascii-upper');
+import { HARD_PIECES, jsonString, STYLES, type Style } from './helpers/json-text.ts';
 
 function quoted(content: string, style: Style): Buffer {
-  return Buffer.from(
-    style === 'plain' ? JSON.stringify(content) : asciiJson(content, style === 'ascii-upper'),
-  );
+  return Buffer.from(jsonString(content, style));
 }
 
 /** A growable sink, as the scanner's output buffer is. */
@@ -90,7 +56,7 @@ function check(b: Buffer, want: number): void {
 }
 
 const content = fc
-  .array(fc.constantFrom(...PIECES), { minLength: 0, maxLength: 120 })
+  .array(fc.constantFrom(...HARD_PIECES), { minLength: 0, maxLength: 120 })
   .map((p) => p.join(''));
 
 describe('the WebAssembly JSON string decoder', () => {

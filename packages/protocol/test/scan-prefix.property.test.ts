@@ -15,56 +15,21 @@ import {
 } from '../src/index.ts';
 import { jsonStringWasmActive, useJsonStringWasm } from '../src/json-string.ts';
 import { pieceEnd } from '../src/scan.ts';
-
-/** Characters whose encodings are 1 to 4 UTF-8 bytes, escapes of every kind, lone surrogates. */
-const PIECES = [
-  'a',
-  'word ',
-  'é',
-  '€',
-  '😀',
-  '\n',
-  '\t',
-  '"',
-  '\\',
-  '/',
-  '\u0001',
-  '\u001f',
-  '\ud83d',
-  '\ude00',
-  '\\u',
-  'u',
-  '\\\\',
-  'x'.repeat(40),
-];
-
-/** Escapes every non-ASCII UTF-16 unit as \uXXXX, in upper or lower case hex. */
-function asciiJson(s: string, upper: boolean): string {
-  return JSON.stringify(s).replace(/[\u0080-\uffff]/g, (c) => {
-    const h = c.charCodeAt(0).toString(16).padStart(4, '0');
-    return `\\u${upper ? h.toUpperCase() : h}`;
-  });
-}
-
-type Style = 'plain' | 'ascii-lower' | 'ascii-upper';
+import { asciiJson, HARD_PIECES, jsonString, STYLES, type Style } from './helpers/json-text.ts';
 
 /**
  * `content` as a JSON string in `style`: its bytes `b` (quotes included, content [1, e)), and
  * the UTF-8 bytes a slice [from, to) of its content decodes to.
  */
 function quotedString(content: string, style: Style) {
-  const quoted =
-    style === 'plain' ? JSON.stringify(content) : asciiJson(content, style === 'ascii-upper');
-  const b = Buffer.from(quoted);
+  const b = Buffer.from(jsonString(content, style));
   const decode = (from: number, to: number) =>
     Buffer.from(JSON.parse(`"${b.toString('utf8', from, to)}"`) as string);
   return { b, e: b.length - 1, decode };
 }
 
-const STYLES = fc.constantFrom<Style>('plain', 'ascii-lower', 'ascii-upper');
-
 const prompt = fc
-  .array(fc.constantFrom(...PIECES), { minLength: 1, maxLength: 120 })
+  .array(fc.constantFrom(...HARD_PIECES), { minLength: 1, maxLength: 120 })
   .map((p) => p.join(''));
 
 // Both ways of decoding: the WebAssembly module (json-string.ts) and the JavaScript pieces.
@@ -143,7 +108,7 @@ describe('where a piece of an escaped string can end', () => {
 
   it('at every cut of a short string, from its start and from a later boundary', () => {
     const short = fc
-      .array(fc.constantFrom(...PIECES.filter((p) => p.length < 10)), { maxLength: 24 })
+      .array(fc.constantFrom(...HARD_PIECES.filter((p) => p.length < 10)), { maxLength: 24 })
       .map((p) => p.join(''));
     fc.assert(
       fc.property(short, STYLES, (content, style) => {
