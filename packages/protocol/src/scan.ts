@@ -8,7 +8,9 @@
 // tokens. So the body is walked once at the byte level (strings skipped with memchr, so the
 // walk costs little more than the structure), the small fields routing reads are parsed from
 // their slices, and the prompt is decoded only up to `maxPromptTokens` routing tokens
-// (with the approximate tokenizer, 4 bytes of canonical chat text per token).
+// (with the approximate tokenizer, 4 bytes of canonical chat text per token). Escaped
+// strings are decoded to UTF-8, and the rest of a long prompt counted, by a WebAssembly
+// module (json-string.ts); JSON.parse is its reference and the path wherever it declines.
 //
 // Equivalence: the ids returned are exactly the first min(n, maxPromptTokens) ids the full
 // path (parseJsonBody + parseRequest + approximate tokenizer) yields, and every field read is
