@@ -42,8 +42,11 @@ declare const WebAssembly:
 export const WINDOW = 64 * 1024;
 /** Output offset: past a window and its 16 bytes of slack (the module reads whole blocks). */
 const OUT = WINDOW + 64;
-/** The most output one call may be asked for (a window decodes to at most its own size). */
-const MAX_STOP = 2 * WINDOW;
+/**
+ * Memory the module needs: a window decodes to at most its own size, and the last block it
+ * stores may run 16 bytes past the output's end.
+ */
+const MEMORY_BYTES = OUT + WINDOW + 16;
 
 interface Loaded {
   x: JsonStringExports;
@@ -63,7 +66,7 @@ function instance(): Loaded | null {
       if (WebAssembly.validate(bytes)) {
         const x = new WebAssembly.Instance(new WebAssembly.Module(bytes))
           .exports as JsonStringExports;
-        if (x.memory.buffer.byteLength >= OUT + MAX_STOP + 64) {
+        if (x.memory.buffer.byteLength >= MEMORY_BYTES) {
           loaded = { x, mem: Buffer.from(x.memory.buffer) };
         }
       }
@@ -110,7 +113,8 @@ export function decodeJsonString(
     // A window ends between characters, so that its bytes can be checked as UTF-8 alone.
     for (let k = 0; k < 3 && we < e && we > i && (b[we]! & 0xc0) === 0x80; k++) we--;
     const n = b.copy(mem, 0, i, we);
-    const end = x.decode(0, n, OUT, OUT + Math.min(want - got, MAX_STOP), we === e ? 1 : 0);
+    // A window writes at most n bytes, so a budget past that is no budget for this window.
+    const end = x.decode(0, n, OUT, OUT + Math.min(want - got, n), we === e ? 1 : 0);
     const at = x.at.value;
     if (end < 0 || at === 0 || (x.high.value !== 0 && !isUtf8(b.subarray(i, we)))) {
       out.length = mark;
