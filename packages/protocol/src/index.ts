@@ -91,6 +91,7 @@ export {
   SseWriter,
   sseEvent,
 } from './sse.ts';
+export { SseDataFacts, SseTemplate } from './sse-data.ts';
 export {
   approximateTokenizer,
   createRoutingTokenizer,
@@ -98,8 +99,10 @@ export {
   type RoutingTokenizerOptions,
 } from './tokenizer.ts';
 export {
+  carriesTokens,
   type ReportedUsage,
   type ResponseFacts,
+  reportedUsage,
   responseFacts,
   UsageScanner,
   usageFromObject,

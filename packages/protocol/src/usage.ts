@@ -114,13 +114,45 @@ export function responseFacts(value: unknown): ResponseFacts {
 }
 
 /**
+ * Whether a parsed SSE event carries generated output: a non-empty text, delta or output ids
+ * (a role-only, usage-only or empty chunk does not), checked without building anything.
+ */
+export function carriesTokens(value: unknown): boolean {
+  if (typeof value !== 'object' || value === null) return false;
+  const o = value as Record<string, unknown>;
+  if (typeof o.text === 'string' && o.text.length > 0) return true;
+  if (Array.isArray(o.output_ids) && o.output_ids.length > 0) return true;
+  const choices = o.choices;
+  if (!Array.isArray(choices)) return false;
+  for (const c of choices) {
+    if (typeof c !== 'object' || c === null) continue;
+    const ch = c as Record<string, unknown>;
+    if (typeof ch.text === 'string' && ch.text.length > 0) return true;
+    const d = (ch.delta ?? ch.message) as Record<string, unknown> | undefined;
+    if (typeof d !== 'object' || d === null) continue;
+    const content = d.content ?? d.reasoning_content;
+    if (typeof content === 'string' && content.length > 0) return true;
+  }
+  return false;
+}
+
+/**
  * Prompt, cached and output tokens of a response object; undefined when it reports no prompt
  * count. Counts the worker did not report are undefined, never turned into 0.
  */
 export function usageFromObject(value: unknown): ReportedUsage | undefined {
   const f = responseFacts(value);
-  if (f.promptTokens === undefined) return undefined;
-  return new Usage(f.promptTokens, f.cachedTokens, f.outputTokens);
+  return reportedUsage(f.promptTokens, f.cachedTokens, f.outputTokens);
+}
+
+/** The usage of these counts; undefined without a prompt count (as usageFromObject). */
+export function reportedUsage(
+  promptTokens: number | undefined,
+  cachedTokens: number | undefined,
+  outputTokens: number | undefined,
+): ReportedUsage | undefined {
+  if (promptTokens === undefined) return undefined;
+  return new Usage(promptTokens, cachedTokens, outputTokens);
 }
 
 const JSON_COPY_CAP = 4 * 1024 * 1024;
