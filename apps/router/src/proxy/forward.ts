@@ -16,6 +16,7 @@ import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { StringDecoder } from 'node:string_decoder';
 import {
+  carriesTokens,
   describeError,
   errorCode,
   openAIErrorBody,
@@ -23,7 +24,10 @@ import {
   type ReportedUsage,
   type RequestKind,
   ROUTING_KEY_HEADERS,
+  reportedUsage,
   SSE_DONE,
+  SseDataFacts,
+  SseTemplate,
   sseEvent,
   usageFromObject,
 } from '@kvroute/protocol';
@@ -151,28 +155,8 @@ export interface ForwardOptions {
   interToken?: { observe(seconds: number): void };
 }
 
-/**
- * Whether a parsed SSE event carries generated output: a non-empty text, delta or output ids
- * (a role-only, usage-only or empty chunk does not), checked without building anything.
- */
-function carriesTokens(value: unknown): boolean {
-  if (typeof value !== 'object' || value === null) return false;
-  const o = value as Record<string, unknown>;
-  if (typeof o.text === 'string' && o.text.length > 0) return true;
-  if (Array.isArray(o.output_ids) && o.output_ids.length > 0) return true;
-  const choices = o.choices;
-  if (!Array.isArray(choices)) return false;
-  for (const c of choices) {
-    if (typeof c !== 'object' || c === null) continue;
-    const ch = c as Record<string, unknown>;
-    if (typeof ch.text === 'string' && ch.text.length > 0) return true;
-    const d = (ch.delta ?? ch.message) as Record<string, unknown> | undefined;
-    if (typeof d !== 'object' || d === null) continue;
-    const content = d.content ?? d.reasoning_content;
-    if (typeof content === 'string' && content.length > 0) return true;
-  }
-  return false;
-}
+/** One reader's facts, reused: an event is read synchronously, start to end. */
+const FACTS = new SseDataFacts();
 
 export type ForwardResult =
   /** Nothing reached the client: connect/socket failure, timeout, bad body, discarded 5xx. */
@@ -266,6 +250,8 @@ export class ForwardCall {
   private status = 0;
   private headers: string[] = [];
   private sse = false;
+  /** SSE: the stream's event template (sse-data.ts), made on the first data line. */
+  private template: SseTemplate | undefined;
   private first = true;
   /** Held body chunks (non-streaming), or undefined once passed through unchecked. */
   private held: Buffer[] | undefined;
@@ -513,25 +499,39 @@ export class ForwardCall {
     const c = text.charCodeAt(start);
     if (c === 58 /* : comment */) return undefined;
     if (c === 100 /* d */ && text.startsWith('data:', start)) {
-      const payload = text.slice(start + 5, end).trim();
-      if (payload === '[DONE]') return undefined;
-      let value: unknown;
-      try {
-        value = JSON.parse(payload);
-      } catch {
-        return `an SSE data line that is not JSON: ${JSON.stringify(payload.slice(0, 60))}`;
+      // An event's JSON is read without building it: against the stream's last event where
+      // only the token text differs, else in one pass (protocol's sse-data.ts). What that
+      // leaves undecided (and [DONE], and garbage) goes through JSON.parse, whose verdict
+      // stands. (A payload whose counts it read names "prompt_tokens" as such, so /generate's
+      // filter below is already met: it reads no member named with an escape.)
+      let tokens: boolean;
+      let usage: ReportedUsage | undefined;
+      this.template ??= new SseTemplate();
+      if (this.template.read(text, start + 5, end, FACTS)) {
+        tokens = FACTS.tokens;
+        usage = reportedUsage(FACTS.promptTokens, FACTS.cachedTokens, FACTS.outputTokens);
+      } else {
+        const payload = text.slice(start + 5, end).trim();
+        if (payload === '[DONE]') return undefined;
+        let value: unknown;
+        try {
+          value = JSON.parse(payload);
+        } catch {
+          return `an SSE data line that is not JSON: ${JSON.stringify(payload.slice(0, 60))}`;
+        }
+        tokens = carriesTokens(value);
+        if (this.o.kind !== 'generate' || payload.includes('"prompt_tokens"')) {
+          usage = usageFromObject(value);
+        }
       }
       const itl = this.o.interToken;
-      if (itl !== undefined && carriesTokens(value)) {
+      if (itl !== undefined && tokens) {
         this.tokenEvents++;
         const now = performance.now();
         if (this.lastTokenAt !== 0) itl.observe((now - this.lastTokenAt) / 1e3);
         this.lastTokenAt = now;
       }
-      if (this.o.kind !== 'generate' || payload.includes('"prompt_tokens"')) {
-        const u = usageFromObject(value);
-        if (u) this.usage = u;
-      }
+      if (usage) this.usage = usage;
       return undefined;
     }
     if (
