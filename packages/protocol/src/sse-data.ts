@@ -158,28 +158,9 @@ function string(): number {
     if (c < 0x20) return BAD;
     if (c === 0x5c) {
       escaped = true;
-      if (i + 1 >= end) return BAD;
-      const e = s.charCodeAt(i + 1);
-      if (e === 0x75 /* u */) {
-        if (i + 6 > end) return BAD;
-        for (let k = i + 2; k < i + 6; k++) if (!isHex(s.charCodeAt(k))) return BAD;
-        i += 6;
-        continue;
-      }
-      // " \ / b f n r t
-      if (
-        e !== 0x22 &&
-        e !== 0x5c &&
-        e !== 0x2f &&
-        e !== 0x62 &&
-        e !== 0x66 &&
-        e !== 0x6e &&
-        e !== 0x72 &&
-        e !== 0x74
-      ) {
-        return BAD;
-      }
-      i += 2;
+      const n = escapeLength(s, i, end);
+      if (n === 0) return BAD;
+      i += n;
       continue;
     }
     i++;
@@ -522,27 +503,34 @@ function stringBody(text: string, from: number, to: number): boolean {
     const c = text.charCodeAt(i);
     if (c === 0x22 || c < 0x20) return false;
     if (c !== 0x5c) continue;
-    if (i + 1 >= to) return false;
-    const e = text.charCodeAt(i + 1);
-    if (e === 0x75 /* u */) {
-      if (i + 6 > to) return false;
-      for (let k = i + 2; k < i + 6; k++) if (!isHex(text.charCodeAt(k))) return false;
-      i += 5;
-      continue;
-    }
-    if (
-      e !== 0x22 &&
-      e !== 0x5c &&
-      e !== 0x2f &&
-      e !== 0x62 &&
-      e !== 0x66 &&
-      e !== 0x6e &&
-      e !== 0x72 &&
-      e !== 0x74
-    ) {
-      return false;
-    }
-    i++;
+    const n = escapeLength(text, i, to);
+    if (n === 0) return false;
+    i += n - 1;
   }
   return true;
+}
+
+/**
+ * The length of the JSON escape whose backslash is at text[i], ending by `end`: 2 for \" \\ \/
+ * \b \f \n \r \t, 6 for \uXXXX; 0 when it is not one.
+ */
+function escapeLength(text: string, i: number, end: number): number {
+  if (i + 1 >= end) return 0;
+  const e = text.charCodeAt(i + 1);
+  if (e === 0x75 /* u */) {
+    if (i + 6 > end) return 0;
+    for (let k = i + 2; k < i + 6; k++) if (!isHex(text.charCodeAt(k))) return 0;
+    return 6;
+  }
+  // " \ / b f n r t
+  return e === 0x22 ||
+    e === 0x5c ||
+    e === 0x2f ||
+    e === 0x62 ||
+    e === 0x66 ||
+    e === 0x6e ||
+    e === 0x72 ||
+    e === 0x74
+    ? 2
+    : 0;
 }

@@ -35,12 +35,14 @@ function reference(payload: string): Verdict {
   };
 }
 
-/** readSseData's verdict on a payload inside a line, or undefined when it leaves it. */
-function fast(payload: string): Verdict | undefined {
+type Reader = (text: string, start: number, stop: number, out: SseDataFacts) => boolean;
+
+/** A reader's verdict on a payload inside a line, or undefined when it leaves it. */
+function verdictOf(read: Reader, payload: string): Verdict | undefined {
   // The payload sits inside a longer text, as in the router (an event line among others).
   const text = `data:${payload}\n\ndata: {"after":"x"}\n\n`;
   const out = new SseDataFacts();
-  if (!readSseData(text, 5, 5 + payload.length, out)) return undefined;
+  if (!read(text, 5, 5 + payload.length, out)) return undefined;
   return {
     json: true,
     tokens: out.tokens,
@@ -49,6 +51,9 @@ function fast(payload: string): Verdict | undefined {
     outputTokens: out.outputTokens,
   };
 }
+
+/** readSseData's verdict. */
+const fast = (payload: string): Verdict | undefined => verdictOf(readSseData, payload);
 
 /** Holds readSseData to the reference on one payload; returns whether it decided. */
 function agrees(payload: string): boolean {
@@ -379,19 +384,9 @@ function hasRepeatedName(p: string): boolean {
   return names > members;
 }
 
-/** What SseTemplate says of a payload inside a line of a longer text, or undefined. */
-function viaTemplate(tpl: SseTemplate, payload: string): Verdict | undefined {
-  const text = `data:${payload}\n\ndata: {"after":"x"}\n\n`;
-  const out = new SseDataFacts();
-  if (!tpl.read(text, 5, 5 + payload.length, out)) return undefined;
-  return {
-    json: true,
-    tokens: out.tokens,
-    promptTokens: out.promptTokens,
-    cachedTokens: out.cachedTokens,
-    outputTokens: out.outputTokens,
-  };
-}
+/** What SseTemplate says of a payload, the next event of its stream. */
+const viaTemplate = (tpl: SseTemplate, payload: string): Verdict | undefined =>
+  verdictOf((text, start, stop, out) => tpl.read(text, start, stop, out), payload);
 
 /** The token text of one event, written as clients' JSON writers write it. */
 const tokenText = fc

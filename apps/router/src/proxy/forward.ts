@@ -250,7 +250,7 @@ export class ForwardCall {
   private status = 0;
   private headers: string[] = [];
   private sse = false;
-  /** SSE: the stream's event template (sse-data.ts), made on the first data line. */
+  /** SSE: the stream's event template (sse-data.ts). */
   private template: SseTemplate | undefined;
   private first = true;
   /** Held body chunks (non-streaming), or undefined once passed through unchecked. */
@@ -422,8 +422,10 @@ export class ForwardCall {
     for (const name in extra) headers.push(name, extra[name]!);
     // Only a 2xx is checked; a worker's 4xx/5xx body is passed on as the clearest answer.
     this.sse = contentType.startsWith('text/event-stream') && statusCode < 300;
-    if (this.sse) this.decoder = new StringDecoder('utf8');
-    else this.held = [];
+    if (this.sse) {
+      this.decoder = new StringDecoder('utf8');
+      this.template = new SseTemplate();
+    } else this.held = [];
     this.resumeUpstream = resume;
     this.mode = 'hold';
     return true;
@@ -506,8 +508,7 @@ export class ForwardCall {
       // filter below is already met: it reads no member named with an escape.)
       let tokens: boolean;
       let usage: ReportedUsage | undefined;
-      this.template ??= new SseTemplate();
-      if (this.template.read(text, start + 5, end, FACTS)) {
+      if (this.template!.read(text, start + 5, end, FACTS)) {
         tokens = FACTS.tokens;
         usage = reportedUsage(FACTS.promptTokens, FACTS.cachedTokens, FACTS.outputTokens);
       } else {
