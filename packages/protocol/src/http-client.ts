@@ -1,8 +1,6 @@
-// The HTTP client stack kvroute talks to workers with outside the router's proxied path:
-// undici, so the router's health checks and load polls, validate's timed requests and the
-// tests share one set of connection, timeout and error semantics. The router forwards
-// inference requests with its own keep-alive client (apps/router/src/proxy/upstream.ts),
-// whose connect and socket failures carry the same Node error codes.
+// The HTTP client stack kvroute talks to workers with: undici, so the router's proxied
+// requests, health checks and load polls, validate's timed requests and the tests share one
+// set of connection, timeout and error semantics.
 import { Agent, type Dispatcher, request } from 'undici';
 
 export type { Dispatcher } from 'undici';

@@ -315,7 +315,6 @@ function object(ctx: number): number {
   let text = 0;
   let delta = 0;
   let deltaCarries = false;
-  let message = 0;
   let messageCarries = false;
   let content = 0;
   let reasoning = 0;
@@ -373,7 +372,6 @@ function object(ctx: number): number {
           deltaCarries = v === OBJECT && S.carries;
           break;
         case M_MESSAGE:
-          message = v;
           messageCarries = v === OBJECT && S.carries;
           break;
         case M_CONTENT:
