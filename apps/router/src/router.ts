@@ -36,7 +36,6 @@ import { engineApiPlugin, forwardToOneWorker } from './plugins/engine-api.ts';
 import { metricsPlugin } from './plugins/metrics.ts';
 import { workersApiPlugin } from './plugins/workers-api.ts';
 import { markAccepted, requestStart } from './proxy/body.ts';
-import { BodyPool, UpstreamSockets } from './proxy/body-pool.ts';
 import { proxyPlugin } from './proxy/plugin.ts';
 import { createProxyHandler, type ProxyHandler } from './proxy/route.ts';
 import { RankTable, type Worker } from './rank-table.ts';
@@ -176,11 +175,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     opts.tokenizer ??
     createRoutingTokenizer(config.tokenizer ? { tokenizerJsonPath: config.tokenizer } : {});
   const table = new RankTable();
-  // Every connection to a worker is watched, so a request body's pooled buffer is reused only
-  // once nothing is left to write from it (proxy/body-pool.ts).
-  const upstreamSockets = new UpstreamSockets();
-  const bodyPool = new BodyPool(upstreamSockets);
-  const agent = createHttpAgent({ onConnection: upstreamSockets.add });
+  const agent = createHttpAgent();
   const log = app.log;
   const health = new HealthMonitor(table, agent, config.health, log);
   if (config.workerApiKey !== undefined) {
@@ -448,7 +443,6 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     policy,
     tokenizer,
     agent,
-    bodyPool,
     health,
     outlier,
     admission,

@@ -1,8 +1,7 @@
 // The HTTP client stack kvroute talks to workers with: undici, so the router's proxied
 // requests, health checks and load polls, validate's timed requests and the tests share one
 // set of connection, timeout and error semantics.
-import type { Socket } from 'node:net';
-import { Agent, buildConnector, type Dispatcher, request } from 'undici';
+import { Agent, type Dispatcher, request } from 'undici';
 
 export type { Dispatcher } from 'undici';
 
@@ -11,23 +10,6 @@ export interface HttpAgentOptions {
   keepAliveTimeoutMs?: number;
   /** Connections per origin; undefined (default) leaves them unbounded. */
   connections?: number;
-  /**
-   * Told of every connection the agent opens, with its origin (`http://host:port`, as
-   * `URL.origin` spells it): the router watches them for bytes still waiting to be written.
-   */
-  onConnection?: (origin: string, socket: Socket) => void;
-}
-
-/** undici's own connector (its defaults: 10 s connect timeout, TCP keep-alive), reporting. */
-function reportingConnector(onConnection: (origin: string, socket: Socket) => void) {
-  const connect = buildConnector({ timeout: 10_000 });
-  return (opts: buildConnector.Options, callback: buildConnector.Callback): void => {
-    connect(opts, (err, socket) => {
-      if (socket) onConnection(`${opts.protocol}//${opts.host ?? opts.hostname}`, socket as Socket);
-      if (err) callback(err, null);
-      else callback(null, socket!);
-    });
-  };
 }
 
 /**
@@ -40,7 +22,6 @@ export function createHttpAgent(opts: HttpAgentOptions = {}): Agent {
     keepAliveTimeout: opts.keepAliveTimeoutMs ?? 30_000,
     connections: opts.connections ?? null,
     pipelining: 1,
-    ...(opts.onConnection ? { connect: reportingConnector(opts.onConnection) } : {}),
   });
 }
 

@@ -6,7 +6,6 @@ import type { Socket } from 'node:net';
 import { payloadTooLarge } from '@kvroute/protocol';
 import type { Admission } from '../admission.ts';
 import { RouterError } from '../errors.ts';
-import type { BodyPool } from './body-pool.ts';
 
 /** Rejection for a client that went away before its body was complete (nothing to answer). */
 export const CLIENT_GONE = new Error('client closed the connection before sending its body');
@@ -17,8 +16,6 @@ export interface BodyLimits {
   admission: Admission;
   /** When the request began (performance.now() ms); timeoutMs counts from here. Default: now. */
   startedAt?: number;
-  /** Where a body of several chunks is joined (default: a buffer of its own). */
-  pool?: BodyPool;
 }
 
 const ACCEPTED_AT = Symbol('kvroute.acceptedAt');
@@ -67,8 +64,6 @@ export interface ReadBody {
   raw: Buffer;
   /** Bytes counted against the memory budget; the caller releases them when done. */
   reserved: number;
-  /** The pool's buffer behind raw, for the caller to give back when done (BodyPool.give). */
-  slab?: Buffer;
 }
 
 /** The request body; 413 past maxBytes, 503 past the memory budget, 408 past the timeout. */
@@ -114,15 +109,10 @@ export function readBody(req: IncomingMessage, limits: BodyLimits): Promise<Read
       if (done) return;
       done = true;
       clearTimeout(timer);
-      if (limits.pool) {
-        const { body, slab } = limits.pool.join(chunks, size);
-        resolve({ raw: body, reserved: size, slab });
-      } else {
-        resolve({
-          raw: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size),
-          reserved: size,
-        });
-      }
+      resolve({
+        raw: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size),
+        reserved: size,
+      });
     });
     req.once('close', () => {
       if (done) return;

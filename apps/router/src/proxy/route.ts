@@ -55,7 +55,6 @@ import type { ShadowCacheModel, ShadowTicket } from '../shadow/shadow-cache.ts';
 import { firstByteBoundFor } from '../timeouts.ts';
 import { RequestTrace } from '../tracing.ts';
 import { CLIENT_GONE, closeAfterAnswer, readBody, requestStart } from './body.ts';
-import type { BodyPool } from './body-pool.ts';
 import {
   type AttemptFailure,
   clientSafe,
@@ -74,8 +73,6 @@ export interface ProxyContext {
   policy: PolicyState;
   tokenizer: RoutingTokenizer;
   agent: Agent;
-  /** Where bodies of several chunks are joined, buffers reused while no write may read them. */
-  bodyPool?: BodyPool | undefined;
   health: HealthMonitor;
   outlier: OutlierDetector;
   admission: Admission;
@@ -225,10 +222,6 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     // At most half the body timeout is charged for the wait before this handler ran.
     const bodyFrom = requestStart(req, startedAt, config.bodyTimeoutMs / 2);
     let reserved = 0;
-    let slab: Buffer | undefined;
-    // The origins this request's attempts were sent to: its body's buffer is reused only once
-    // no connection to them has bytes left to write (body-pool.ts). undefined: unknown (PD).
-    let origins: string[] | undefined = [];
     let admitted = false;
     const rt = new RequestTrace(req.headers.traceparent, ctx.tracer, route);
     const receivedAt = ctx.recorder?.active ? performance.now() : 0;
@@ -243,18 +236,14 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         timeoutMs: config.bodyTimeoutMs,
         admission,
         startedAt: bodyFrom,
-        pool: ctx.bodyPool,
       });
       reserved = body.reserved;
-      slab = body.slab;
       const slot = admission.acquire();
       if (slot !== true) await slot;
       admitted = true;
       budget.active++;
-      if (ctx.handle) {
-        origins = undefined;
-        await ctx.handle(req, res, kind, route, body.raw);
-      } else await handleProxy(req, res, kind, route, body.raw, rt, receivedAt, origins);
+      if (ctx.handle) await ctx.handle(req, res, kind, route, body.raw);
+      else await handleProxy(req, res, kind, route, body.raw, rt, receivedAt);
     } catch (err) {
       if (err === CLIENT_GONE) {
         countRejected(route, 499);
@@ -293,7 +282,6 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       metrics.observeDuration(route, status, (performance.now() - startedAt) / 1e3);
       rt.end(status);
       if (reserved) admission.releaseBody(reserved);
-      if (slab && origins) ctx.bodyPool!.give(slab, origins);
       if (admitted) {
         budget.active--;
         admission.release();
@@ -309,7 +297,6 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     raw: Buffer,
     rt: RequestTrace,
     receivedAt: number,
-    origins: string[],
   ): Promise<void> {
     if (raw.length === 0) {
       throw badRequest('Request body is empty: expected a JSON object', { code: 'invalid_json' });
@@ -478,7 +465,6 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         });
         call = thisCall;
         calls.add(worker, thisCall);
-        origins.push(worker.origin);
         let result: ForwardResult;
         try {
           result = await thisCall.start();
