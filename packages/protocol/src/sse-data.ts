@@ -249,42 +249,48 @@ const M_COMPLETION = 1024;
 const M_DETAILS = 2048;
 const M_CACHED = 4096;
 
+/** The members of interest in each place (indexed by context): name and bit. */
+const MEMBERS: readonly (readonly [string, number])[][] = [
+  /* SKIP */ [],
+  /* ROOT */ [
+    ['text', M_TEXT],
+    ['choices', M_CHOICES],
+    ['usage', M_USAGE],
+    ['meta_info', M_META],
+    ['output_ids', M_OUTPUT_IDS],
+  ],
+  /* CHOICES */ [],
+  /* CHOICE */ [
+    ['delta', M_DELTA],
+    ['text', M_TEXT],
+    ['message', M_MESSAGE],
+  ],
+  /* DELTA */ [
+    ['content', M_CONTENT],
+    ['reasoning_content', M_REASONING],
+  ],
+  /* USAGE */ [
+    ['prompt_tokens', M_PROMPT],
+    ['completion_tokens', M_COMPLETION],
+    ['prompt_tokens_details', M_DETAILS],
+  ],
+  /* DETAILS */ [['cached_tokens', M_CACHED]],
+  /* META */ [
+    ['prompt_tokens', M_PROMPT],
+    ['cached_tokens', M_CACHED],
+    ['completion_tokens', M_COMPLETION],
+  ],
+];
+
 /** Which member of interest `S.s[from, to)` names in `ctx`, as a bit; 0 for any other. */
 function member(ctx: number, from: number, to: number): number {
+  const list = MEMBERS[ctx]!;
   const n = to - from;
-  switch (ctx) {
-    case ROOT:
-      if (n === 4 && S.s.startsWith('text', from)) return M_TEXT;
-      if (n === 7 && S.s.startsWith('choices', from)) return M_CHOICES;
-      if (n === 5 && S.s.startsWith('usage', from)) return M_USAGE;
-      if (n === 9 && S.s.startsWith('meta_info', from)) return M_META;
-      if (n === 10 && S.s.startsWith('output_ids', from)) return M_OUTPUT_IDS;
-      return 0;
-    case CHOICE:
-      if (n === 5 && S.s.startsWith('delta', from)) return M_DELTA;
-      if (n === 4 && S.s.startsWith('text', from)) return M_TEXT;
-      if (n === 7 && S.s.startsWith('message', from)) return M_MESSAGE;
-      return 0;
-    case DELTA:
-      if (n === 7 && S.s.startsWith('content', from)) return M_CONTENT;
-      if (n === 17 && S.s.startsWith('reasoning_content', from)) return M_REASONING;
-      return 0;
-    case USAGE:
-      if (n === 13 && S.s.startsWith('prompt_tokens', from)) return M_PROMPT;
-      if (n === 17 && S.s.startsWith('completion_tokens', from)) return M_COMPLETION;
-      if (n === 21 && S.s.startsWith('prompt_tokens_details', from)) return M_DETAILS;
-      return 0;
-    case DETAILS:
-      if (n === 13 && S.s.startsWith('cached_tokens', from)) return M_CACHED;
-      return 0;
-    case META:
-      if (n === 13 && S.s.startsWith('prompt_tokens', from)) return M_PROMPT;
-      if (n === 13 && S.s.startsWith('cached_tokens', from)) return M_CACHED;
-      if (n === 17 && S.s.startsWith('completion_tokens', from)) return M_COMPLETION;
-      return 0;
-    default:
-      return 0;
+  for (let k = 0; k < list.length; k++) {
+    const [name, bit] = list[k]!;
+    if (name.length === n && S.s.startsWith(name, from)) return bit;
   }
+  return 0;
 }
 
 /** Where a member's value sits. */
