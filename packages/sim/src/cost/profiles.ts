@@ -79,7 +79,7 @@ function denseProfile(shape: string): CostProfileSpec {
     format: 'kvroute-cost-profile/v1',
     name: `h200-${shape}`,
     description: `${shape} bf16 on one H200; prefill fitted to the calibration (median error ${(medianAbsRelError * 100).toFixed(1)}%, max ${(maxAbsRelError * 100).toFixed(1)}%), decode bandwidth-bound`,
-    source: 'shared/calibration/h200-prefill.jsonl + H200 datasheet',
+    source: 'data/calibration/h200-prefill.jsonl (vendored) + H200 datasheet',
     prefill,
     decode: denseDecode(s),
     kvCapacityTokens: kvCapacityFromMemory(denseMemory(s)),
