@@ -1,7 +1,14 @@
 // What every route of the worker shares: bodies read as text whatever their content type (so
 // bad JSON gets the protocol's 400, not fastify's), and one rendering of every error and of
 // unknown routes in OpenAI's shape.
-import { internalError, isProtocolError, ProtocolError, routeNotFound } from '@kvroute/protocol';
+import { isUtf8 } from 'node:buffer';
+import {
+  badRequest,
+  internalError,
+  isProtocolError,
+  ProtocolError,
+  routeNotFound,
+} from '@kvroute/protocol';
 import type { FastifyInstance } from 'fastify';
 
 /** Workers accept bigger bodies than the router's 32 MiB default, so the router's 413 is the one seen. */
@@ -9,7 +16,17 @@ export const BODY_LIMIT = 64 * 1024 * 1024;
 
 export function installHttpBasics(app: FastifyInstance): void {
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('*', { parseAs: 'string' }, (_req, body, done) => done(null, body));
+  // As buffers, so that bytes that are not UTF-8 get JSON's 400 rather than being replaced.
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => {
+    const bytes = body as Buffer;
+    if (!isUtf8(bytes)) {
+      done(
+        badRequest('Request body is not valid UTF-8 (JSON text must be)', { code: 'invalid_json' }),
+      );
+      return;
+    }
+    done(null, bytes.toString('utf8'));
+  });
 
   app.setNotFoundHandler((req, reply) => {
     const err = routeNotFound(req.method, req.url);

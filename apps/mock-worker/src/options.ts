@@ -1,7 +1,8 @@
 // Mock worker options: one object for the programmatic API, filled from CLI flags by
 // parseMockWorkerArgs. Defaults live here and nowhere else.
 import { parseArgs } from 'node:util';
-import { parseAssignments, parseNumber } from '@kvroute/policy';
+import { methodNames, parseAssignments, parseNumber } from '@kvroute/policy';
+import { profileNames } from '@kvroute/sim/model';
 import { DEFAULT_KV_LINK_GBPS, DEFAULT_KV_SETUP_MS } from './pd/kv-transfer.ts';
 
 export type FailMode = 'http500' | 'reset';
@@ -207,6 +208,20 @@ export function resolveOptions(o: MockWorkerOptions = {}): ResolvedOptions {
   if (o.decodeOffload === true && (role !== 'decode' || o.kvStore === undefined)) {
     throw new MockWorkerConfigError(
       'decodeOffload (--decode-offload) needs --role decode and --kv-store URL (the store it writes to)',
+    );
+  }
+  if (
+    o.profile !== undefined &&
+    o.profileFile === undefined &&
+    !profileNames().includes(o.profile)
+  ) {
+    throw new MockWorkerConfigError(
+      `unknown profile "${o.profile}"; valid profiles: ${profileNames().join(', ')}`,
+    );
+  }
+  if (o.loadBalanceMethod !== undefined && !methodNames().includes(o.loadBalanceMethod)) {
+    throw new MockWorkerConfigError(
+      `unknown load-balance method "${o.loadBalanceMethod}"; valid methods: ${methodNames().join(', ')}`,
     );
   }
   if (o.failMode !== undefined && o.failMode !== 'http500' && o.failMode !== 'reset') {

@@ -281,6 +281,21 @@ describe('errors in OpenAI shape', () => {
     const bad = await post(app, '/v1/chat/completions', '{"messages": [');
     expect(bad.status).toBe(400);
     expect(bad.body.error).toMatchObject({ type: 'invalid_request_error', code: 'invalid_json' });
+    // Bytes that are not UTF-8 are not JSON text: the same 400, not a length mismatch.
+    const latin1 = await app.inject({
+      method: 'POST',
+      url: '/v1/chat/completions',
+      payload: Buffer.from(
+        '{"messages":[{"role":"user","content":"h\xe9"}],"max_tokens":3}',
+        'latin1',
+      ),
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(latin1.statusCode).toBe(400);
+    expect(latin1.json().error).toMatchObject({
+      code: 'invalid_json',
+      message: expect.stringMatching(/UTF-8/),
+    });
     const arr = await post(app, '/generate', '[1,2]');
     expect(arr.body.error.code).toBe('invalid_body');
     const field = await post(app, '/v1/chat/completions', {

@@ -111,5 +111,14 @@ describe('CLI flags', () => {
     expect(() => resolveOptions({ timeScale: -1 })).toThrow(/timeScale/);
     expect(() => resolveOptions({ failMode: 'explode' as never })).toThrow(/failMode/);
     expect(() => resolveOptions({ failAfter: 1.5 })).toThrow(/failAfter/);
+    // Names checked with the flags, so the command prints one line, not a stack trace.
+    expect(() => resolveOptions({ profile: 'nope' })).toThrow(MockWorkerConfigError);
+    expect(() => resolveOptions({ profile: 'nope' })).toThrow(
+      /unknown profile "nope"; valid profiles: .*h200-llama-3.1-8b/,
+    );
+    expect(() => resolveOptions({ loadBalanceMethod: 'nope' })).toThrow(MockWorkerConfigError);
+    expect(() => resolveOptions({ loadBalanceMethod: 'nope' })).toThrow(
+      /valid methods: .*cache_aware/,
+    );
   });
 });

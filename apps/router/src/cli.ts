@@ -3,6 +3,7 @@
 // with the admin token redacted.
 import type { FastifyInstance } from 'fastify';
 import { helpText, type RouterConfig, redactConfig, resolveConfig } from './config.ts';
+import { redactUrlCredentials } from './credentials.ts';
 import { RouterConfigError } from './errors.ts';
 import { loggerOptions, startupMessage } from './logging.ts';
 import { buildRouter, dispatcherConfig } from './router.ts';
@@ -69,7 +70,14 @@ export async function startRouter(
   const resolvedAtStart = config;
   const mocks = config.mockWorkers > 0 ? await startMockWorkers(config) : undefined;
   if (mocks) config = { ...config, workerUrls: [...config.workerUrls, ...mocks.urls] };
-  const app = buildRouter(config, { logger: loggerOptions(config.logLevel, config.logFormat) });
+  let app: ReturnType<typeof buildRouter>;
+  try {
+    app = buildRouter(config, { logger: loggerOptions(config.logLevel, config.logFormat) });
+  } catch (err) {
+    // The mock workers' listeners would keep the process alive after the error is printed.
+    await mocks?.close();
+    throw err;
+  }
   try {
     // Node's default accept backlog is 511. A burst of more connections than that (2,000
     // clients at once) overflows the kernel's accept queue: the handshakes the kernel drops
@@ -98,7 +106,9 @@ export async function startRouter(
       config: redactConfig(config),
       policy: dispatcherConfig(config),
       tokenizer: app.kvroute.tokenizer.description,
-      ranks: app.kvroute.table.info().map((r) => ({ rank: r.rank, url: r.url, dpRank: r.dpRank })),
+      ranks: app.kvroute.table
+        .info()
+        .map((r) => ({ rank: r.rank, url: redactUrlCredentials(r.url), dpRank: r.dpRank })),
     },
     startupMessage(url, config, app.kvroute.table.size, app.kvroute.table.workers().length),
   );
@@ -109,7 +119,15 @@ export async function startRouter(
     reload: (source = 'sighup') => {
       const log = app.log;
       try {
-        const next = resolveConfig(argv, env);
+        let next: RouterConfig;
+        try {
+          next = resolveConfig(argv, env);
+        } catch (err) {
+          // reloadPolicies counts the refusals it finds; a file that does not even resolve
+          // (bad YAML, a value out of range) is a refusal too.
+          app.kvroute.noteSwitchRefused(source);
+          throw err;
+        }
         const events = app.kvroute.reloadPolicies(next, source);
         const ignored = changedSettings(resolvedAtStart, next);
         if (ignored.length > 0) {

@@ -11,7 +11,8 @@ import {
   parseNumber,
   parseScalar,
 } from '@kvroute/policy';
-import { parse as parseYaml } from 'yaml';
+import { parse as parseYaml, type Tags } from 'yaml';
+import { redactCredentials } from './credentials.ts';
 import { RouterConfigError } from './errors.ts';
 import { type ModelGroupConfig, parseModelGroups, validateModelGroups } from './model-groups.ts';
 import type { OutlierConfig } from './outlier.ts';
@@ -272,6 +273,7 @@ export interface OptionSpec {
   scale?: number;
   choices?: readonly string[];
   min?: number;
+  max?: number;
 }
 
 /** Spellings the router accepted before method options had flags of their own. */
@@ -308,7 +310,14 @@ function methodOptionSpecs(): OptionSpec[] {
 
 export const OPTIONS: readonly OptionSpec[] = [
   { flag: 'host', key: 'host', kind: 'string', help: 'Address to listen on' },
-  { flag: 'port', key: 'port', kind: 'int', min: 0, help: 'Port to listen on (0 = any free port)' },
+  {
+    flag: 'port',
+    key: 'port',
+    kind: 'int',
+    min: 0,
+    max: 65535,
+    help: 'Port to listen on (0 = any free port)',
+  },
   {
     flag: 'worker-urls',
     key: 'workerUrls',
@@ -416,7 +425,7 @@ export const OPTIONS: readonly OptionSpec[] = [
     key: 'health.timeoutMs',
     kind: 'number',
     scale: 1000,
-    min: 0,
+    min: 0.001,
     help: 'SGLang spelling of --health-check-timeout-ms, in seconds',
   },
   {
@@ -465,7 +474,7 @@ export const OPTIONS: readonly OptionSpec[] = [
     key: 'requestTimeoutMs',
     kind: 'number',
     scale: 1000,
-    min: 0,
+    min: 0.001,
     help: 'SGLang spelling of --request-timeout-ms, in seconds',
   },
   {
@@ -706,6 +715,7 @@ export const OPTIONS: readonly OptionSpec[] = [
     key: 'adminPort',
     kind: 'int',
     min: 0,
+    max: 65535,
     help: 'Serve /metrics and the admin routes on this port only (not on the main one)',
   },
   {
@@ -960,6 +970,7 @@ export const OPTIONS: readonly OptionSpec[] = [
     key: 'serviceDiscoveryPort',
     kind: 'int',
     min: 1,
+    max: 65535,
     help: "Service discovery: the workers' HTTP port in each pod",
   },
   {
@@ -982,15 +993,20 @@ export function envName(o: OptionSpec): string {
   return `KVROUTE_${o.flag.toUpperCase().replaceAll('-', '_')}`;
 }
 
+const DURATION_UNITS_MS: Readonly<Record<string, number>> = {
+  ms: 1,
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+};
+
 function parseDuration(raw: string, what: string): number {
-  const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$/.exec(raw);
+  const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$/.exec(raw);
   if (!m)
     throw new RouterConfigError(
-      `${what}: expected a duration like 500, 500ms, 2s or 1m, got "${raw}"`,
+      `${what}: expected a duration like 500, 500ms, 2s, 1m or 1h, got "${raw}"`,
     );
-  const n = Number(m[1]);
-  const unit = m[2] ?? 'ms';
-  return unit === 'ms' ? n : unit === 's' ? n * 1000 : n * 60_000;
+  return Number(m[1]) * DURATION_UNITS_MS[m[2] ?? 'ms']!;
 }
 
 function convert(o: OptionSpec, value: unknown, what: string): unknown {
@@ -1027,6 +1043,8 @@ function convert(o: OptionSpec, value: unknown, what: string): unknown {
         throw new RouterConfigError(`${what}: expected an integer, got ${n}`);
       if (o.min !== undefined && n < o.min)
         throw new RouterConfigError(`${what}: must be >= ${o.min}, got ${n}`);
+      if (o.max !== undefined && n > o.max)
+        throw new RouterConfigError(`${what}: must be <= ${o.max}, got ${n}`);
       return o.scale ? n * o.scale : n;
     }
     case 'duration': {
@@ -1153,10 +1171,23 @@ export function readEnv(env: NodeJS.ProcessEnv): Partial {
   return values;
 }
 
+/**
+ * YAML's core schema reads `0x10` as 16, `0o17` as 15 and `.inf` as Infinity. Flags and env
+ * variables take plain decimals only, so the file does too: without those tags such a value
+ * stays a string and the option's own number check refuses it, naming the key.
+ */
+function decimalScalarsOnly(tags: Tags): Tags {
+  return tags.filter((t) => {
+    if (typeof t === 'string') return true;
+    const { format, test } = t as { format?: string; test?: RegExp };
+    return format !== 'HEX' && format !== 'OCT' && !(test?.test('.inf') || test?.test('.nan'));
+  });
+}
+
 export function readYaml(text: string, source: string): Partial {
   let doc: unknown;
   try {
-    doc = parseYaml(text);
+    doc = parseYaml(text, { schema: 'core', customTags: decimalScalarsOnly });
   } catch (err) {
     throw new RouterConfigError(`${source}: not valid YAML: ${(err as Error).message}`);
   }
@@ -1363,12 +1394,12 @@ export function loadApiKeys(
 
 /** The effective config as logged at start: tokens and keys are never printed. */
 export function redactConfig(cfg: RouterConfig): Record<string, unknown> {
-  return {
+  return redactCredentials({
     ...cfg,
     adminToken: cfg.adminToken ? '<set>' : undefined,
     apiKeys: cfg.apiKeys.map(() => '<set>'),
     workerApiKey: cfg.workerApiKey ? '<set>' : undefined,
-  };
+  });
 }
 
 /** How a flag's value is written in --help: its type, or its choices. */

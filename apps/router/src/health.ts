@@ -1,7 +1,7 @@
 // Worker health, per worker (a DP server's ranks go up and down together). Active: GET the
 // health endpoint every intervalMs; failureThreshold consecutive failures mark a worker down,
-// successThreshold consecutive successes mark it up. Passive: a connect error marks it down at
-// once (the process is gone; waiting for three probes would send it more traffic), a 5xx
+// successThreshold consecutive successes mark it up; a check that cannot connect at all marks
+// it down at once. Passive: a connect error marks it down at once (the process is gone; waiting for three probes would send it more traffic), a 5xx
 // counts as one failed check. With active checks off (interval 0) a worker marked down
 // passively stays down until an admin re-adds it.
 //
@@ -15,6 +15,7 @@ import { describeError, getJson, getText } from '@kvroute/protocol';
 import type { Agent } from 'undici';
 import { request } from 'undici';
 import type { HealthConfig } from './config.ts';
+import { classifyNetworkError } from './proxy/forward.ts';
 import type { RankTable, Worker } from './rank-table.ts';
 
 export interface HealthLog {
@@ -164,7 +165,11 @@ export class HealthMonitor {
       if (res.status >= 200 && res.status < 300) this.success(worker);
       else this.failure(worker, `health check answered ${res.status}`);
     } catch (err) {
-      this.failure(worker, `health check failed: ${describeError(err)}`);
+      const detail = `health check failed: ${describeError(err)}`;
+      // Nothing listens there (refused, unreachable, no such host): down now, as a request's
+      // connect error would mark it, not after failureThreshold periods of looking healthy.
+      if (classifyNetworkError(err).kind === 'connect') this.reportConnectError(worker, detail);
+      else this.failure(worker, detail);
     } finally {
       this.checking.delete(worker);
     }

@@ -2,8 +2,10 @@
 // demo, a developer) gets one readable line per event. The format is chosen once at start
 // (--log-format auto|json|pretty; auto = pretty only when stdout is a TTY), so pipes and
 // containers always see JSON.
+
 import { Writable } from 'node:stream';
 import type { RouterConfig } from './config.ts';
+import { redactCredentials } from './credentials.ts';
 
 export type LogFormat = RouterConfig['logFormat'];
 
@@ -93,7 +95,9 @@ export function loggerOptions(
       logMethod(args, method) {
         const first = args[0];
         if (typeof first === 'string' && first.startsWith('Server listening at')) return;
-        method.apply(this, args);
+        // Lines are rare on the request path (failures, rate-limited): the walk costs nothing
+        // per successful request.
+        method.apply(this, redactCredentials(args) as typeof args);
       },
     },
   };

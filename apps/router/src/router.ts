@@ -32,7 +32,7 @@ import { dispatcherConfigOf, PolicyState } from './model-groups.ts';
 import { OutlierDetector } from './outlier.ts';
 import { createPdMode } from './pd/mode.ts';
 import { adminPlugin } from './plugins/admin.ts';
-import { engineApiPlugin, forwardToOneWorker } from './plugins/engine-api.ts';
+import { engineApiPlugin, passThroughUnknown } from './plugins/engine-api.ts';
 import { metricsPlugin } from './plugins/metrics.ts';
 import { workersApiPlugin } from './plugins/workers-api.ts';
 import { markAccepted, requestStart } from './proxy/body.ts';
@@ -424,7 +424,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
 
-  if (config.passThroughUnknown) app.setNotFoundHandler(forwardToOneWorker(state));
+  if (config.passThroughUnknown) app.setNotFoundHandler(passThroughUnknown(state));
   else {
     app.setNotFoundHandler((req, reply) => {
       const err = routeNotFound(req.method, req.url);

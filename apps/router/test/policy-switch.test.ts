@@ -350,6 +350,9 @@ describe('SIGHUP', () => {
     await waitFor(/new configuration refused/);
     expect(out).toMatch(/unknown method \\?"nope\\?"/);
     expect(await reason()).toBe('least-requests');
+    // A file that does not resolve is a refusal like any other, and counted as one.
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    expect(metrics).toContain('kvroute_router_policy_switch_refused_total{source="sighup"} 1');
 
     child.kill('SIGTERM');
     expect(await exited).toBe(0);

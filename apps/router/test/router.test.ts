@@ -273,8 +273,11 @@ describe('failures', () => {
 
   it('answers 5xx in OpenAI shape when no rank is left', async () => {
     const ws = await workers(1);
-    await ws[0]!.close();
     const { app } = await router(['--worker-urls', ws[0]!.url]);
+    // Gone after the router's first check (which would have marked it down at once), and
+    // the check's kept-alive connection seen closed, so the request's own connect is refused.
+    await ws[0]!.close();
+    await new Promise((r) => setTimeout(r, 100));
     const first = await post(app, '/v1/chat/completions', chat());
     expect(first.statusCode).toBe(502);
     expect(first.json().error.code).toBe('upstream_unavailable');

@@ -9,6 +9,7 @@ import { methodOptionSchema } from '@kvroute/policy';
 import { parseJsonBody } from '@kvroute/protocol';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { readGroupKey } from '../config.ts';
+import { redactUrlCredentials } from '../credentials.ts';
 import { RouterConfigError, RouterError } from '../errors.ts';
 import type { PolicySettings, WorkerGroup } from '../model-groups.ts';
 import { registerTraceRecording } from '../recording/admin-routes.ts';
@@ -47,7 +48,7 @@ export async function adminPlugin(app: FastifyInstance, opts: AdminPluginOptions
     dp_aware: state.config.dpAware,
     ranks: state.table.info().map((r) => ({
       rank: r.rank,
-      url: r.url,
+      url: redactUrlCredentials(r.url),
       dp_rank: r.dpRank,
       healthy: r.healthy,
       removed: r.removed,

@@ -5,15 +5,23 @@
 //   GET  /v1/models/{id}, /get_server_info, /get_model_info, /health_generate
 //   POST /tokenize, /detokenize                                     one healthy worker
 //   POST /flush_cache      every worker, behind the admin token (a fleet-wide cache drop)
-//   any unknown path       one healthy worker, with --pass-through-unknown (else 404)
+//   any unknown path       one healthy worker, with --pass-through-unknown (else 404), but
+//                          never a path the router owns (metrics, admin routes)
+//
+// With inference API keys, every route here asks for one as the inference routes do (and
+// counts toward the same rate limit): a model card, a tokenizer or a generation check is the
+// workers' service too. The client's credentials and identity headers stay behind, as on the
+// inference routes.
 //
 // Inference paths (chat, completions, /generate, embeddings, rerank, responses) are the
 // proxy's: they are routed by their prompt through the policy (protocol's REQUEST_PATHS).
-import { describeError } from '@kvroute/protocol';
+import { describeError, routeNotFound } from '@kvroute/protocol';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { request } from 'undici';
+import { redactUrlCredentials } from '../credentials.ts';
 import { RouterError } from '../errors.ts';
 import type { WorkerGroup } from '../model-groups.ts';
+import { isClientIdentityHeader } from '../proxy/forward.ts';
 import { noRankLeft } from '../proxy/route.ts';
 import type { Worker } from '../rank-table.ts';
 import type { RouterState } from '../state.ts';
@@ -37,6 +45,37 @@ const DROP_REQUEST = new Set([
 const DROP_RESPONSE = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length']);
 
 export type ForwardHandler = (req: FastifyRequest, reply: FastifyReply) => Promise<void>;
+
+/**
+ * Paths the router answers itself (or refuses): never passed through to a worker, even under
+ * --pass-through-unknown, so that a scraper of /metrics never reads a worker's metrics in
+ * place of the router's and an admin route left unconfigured is never a worker's.
+ */
+const ROUTER_PATHS = new Set(['/metrics', '/ranks', '/policy', '/flush_cache', '/trace_recording']);
+
+/** The inference routes' API key and rate limit, for the routes beside them. */
+export function clientGuard(state: RouterState): (req: FastifyRequest) => Promise<void> {
+  const { admission, config } = state;
+  return async (req) => {
+    const key = admission.checkApiKey(req.headers.authorization);
+    if (config.rateLimitRps > 0) admission.checkRate(key ?? req.socket?.remoteAddress ?? 'unknown');
+  };
+}
+
+/** The --pass-through-unknown handler: a router path is a 404 here, anything else a worker's. */
+export function passThroughUnknown(state: RouterState): ForwardHandler {
+  const forward = forwardToOneWorker(state);
+  const guard = clientGuard(state);
+  return async (req, reply) => {
+    if (ROUTER_PATHS.has(req.url.split('?')[0] ?? '')) {
+      const err = routeNotFound(req.method, req.url);
+      reply.code(err.status).send(err.toJSON());
+      return;
+    }
+    await guard(req);
+    return forward(req, reply);
+  };
+}
 
 /**
  * A handler that sends the client's request to one healthy worker (round robin) and pipes the
@@ -65,6 +104,7 @@ export function forwardToOneWorker(
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries(req.headers)) {
       if (v === undefined || DROP_REQUEST.has(k)) continue;
+      if (isClientIdentityHeader(k, config.forwardClientAuth)) continue;
       headers[k] = Array.isArray(v) ? v.join(', ') : v;
     }
     if (config.workerApiKey !== undefined) headers.authorization = `Bearer ${config.workerApiKey}`;
@@ -96,6 +136,7 @@ export function forwardToOneWorker(
 }
 
 export async function engineApiPlugin(app: FastifyInstance, opts: EngineApiOptions): Promise<void> {
+  app.addHook('onRequest', clientGuard(opts.state));
   const forward = forwardToOneWorker(opts.state);
   // With worker groups, a model card comes from a worker of the group that serves it, and a
   // model no group serves is OpenAI's 404.
@@ -142,9 +183,13 @@ export function registerFlushCache(
             bodyTimeout: state.config.health.timeoutMs * 5,
           });
           const text = await res.body.text();
-          return { url: w.url, status: res.statusCode, body: text.slice(0, 500) };
+          return {
+            url: redactUrlCredentials(w.url),
+            status: res.statusCode,
+            body: text.slice(0, 500),
+          };
         } catch (err) {
-          return { url: w.url, status: 0, body: describeError(err) };
+          return { url: redactUrlCredentials(w.url), status: 0, body: describeError(err) };
         }
       }),
     );

@@ -13,6 +13,7 @@ import { describeError, getText } from '@kvroute/protocol';
 import type { FastifyInstance } from 'fastify';
 import { noRankLeft } from '../proxy/route.ts';
 import type { RouterState } from '../state.ts';
+import { clientGuard } from './engine-api.ts';
 
 export interface WorkersApiOptions {
   state: RouterState;
@@ -26,7 +27,9 @@ export async function workersApiPlugin(
   // Workers may serve different models: the list is the union of what every healthy worker
   // reports (first card per id wins), as the router serves all of them.
   const { policy } = opts.state;
-  app.get('/v1/models', async (_req, reply) => {
+  // A client's route like the inference ones: with API keys it needs one (the probes below
+  // do not: orchestrators call them without credentials).
+  app.get('/v1/models', { onRequest: clientGuard(opts.state) }, async (_req, reply) => {
     const workers = table.workers().filter((w) => w.healthy && !w.ejected);
     const lists = await Promise.all(
       workers.map(async (w) => {

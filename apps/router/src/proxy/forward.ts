@@ -70,6 +70,15 @@ export interface OutboundHeaderPolicy {
   workerApiKey?: string;
 }
 
+/**
+ * Whether a client header stays behind: its identity (X-Forwarded-For and the like are never
+ * trusted) and its credentials, unless the operator forwards Authorization and Cookie.
+ */
+export function isClientIdentityHeader(name: string, forwardClientAuth: boolean): boolean {
+  if (!CLIENT_IDENTITY.has(name)) return false;
+  return !forwardClientAuth || (name !== 'authorization' && name !== 'cookie');
+}
+
 export function upstreamRequestHeaders(
   incoming: IncomingHttpHeaders,
   bodyLength: number,
@@ -80,10 +89,8 @@ export function upstreamRequestHeaders(
   const out: Record<string, string> = {};
   for (const name in incoming) {
     if (HOP_BY_HOP.has(name) || CONSUMED.has(name)) continue;
-    if (CLIENT_IDENTITY.has(name)) {
-      // A client-supplied X-Forwarded-For is never trusted: the router states the peer itself.
-      if (!policy.forwardClientAuth || (name !== 'authorization' && name !== 'cookie')) continue;
-    }
+    // A client-supplied X-Forwarded-For is never trusted: the router states the peer itself.
+    if (isClientIdentityHeader(name, policy.forwardClientAuth)) continue;
     const v = incoming[name];
     if (v === undefined) continue;
     out[name] = Array.isArray(v) ? v.join(', ') : v;
