@@ -86,6 +86,48 @@ describe('mock worker on a loopback port', () => {
     ).toHaveLength(30);
   });
 
+  it("a chat stream's first byte is its first token: the role chunk comes after the prefill", async () => {
+    // A 400 ms prefill: what a router measures as time to first byte must include it, as
+    // with SGLang and vLLM, which send the role chunk with the first output.
+    const dir = mkdtempSync(join(tmpdir(), 'kvroute-mock-'));
+    const profileFile = join(dir, 'slow-prefill.json');
+    writeFileSync(
+      profileFile,
+      JSON.stringify({
+        format: 'kvroute-cost-profile/v1',
+        name: 'slow-prefill',
+        prefill: { floorMs: 400, perTokenMs: 0, attnMsPerMTokenPairs: 0 },
+        decode: { floorMs: 5, perSeqMs: 0, perKContextTokenMs: 0 },
+        kvCapacityTokens: 100000,
+        chunkedPrefillSize: 8192,
+      }),
+    );
+    const w = await start({ timeScale: 1, profileFile });
+    const sent = performance.now();
+    const res = await fetch(`${w.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        messages: [{ role: 'user', content: 'hi' }],
+        max_tokens: 3,
+        stream: true,
+      }),
+    });
+    const reader = res.body!.getReader();
+    const first = await reader.read();
+    const firstByteMs = performance.now() - sent;
+    let text = new TextDecoder().decode(first.value);
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    expect(firstByteMs).toBeGreaterThanOrEqual(390);
+    const events = sseEvents(text) as Json[];
+    expect(events[0].choices[0].delta).toEqual({ role: 'assistant', content: '' });
+    expect(events.filter((e) => e !== '[DONE]' && e.choices[0]?.delta?.content)).toHaveLength(3);
+  });
+
   it('a client that disconnects mid-stream aborts the request and frees the rank', async () => {
     const w = await start({ timeScale: 1, dpSize: 2 });
     const engine = w.app.mockEngine;

@@ -101,7 +101,7 @@ function finished(ids: Uint32Array): RecordedRequest {
     rank: 0,
     reason: 'prefix-hash',
     usage: { promptTokens: ids.length, cachedTokens: 512, outputTokens: 16 },
-    firstByteAt: now - 1,
+    ttftAt: now - 1,
     endAt: now,
     status: 200,
     model: 'kvroute-mock',

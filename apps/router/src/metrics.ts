@@ -243,7 +243,7 @@ export function createRouterMetrics(sources: MetricsSources): RouterMetrics {
   });
   const ttftSeconds = new Histogram({
     name: 'kvroute_router_upstream_ttft_seconds',
-    help: 'From forwarding to the first response body byte from the worker (the time to first token for streams)',
+    help: 'From forwarding to the first response body byte from the worker; for streams, to the first event carrying output (the time to first token)',
     labelNames: ['rank', 'worker', 'model', 'stream'] as const,
     buckets: TTFT_BUCKETS,
     registers,

@@ -428,6 +428,40 @@ describe('recorded trace on mock workers', () => {
     expect(bad).not.toHaveProperty('cached_tokens');
   });
 
+  it("records a stream's ttft_ms at its first output, not at a role chunk sent before it", async () => {
+    // An engine that announces the role at once and generates 300 ms later: the time to first
+    // token is the 300 ms, which is what fit and replay --observed read from ttft_ms.
+    const w = await startFakeWorker();
+    cleanups.push(() => w.close());
+    const chunk = (delta: Record<string, unknown>, finish: string | null = null) =>
+      `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    w.handlers.set('POST /v1/chat/completions', (_q, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write(chunk({ role: 'assistant', content: '' }));
+      setTimeout(() => {
+        res.write(chunk({ content: 'ok' }));
+        res.end(`${chunk({}, 'stop')}data: [DONE]\n\n`);
+      }, 300);
+    });
+    const path = tracePath();
+    const { app, url } = await router(['--worker-urls', w.url, '--record-trace', path]);
+    expect((await chat(url, 'sys', 'hello', { stream: true })).status).toBe(200);
+    const metrics = await (await request(`${url}/metrics`)).body.text();
+    await app.close();
+    const [, line] = readLines(path);
+    expect(line!.ttft_ms as number).toBeGreaterThanOrEqual(290);
+    // The stream's TTFT histogram saw it too: nothing in its buckets below a quarter second.
+    const under = metrics
+      .split('\n')
+      .find(
+        (l) =>
+          l.startsWith('kvroute_router_upstream_ttft_seconds_bucket{') &&
+          l.includes('stream="true"') &&
+          l.includes('le="0.25"'),
+      );
+    expect(under).toMatch(/ 0$/);
+  });
+
   it('rotates by size: every file opens with the same start line, together they hold every request', async () => {
     const urls = await mockWorkers(1);
     const path = tracePath();
@@ -585,8 +619,8 @@ describe('request lines', () => {
       reason: r.reason,
     };
     if (usage?.cachedTokens !== undefined) line.cached_tokens = usage.cachedTokens;
-    if (r.firstByteAt !== undefined) {
-      line.ttft_ms = Math.round(Math.max(0, r.firstByteAt - r.receivedAt) * 1000) / 1000;
+    if (r.ttftAt !== undefined) {
+      line.ttft_ms = Math.round(Math.max(0, r.ttftAt - r.receivedAt) * 1000) / 1000;
     }
     line.e2e_ms = Math.round(Math.max(0, r.endAt - r.receivedAt) * 1000) / 1000;
     line.status = r.status;
@@ -602,7 +636,7 @@ describe('request lines', () => {
       rank: 3,
       reason: 'prefix-hash',
       usage: { promptTokens: 2000, cachedTokens: 1536, outputTokens: 17 },
-      firstByteAt: 1300.0004,
+      ttftAt: 1300.0004,
       endAt: 1400.12345,
       status: 200,
       routingKey: 'session-42',
@@ -631,7 +665,7 @@ describe('request lines', () => {
         cachedTokens: -1.2345678901234568e-300,
         outputTokens: 1.7976931348623157e308,
       },
-      firstByteAt: -5,
+      ttftAt: -5,
       endAt: 1e21,
       status: 599,
       stream: false,

@@ -319,6 +319,15 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
       },
     };
     const writers = outcomes.map((o) => new SseWriter(sink, (delta) => streamDelta(o, delta)));
+    // SGLang and vLLM send a chat stream's role chunk with the first output, after the
+    // prefill, so a stream's first byte is its first token; the Responses API announces
+    // `response.created` at once (below).
+    const opened = outcomes.map((o) => o.kind === 'responses');
+    const announce = (i: number): void => {
+      if (opened[i]) return;
+      opened[i] = true;
+      writers[i]?.send(streamStart(outcomes[i] as Outcome));
+    };
     const gens = startAll(
       reply,
       planned,
@@ -326,8 +335,14 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
       hints,
       arrivalWall,
       (i) => ({
-        delta: (text) => writers[i]?.token(text),
-        finish: () => writers[i]?.end(streamEnd(outcomes[i] as Outcome, !batch)),
+        delta: (text) => {
+          announce(i);
+          writers[i]?.token(text);
+        },
+        finish: () => {
+          announce(i);
+          writers[i]?.end(streamEnd(outcomes[i] as Outcome, !batch));
+        },
       }),
       pdPlan,
     );
@@ -341,7 +356,7 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
     });
     raw.flushHeaders();
     outcomes.forEach((o, i) => {
-      if (!o.finished) writers[i]?.send(streamStart(o));
+      if (o.kind === 'responses' && !o.finished) writers[i]?.send(streamStart(o));
     });
     return reply;
   }

@@ -156,8 +156,14 @@ export interface ForwardOptions {
    * 'pipe' keeps the answer, 'discard' drains the worker's body (a 5xx to be retried).
    */
   decide(status: number): 'pipe' | 'discard';
-  /** The first body byte arrived from the worker (TTFT for streams). */
+  /** The first body byte arrived from the worker. */
   onFirstByte(): void;
+  /**
+   * Streams: the first event that carried generated output arrived: the time to first token.
+   * Not the first byte, which an engine may spend on events before any output (a chat role
+   * chunk, a Responses `response.created`).
+   */
+  onFirstToken?: () => void;
   /** Streams: seconds between successive events carrying generated tokens. */
   interToken?: { observe(seconds: number): void };
 }
@@ -283,7 +289,7 @@ export class ForwardCall {
   private lastChunkAt = 0;
   /** performance.now() of the last event that carried tokens (0: none yet). */
   private lastTokenAt = 0;
-  /** Stream events that carried generated output (about one per token), counted with interToken. */
+  /** Stream events that carried generated output (about one per token). */
   tokenEvents = 0;
   /** This call's place in its worker's Outstanding registry (-1: not registered). */
   registryIndex = -1;
@@ -532,12 +538,15 @@ export class ForwardCall {
           usage = usageFromObject(value);
         }
       }
-      const itl = this.o.interToken;
-      if (itl !== undefined && tokens) {
+      if (tokens) {
+        if (this.tokenEvents === 0) this.o.onFirstToken?.();
         this.tokenEvents++;
-        const now = performance.now();
-        if (this.lastTokenAt !== 0) itl.observe((now - this.lastTokenAt) / 1e3);
-        this.lastTokenAt = now;
+        const itl = this.o.interToken;
+        if (itl !== undefined) {
+          const now = performance.now();
+          if (this.lastTokenAt !== 0) itl.observe((now - this.lastTokenAt) / 1e3);
+          this.lastTokenAt = now;
+        }
       }
       if (usage) this.usage = usage;
       return undefined;

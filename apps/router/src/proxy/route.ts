@@ -109,7 +109,7 @@ interface Outcome {
   rank: number;
   reason: string;
   status: number;
-  firstByteAt?: number | undefined;
+  ttftAt?: number | undefined;
   usage?: ReportedUsage | undefined;
   streamedTokens?: number | undefined;
 }
@@ -424,7 +424,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         if (rec) {
           rec.rank = rank;
           rec.reason = decision.reason;
-          rec.firstByteAt = undefined;
+          rec.ttftAt = undefined;
         }
         const predicted: ShadowTicket | undefined = shadow?.begin(
           rank,
@@ -456,11 +456,23 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           maxHeldBytes: config.maxHeldResponseBytes,
           decide: (status) => (status >= 500 && canRetryAfter() ? 'discard' : 'pipe'),
           onFirstByte: () => {
-            const now = performance.now();
-            if (rec) rec.firstByteAt = now;
-            (stream ? m.ttftStream : m.ttftPlain).observe((now - sentAt) / 1e3);
+            if (!stream) {
+              const now = performance.now();
+              if (rec) rec.ttftAt = now;
+              m.ttftPlain.observe((now - sentAt) / 1e3);
+            }
             rt.firstByte(rank, decision.reason);
           },
+          // A stream's TTFT is its first output, whatever the engine sent before it.
+          ...(stream
+            ? {
+                onFirstToken: () => {
+                  const now = performance.now();
+                  if (rec) rec.ttftAt = now;
+                  m.ttftStream.observe((now - sentAt) / 1e3);
+                },
+              }
+            : {}),
           interToken: m.interToken,
         });
         call = thisCall;
@@ -569,7 +581,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           reason: rec.reason,
           usage: rec.usage,
           streamedTokens: rec.streamedTokens,
-          firstByteAt: rec.firstByteAt,
+          ttftAt: rec.ttftAt,
           endAt: performance.now(),
           status: rec.status || 500,
           routingKey: routeRequest.routingKey,

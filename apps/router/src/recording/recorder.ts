@@ -48,8 +48,8 @@ export interface RecordedRequest {
   usage?: ReportedUsage | undefined;
   /** Token-carrying stream events relayed (output length when the worker reported none). */
   streamedTokens?: number | undefined;
-  /** First response byte, if any arrived. */
-  firstByteAt?: number | undefined;
+  /** Time to first token: a stream's first event carrying output, else the first body byte. */
+  ttftAt?: number | undefined;
   endAt: number;
   status: number;
   routingKey?: string | undefined;
@@ -392,7 +392,7 @@ export function requestLine(r: RecordedRequest, originPerf: number, hasher: Bloc
   const usage = r.usage;
   let line = `{"timestamp":${Math.max(0, Math.round(r.receivedAt - originPerf))},"input_length":${Math.max(1, usage?.promptTokens ?? r.ids.length)},"output_length":${usage?.outputTokens ?? r.streamedTokens ?? 0},"hash_ids":[${hasher.hashIds(r.ids).join(',')}],"rank":${r.rank},"reason":${JSON.stringify(r.reason)}`;
   if (usage?.cachedTokens !== undefined) line += `,"cached_tokens":${usage.cachedTokens}`;
-  if (r.firstByteAt !== undefined) line += `,"ttft_ms":${round3(r.firstByteAt - r.receivedAt)}`;
+  if (r.ttftAt !== undefined) line += `,"ttft_ms":${round3(r.ttftAt - r.receivedAt)}`;
   line += `,"e2e_ms":${round3(r.endAt - r.receivedAt)},"status":${r.status}`;
   if (r.routingKey !== undefined) line += `,"key":"${hasher.keyHash(r.routingKey)}"`;
   if (r.model !== undefined) line += `,"model":${JSON.stringify(r.model)}`;
