@@ -94,6 +94,16 @@ const OUTCOMES: ReadonlySet<string> = new Set<TicketOutcome>(['completed', 'abor
 
 const DISPATCHER_KEYS = new Set(['method', 'options', 'affinity']);
 
+function describeValue(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  const type = typeof value;
+  if (type === 'number' || type === 'boolean' || type === 'bigint') {
+    return `${type} ${String(value)}`;
+  }
+  return type === 'object' ? 'an object' : `a ${type}`;
+}
+
 function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
@@ -193,6 +203,11 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
     );
   }
   const name = config.method;
+  if (name === undefined || name === null) {
+    throw new PolicyConfigError(
+      `dispatcher config has no method: it is required, e.g. { method: 'cache_aware' }; valid methods: ${methodNames().join(', ')}`,
+    );
+  }
   const factory =
     typeof name === 'string' && Object.hasOwn(methodRegistry, name)
       ? methodRegistry[name]
@@ -369,12 +384,14 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
 
     let decision: Decision;
     const key = request.routingKey;
+    // Checked whatever the method and affinity: consistent_hash would otherwise hash every
+    // non-string key alike, and a host's bad key would surface only once affinity is on.
+    if (key !== undefined && typeof key !== 'string') {
+      throw new TypeError(`routingKey must be a string, got ${describeValue(key)}`);
+    }
     if (request.routedRank !== undefined && request.routedRank !== null) {
       decision = routed(request.routedRank, ranks);
-    } else if (affinity && key !== undefined && key !== null && key !== '') {
-      if (typeof key !== 'string') {
-        throw new TypeError(`routingKey must be a string, got ${typeof key}`);
-      }
+    } else if (affinity && key !== undefined && key !== '') {
       const pinned = affinity.lookup(key, nowMs);
       if (pinned !== undefined && pinned < ranks.length && (ranks[pinned] as RankState).healthy) {
         affinity.hits++;

@@ -2,6 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   createDispatcher,
+  createLoadTracker,
   methodNames,
   methodRegistry,
   PolicyConfigError,
@@ -36,6 +37,22 @@ describe('createDispatcher config', () => {
     }
     expect(() => createDispatcher(null as never)).toThrow(PolicyConfigError);
     expect(() => createDispatcher('prefix_match' as never)).toThrow(/valid methods/);
+  });
+
+  it('says a missing method is required instead of calling it unknown', () => {
+    for (const config of [{}, { method: undefined }, { method: null }, { window: 256 }]) {
+      try {
+        createDispatcher(config as never);
+        expect.unreachable();
+      } catch (error) {
+        expect(error).toBeInstanceOf(PolicyConfigError);
+        expect((error as PolicyConfigError).code).toBe('POLICY_CONFIG');
+        const message = (error as Error).message;
+        expect(message).toMatch(/has no method: it is required/);
+        expect(message).not.toMatch(/unknown method/);
+        expect(message).toContain(`valid methods: ${methodNames().join(', ')}`);
+      }
+    }
   });
 
   it('rejects unknown options with the valid ones, but tolerates other methods options on top', () => {
@@ -84,6 +101,37 @@ describe('dispatch', () => {
     );
     expect(() => d.dispatch({ routedRank: 1.5 }, makeRanks(4))).toThrow(/1.5 is not an integer/);
     expect(() => d.dispatch({}, makeRanks(4), { nowMs: Number.NaN })).toThrow(/nowMs/);
+  });
+
+  it('rejects a non-string routing key for every method, with or without affinity', () => {
+    const bad: [unknown, RegExp][] = [
+      [5, /routingKey must be a string, got number 5/],
+      [{}, /routingKey must be a string, got an object/],
+      [null, /routingKey must be a string, got null/],
+      [['a'], /routingKey must be a string, got an array/],
+    ];
+    for (const method of methodNames()) {
+      for (const affinity of ['none', 'routing_key'] as const) {
+        const d = createDispatcher({ method, affinity });
+        for (const [routingKey, message] of bad) {
+          const request = { routingKey, inputIds: [1, 2, 3] } as never;
+          expect(() => d.dispatch(request, makeRanks(4))).toThrow(TypeError);
+          expect(() => d.dispatch(request, makeRanks(4))).toThrow(message);
+          // consistent_hash falls back to the key only without inputIds.
+          expect(() => d.dispatch({ routingKey } as never, makeRanks(4))).toThrow(message);
+        }
+        // A rejected request is not a decision.
+        expect(d.stats().decisions).toBe(0);
+      }
+    }
+  });
+
+  it('rejects a non-string routing key in begin before claiming load', () => {
+    const d = createDispatcher({ method: 'consistent_hash' });
+    const tracker = createLoadTracker(4);
+    expect(() => d.begin({ routingKey: 7 } as never, tracker)).toThrow(TypeError);
+    expect(tracker.ranks.every((r) => r.inFlightRequests === 0)).toBe(true);
+    expect(d.begin({ routingKey: 'agent-7' }, tracker).open).toBe(true);
   });
 
   it('refuses a faulty method decision instead of passing it to the host', () => {
