@@ -144,6 +144,38 @@ describe('routes beside inference', () => {
   });
 });
 
+describe('/get_server_info', () => {
+  it("is a worker's, plus the ranks and the policy the router routes with", async () => {
+    const ws = await workers(2);
+    for (const w of ws) {
+      w.handlers.set('GET /get_server_info', (_q, res) => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ dp_size: 1, load_balance_method: 'round_robin', page_size: 1 }));
+      });
+    }
+    const { url } = await listenRouter(
+      [
+        '--worker-urls',
+        ...ws.map((w) => w.url),
+        ...NO_ACTIVE_CHECKS,
+        '--load-balance-method',
+        'prefix_match',
+        '--window',
+        '64',
+      ],
+      cleanups,
+    );
+    const info = JSON.parse((await get(`${url}/get_server_info`)).text);
+    expect(info.page_size).toBe(1);
+    expect(info.dp_size).toBe(1);
+    expect(info.kvroute_router).toMatchObject({
+      ranks: 2,
+      healthy_ranks: 2,
+      dispatcher: { method: 'prefix_match', window: 64 },
+    });
+  });
+});
+
 describe('worker credentials', () => {
   it('are replaced in URLs, in text and in nested values, and nothing else changes', () => {
     expect(redactUrlCredentials('http://user:pw@10.0.0.1:30000/v1')).toBe(

@@ -12,14 +12,14 @@ import {
   UsageError,
 } from '@kvroute/sim/cli';
 import { chatRoutingIds, createHttpDriver, endpointUrl, getJson } from './http-driver.ts';
-import { describePolicy, parseValidateArgs, VALIDATE_USAGE } from './options.ts';
+import { API_KINDS, describePolicy, parseValidateArgs, VALIDATE_USAGE } from './options.ts';
 import { mapInputIds, restrictPlan, scalePlan } from './plan.ts';
 import { loadRecord, openRecord, type RecordHeader, type RecordWriter } from './record.ts';
 import { renderComparison } from './render.ts';
 import { buildReport, type ValidateReport } from './report.ts';
 import { drivePlan, planSize } from './runner.ts';
 import { defaultBackend, type SimBackend, type SimPlan } from './sim-backend.ts';
-import type { PlanRequest } from './types.ts';
+import type { ApiKind, PlanRequest } from './types.ts';
 
 export interface ValidateIo extends CliIo {
   /** Aborts the live run (the CLI wires SIGINT to it); outputs are still written. */
@@ -28,6 +28,10 @@ export interface ValidateIo extends CliIo {
 
 interface TargetInfo {
   loadBalanceMethod?: string;
+  /** A kvroute-router's own policy (method, options, affinity): what routes the requests. */
+  routerPolicy?: Record<string, unknown> & { method: string };
+  /** Set when the target is a kvroute-router: dpSize is then the ranks it routes over. */
+  router?: boolean;
   profile?: string;
   timeScale?: number;
   dpSize?: number;
@@ -65,6 +69,19 @@ async function probeTarget(target: string): Promise<{ info: TargetInfo } | { err
   if (typeof o.load_balance_method === 'string') info.loadBalanceMethod = o.load_balance_method;
   if (typeof o.profile === 'string') info.profile = o.profile;
   if (typeof o.time_scale === 'number' && o.time_scale >= 0) info.timeScale = o.time_scale;
+  // Behind a kvroute-router the worker fields describe one worker (its pool, its page size
+  // hold per rank); the ranks and the policy are the router's.
+  const router = o.kvroute_router;
+  if (typeof router === 'object' && router !== null) {
+    const r = router as Record<string, unknown>;
+    info.router = true;
+    delete info.dpSize;
+    set('dpSize', intField(r, 'ranks'));
+    const d = r.dispatcher as Record<string, unknown> | undefined;
+    if (d && typeof d === 'object' && typeof d.method === 'string') {
+      info.routerPolicy = { ...d, method: d.method };
+    }
+  }
   return { info };
 }
 
@@ -145,6 +162,9 @@ export async function runValidate(
     !opts.policyChosen && recordedPolicy !== undefined ? { ...recordedPolicy } : { ...opts.policy };
   if (!opts.policyChosen && recordedPolicy !== undefined) {
     notes.push(`policy ${describePolicy(policy)}: the one the recording was predicted with`);
+  } else if (!opts.policyChosen && info.routerPolicy !== undefined) {
+    Object.assign(policy, info.routerPolicy);
+    notes.push(`policy ${describePolicy(policy)}: the kvroute-router's own`);
   } else if (!opts.policyChosen && info.loadBalanceMethod !== undefined) {
     policy.method = info.loadBalanceMethod;
     notes.push(`policy ${policy.method}: the load_balance_method the target reports`);
@@ -187,8 +207,12 @@ export async function runValidate(
   }
   const profile = backend.loadProfile(profileWhich);
 
-  const ranks = pick(opts.ranks, info.dpSize, plan.ranks, `scenario default`);
-  if (opts.ranks === undefined && info.dpSize === undefined) {
+  const ranks = pick(opts.ranks, info.dpSize ?? recorded?.ranks, plan.ranks, `scenario default`);
+  if (opts.ranks === undefined && info.router && info.dpSize !== undefined) {
+    notes.push(`${info.dpSize} ranks: those the kvroute-router routes over`);
+  } else if (opts.ranks === undefined && info.dpSize === undefined && recorded !== undefined) {
+    notes.push(`${recorded.ranks} ranks: those the recording was predicted with`);
+  } else if (opts.ranks === undefined && info.dpSize === undefined) {
     notes.push(
       `the target did not report dp_size; predicted with the scenario's ${plan.ranks} ranks (pass --ranks N if it runs a different number)`,
     );
@@ -208,18 +232,23 @@ export async function runValidate(
       'profile',
     ),
   };
+  const recordedApi = (API_KINDS as readonly string[]).includes(recorded?.api ?? '')
+    ? (recorded!.api as ApiKind)
+    : undefined;
+  const api: ApiKind = !opts.apiChosen && recordedApi !== undefined ? recordedApi : opts.api;
+  if (api !== opts.api) notes.push(`api ${api}: the request shape the recording used`);
   let model = opts.model;
-  if (model === undefined && opts.api !== 'generate') model = await firstModel(opts.target);
+  if (model === undefined && api !== 'generate') model = await firstModel(opts.target);
 
   const driver = createHttpDriver({
     target: opts.target,
-    api: opts.api,
+    api,
     model,
     timeoutMs: opts.timeoutMs,
     headers: opts.headers,
   });
   // The simulator must see the tokens the target sees: for chat, those of the chat text.
-  const seen = opts.api === 'chat' ? mapInputIds(plan, chatRoutingIds) : plan;
+  const seen = api === 'chat' ? mapInputIds(plan, chatRoutingIds) : plan;
   const byId = new Map<number, PlanRequest>();
   for (const r of seen.mode === 'closed' ? seen.clients.flat() : seen.requests) byId.set(r.id, r);
 
@@ -234,7 +263,7 @@ export async function runValidate(
         ranks: ranks.value,
         seed: opts.seed,
         target: opts.target,
-        api: opts.api,
+        api,
         timeScale,
         startedAt: new Date().toISOString(),
         policy,
@@ -319,7 +348,7 @@ export async function runValidate(
     head: {
       target: opts.target,
       endpoint: driver.url,
-      api: opts.api,
+      api,
       scenario: plan.scenario,
       scenarioOptions: opts.scenarioOptions,
       seed: opts.seed,

@@ -78,6 +78,8 @@ export interface ValidateOptions {
   pageSize?: number;
   chunkedPrefillSize?: number;
   api: ApiKind;
+  /** False when --api was not given (a --replay then reuses the recorded request shape). */
+  apiChosen: boolean;
   model?: string;
   headers: Record<string, string>;
   timeScale: number;
@@ -119,7 +121,7 @@ const OPTIONS: OptionSpec = {
   replay: { type: 'string' },
 };
 
-const API_KINDS: readonly ApiKind[] = ['generate', 'completions', 'chat'];
+export const API_KINDS: readonly ApiKind[] = ['generate', 'completions', 'chat'];
 
 function usage(message: string): UsageError {
   return new UsageError(message, CMD);
@@ -186,6 +188,7 @@ export function parseValidateArgs(
     policy,
     policyChosen: str(p, 'policy') !== undefined || labelIsMethod,
     api,
+    apiChosen: str(p, 'api') !== undefined,
     headers,
     timeScale: timeScale === undefined ? 1 : positiveNumber('time-scale', timeScale),
     timeScaleChosen: timeScale !== undefined,

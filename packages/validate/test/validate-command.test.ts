@@ -286,6 +286,66 @@ describe('kvroute-sim validate (fake target, fake simulator)', () => {
     expect(report.notes).toContain('profile fake-profile: the cost profile the target reports');
   });
 
+  it("behind a kvroute-router, predicts with the router's ranks and policy, not one worker's", async () => {
+    // What the router's /get_server_info answers: one worker's info plus kvroute_router.
+    target = await startFakeTarget({
+      dpSize: 1,
+      serverInfo: {
+        load_balance_method: 'round_robin',
+        profile: 'fake-profile',
+        kvroute_router: {
+          ranks: 4,
+          healthy_ranks: 4,
+          dispatcher: { method: 'prefix_match', window: 64 },
+        },
+      },
+    });
+    const { backend, calls } = fakeBackend();
+    const c = captureIo(mkdtempSync(join(tmpdir(), 'kvroute-validate-cmd-')));
+    expect(
+      await runValidate(
+        ['--target', target.url, '--scenario', 'fake', '--json', '-'],
+        c.io,
+        backend,
+      ),
+    ).toBe(0);
+    expect(calls[0]!.opts.ranks).toBe(4);
+    expect(calls[0]!.opts.policy).toEqual({ method: 'prefix_match', window: 64 });
+    const notes = (JSON.parse(c.out()) as ValidateReport).notes.join('\n');
+    expect(notes).toContain('4 ranks: those the kvroute-router routes over');
+    expect(notes).toContain("the kvroute-router's own");
+  });
+
+  it('--replay against a target that does not say its ranks reuses the recorded ranks and request shape', async () => {
+    target = await startFakeTarget({ dpSize: 3 });
+    const dir = mkdtempSync(join(tmpdir(), 'kvroute-validate-cmd-'));
+    const { backend, calls } = fakeBackend();
+    const args = ['--target', target.url, '--scenario', 'fake', '--profile', 'fake-profile'];
+    expect(
+      await runValidate(
+        [...args, '--api', 'chat', '--record', 'sent.jsonl'],
+        captureIo(dir).io,
+        backend,
+      ),
+    ).toBe(0);
+    await target.close();
+    target = await startFakeTarget({});
+    const c2 = captureIo(dir);
+    expect(
+      await runValidate(
+        ['--target', target.url, '--replay', 'sent.jsonl', '--json', '-'],
+        c2.io,
+        backend,
+      ),
+    ).toBe(0);
+    expect(calls[1]!.opts.ranks).toBe(3);
+    const report = JSON.parse(c2.out()) as ValidateReport;
+    expect(report.notes.join('\n')).toContain('3 ranks: those the recording was predicted with');
+    expect(report.notes.join('\n')).toContain('api chat: the request shape the recording used');
+    expect(target.paths.length).toBeGreaterThan(0);
+    expect(new Set(target.paths)).toEqual(new Set(['/v1/chat/completions']));
+  });
+
   it('without a policy from flags or target, predicts with prefix_match and says so', async () => {
     target = await startFakeTarget({});
     const { backend, calls } = fakeBackend();

@@ -20,7 +20,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { request } from 'undici';
 import { redactUrlCredentials } from '../credentials.ts';
 import { RouterError } from '../errors.ts';
-import type { WorkerGroup } from '../model-groups.ts';
+import { dispatcherConfigOf, type WorkerGroup } from '../model-groups.ts';
 import { isClientIdentityHeader } from '../proxy/forward.ts';
 import { noRankLeft } from '../proxy/route.ts';
 import type { Worker } from '../rank-table.ts';
@@ -87,6 +87,8 @@ export function forwardToOneWorker(
   state: RouterState,
   /** With worker groups: the group whose workers may answer (undefined: any worker). */
   groupOf?: (req: FastifyRequest) => WorkerGroup | undefined,
+  /** Adds to a worker's 200 JSON object before it goes back (the answer is read whole). */
+  augment?: (body: Record<string, unknown>) => Record<string, unknown>,
 ): ForwardHandler {
   const { table, health, config } = state;
   let cursor = 0;
@@ -126,12 +128,37 @@ export function forwardToOneWorker(
           if (v !== undefined && !DROP_RESPONSE.has(k)) reply.header(k, v);
         }
         reply.header('x-kvroute-rank', String(w.ranks[0] ?? ''));
+        if (augment && res.statusCode === 200) {
+          const text = await res.body.text();
+          let body: unknown;
+          try {
+            body = JSON.parse(text);
+          } catch {
+            return reply.send(text);
+          }
+          if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+            return reply.send(text);
+          }
+          return reply.send(augment(body as Record<string, unknown>));
+        }
         return reply.send(res.body);
       } catch (err) {
         health.reportConnectError(w, describeError(err));
       }
     }
     throw noRankLeft(undefined, `no worker answered ${req.method} ${req.url.split('?')[0]}`);
+  };
+}
+
+/** What the router routes over: the routable ranks and the default group's policy. */
+function routerInfo(state: RouterState): Record<string, unknown> {
+  const ranks = state.table.info().filter((r) => !r.removed);
+  const group = state.policy.defaultGroup;
+  return {
+    ranks: ranks.length,
+    healthy_ranks: ranks.filter((r) => r.healthy).length,
+    dispatcher: dispatcherConfigOf(group.settings),
+    ...(state.policy.multiModel ? { model_groups: state.policy.groups.map((g) => g.name) } : {}),
   };
 }
 
@@ -147,9 +174,17 @@ export async function engineApiPlugin(app: FastifyInstance, opts: EngineApiOptio
       ? forwardToOneWorker(opts.state, (req) => policy.resolve((req.params as { id: string }).id))
       : forward,
   );
-  for (const path of ['/get_server_info', '/get_model_info', '/health_generate']) {
-    app.get(path, forward);
-  }
+  // A worker's server info describes one worker; the router adds what it routes over, so a
+  // client (kvroute-sim validate) predicting this endpoint sees the ranks and the policy the
+  // router uses rather than one worker's dp_size and internal dispatcher.
+  app.get(
+    '/get_server_info',
+    forwardToOneWorker(opts.state, undefined, (body) => ({
+      ...body,
+      kvroute_router: routerInfo(opts.state),
+    })),
+  );
+  for (const path of ['/get_model_info', '/health_generate']) app.get(path, forward);
   for (const path of ['/tokenize', '/detokenize']) app.post(path, forward);
 }
 
