@@ -296,6 +296,15 @@ describe('errors in OpenAI shape', () => {
       code: 'invalid_json',
       message: expect.stringMatching(/UTF-8/),
     });
+    // Several choices are refused, not answered with one.
+    const two = await post(app, '/v1/chat/completions', {
+      messages: [{ role: 'user', content: 'hi' }],
+      n: 2,
+    });
+    expect(two.status).toBe(400);
+    expect(two.body.error).toMatchObject({ param: 'n', code: 'invalid_value' });
+    const one = await post(app, '/v1/completions', { prompt: 'hi', n: 1, max_tokens: 1 });
+    expect(one.status).toBe(200);
     const arr = await post(app, '/generate', '[1,2]');
     expect(arr.body.error.code).toBe('invalid_body');
     const field = await post(app, '/v1/chat/completions', {

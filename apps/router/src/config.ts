@@ -389,7 +389,7 @@ export const OPTIONS: readonly OptionSpec[] = [
     flag: 'admin-token',
     key: 'adminToken',
     kind: 'string',
-    help: 'Bearer token for GET/POST /ranks; without it those routes do not exist',
+    help: 'Bearer token for the admin routes (GET/POST /ranks, GET/POST /policy, POST /flush_cache, /trace_recording); without it those routes do not exist',
   },
   {
     flag: 'load-poll-interval',

@@ -103,6 +103,8 @@ export function loggerOptions(
   };
 }
 
+const plural = (n: number, noun: string): string => `${n} ${noun}${n === 1 ? '' : 's'}`;
+
 /** The startup line: where it listens, with which method, over which workers. */
 export function startupMessage(
   url: string,
@@ -113,7 +115,15 @@ export function startupMessage(
   const sources: string[] = [];
   // startRouter appends the mock workers' URLs to workerUrls.
   const listed = config.workerUrls.length - config.mockWorkers;
-  if (listed > 0) sources.push(`${listed} from --worker-urls`);
+  const from = config.pdDisaggregation
+    ? '--prefill'
+    : config.modelGroups.length > 0
+      ? `${config.modelGroups.length} --model-group${config.modelGroups.length === 1 ? '' : 's'}`
+      : '--worker-urls';
+  if (listed > 0) sources.push(`${listed} from ${from}`);
+  if (config.pdDisaggregation && config.decode.length > 0) {
+    sources.push(`${config.decode.length} decode from --decode`);
+  }
   if (config.mockWorkers > 0) sources.push(`${config.mockWorkers} mock`);
   if (config.serviceDiscovery) {
     const ns = config.serviceDiscoveryNamespace ?? 'own namespace';
@@ -128,7 +138,7 @@ export function startupMessage(
       : `${url.replace(/:\d+$/, `:${config.adminPort}`)}/metrics`;
   return (
     `kvroute-router listening on ${url}, method ${config.loadBalanceMethod}` +
-    `${config.dpAware ? ' (DP-aware)' : ''}, ${ranks} ranks on ${workers} workers` +
+    `${config.dpAware ? ' (DP-aware)' : ''}, ${plural(ranks, 'rank')} on ${plural(workers, 'worker')}` +
     ` (${sources.join('; ') || 'none yet'}), metrics on ${metricsUrl}`
   );
 }

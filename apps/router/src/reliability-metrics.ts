@@ -39,12 +39,17 @@ export function createReliabilityMetrics(
         if (!r.removed) this.set({ rank: String(r.rank) }, r.ejected ? 1 : 0);
     },
   });
-  new Gauge({
-    name: 'kvroute_router_ejections',
-    help: 'Ejections since start (a counter read at scrape time)',
+  // A counter in Prometheus' naming (rate() and increase() apply), read from the outlier
+  // detector's own count at scrape time.
+  let reported = 0;
+  new Counter({
+    name: 'kvroute_router_ejections_total',
+    help: 'Workers ejected by outlier detection since start',
     registers: [registry],
     collect() {
-      this.set(ejections());
+      const now = ejections();
+      if (now > reported) this.inc(now - reported);
+      reported = now;
     },
   });
   new Gauge({

@@ -83,6 +83,9 @@ describe('one of four workers misbehaves, 8 clients at once', () => {
       expect(app.kvroute.outlier.ejectionsTotal).toBeGreaterThanOrEqual(1);
       const metrics = (await app.inject('/metrics')).body;
       expect(metrics).toMatch(/kvroute_router_upstream_failures_total\{rank="0"/);
+      expect(metrics).toContain('# TYPE kvroute_router_ejections_total counter');
+      const counted = /^kvroute_router_ejections_total (\d+)$/m.exec(metrics);
+      expect(Number(counted?.[1])).toBe(app.kvroute.outlier.ejectionsTotal);
       expect(metrics).not.toContain(bad.url);
       // ... and readmitted once it recovers: the half-open probe passes, then a request proves it.
       bad.mode = 'ok';

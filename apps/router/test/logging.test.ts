@@ -96,7 +96,17 @@ describe('log format', () => {
       'http://a:1',
     ]);
     expect(startupMessage('http://0.0.0.0:30000', discovery, 1, 1)).toBe(
-      'kvroute-router listening on http://0.0.0.0:30000, method cache_aware, 1 ranks on 1 workers (1 from --worker-urls; Kubernetes discovery of pods app=sglang in llm, port 30000), metrics on http://0.0.0.0:30000/metrics',
+      'kvroute-router listening on http://0.0.0.0:30000, method cache_aware, 1 rank on 1 worker (1 from --worker-urls; Kubernetes discovery of pods app=sglang in llm, port 30000), metrics on http://0.0.0.0:30000/metrics',
+    );
+    // Workers listed under model groups are named as such, not as --worker-urls.
+    const groups = resolveConfig([
+      '--model-group',
+      'llama=http://a:1,http://a:2',
+      '--model-group',
+      'qwen=http://b:1',
+    ]);
+    expect(startupMessage('http://127.0.0.1:30000', groups, 3, 3)).toContain(
+      '3 ranks on 3 workers (3 from 2 --model-groups)',
     );
   });
 });

@@ -84,6 +84,18 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
     if (faults.maybeFail(req, reply)) return;
 
     const parsed = parseRequest(kind, parseJsonBody(typeof req.body === 'string' ? req.body : ''));
+    // One choice per request: a request for several is refused rather than answered with
+    // one (and the router, which accounts one output per request, would undercount it).
+    const n = (parsed.body as { n?: unknown }).n;
+    if (n !== undefined && n !== null && n !== 1 && (kind === 'chat' || kind === 'completion')) {
+      throw badRequest(
+        `'n' must be 1: the mock worker generates one choice, got ${JSON.stringify(n)}`,
+        {
+          param: 'n',
+          code: 'invalid_value',
+        },
+      );
+    }
     // The same header/body hints the router reads (headers win).
     const hints = routingHints(parsed, req.headers);
     if (hints.routedRank !== undefined && hints.routedRank >= opts.dpSize) {
