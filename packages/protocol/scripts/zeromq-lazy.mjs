@@ -19,10 +19,13 @@ function zeromq() {
   return real;
 }
 
-const lazy =
-  (name) =>
-  (...args) =>
-    new (zeromq()[name])(...args);
+// Regular functions, not arrows: callers construct sockets with `new`, and a function called
+// with `new` that returns an object yields that object (an arrow cannot be called with new).
+function lazy(name) {
+  return function LazySocket(...args) {
+    return new (zeromq()[name])(...args);
+  };
+}
 
 export const Subscriber = lazy('Subscriber');
 export const Dealer = lazy('Dealer');
