@@ -9,6 +9,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { runCli } from '../src/cli/main.ts';
 import { repoRoot } from '../src/cost/calibration.ts';
+import { COMPARISON_PAGE, screenshotReports, selectScreenshots } from './screenshot-pages.ts';
 
 const args = process.argv.slice(2).filter((a) => a !== '--');
 const flag = (name: string) => {
@@ -16,6 +17,14 @@ const flag = (name: string) => {
   return i >= 0 ? args[i + 1] : undefined;
 };
 const root = repoRoot();
+// Checked before anything else runs: a misspelt page would otherwise make nothing and exit 0.
+let only: string[] | undefined;
+try {
+  only = selectScreenshots(args.includes('--only') ? (flag('only') ?? '') : undefined, root);
+} catch (err) {
+  console.error(`screenshots: ${(err as Error).message}`);
+  process.exit(2);
+}
 const out = resolve(
   process.env.INIT_CWD ?? process.cwd(),
   flag('out') ?? join(root, 'screenshots'),
@@ -36,71 +45,7 @@ const io = {
   stderr: { write: (s: string) => process.stderr.write(s) },
   cwd: out,
 };
-const reports: [string, string[]][] = [
-  [
-    'run-seed-sequential',
-    ['run', '--scenario', 'seed-sequential', '--policies', 'round_robin,total_tokens,prefix_match'],
-  ],
-  [
-    'run-rank-failure',
-    [
-      'run',
-      '--scenario',
-      'rank-failure',
-      '--set',
-      'sessions=150',
-      '--policies',
-      'round_robin,prefix_match,cache_aware',
-    ],
-  ],
-  [
-    'run-policy-switch',
-    [
-      'run',
-      '--scenario',
-      'rank-failure',
-      '--set',
-      'sessions=150',
-      '--policies',
-      'round_robin,cache_aware',
-      '--switch-policy',
-      '150s=prefix_match:window=64',
-    ],
-  ],
-  [
-    'replay-mooncake',
-    [
-      'replay',
-      join(root, 'packages/sim/data/traces/mooncake-conversation.jsonl'),
-      '--set',
-      'limit=3000',
-      '--speedup',
-      '4',
-      '--policies',
-      'round_robin,prefix_match,cache_aware',
-    ],
-  ],
-  ['sweep-agentic', ['sweep', '--scenario', 'agentic', '--set', 'sessions=60']],
-  [
-    'run-agentic-pd',
-    [
-      'run',
-      '--scenario',
-      'agentic',
-      '--set',
-      'sessions=60',
-      '--ranks',
-      '8',
-      '--layout',
-      'pd',
-      '--prefill-ranks',
-      '4',
-      '--decode-ranks',
-      '4',
-    ],
-  ],
-];
-const only = flag('only')?.split(',');
+const reports = screenshotReports(root);
 const pages: [string, string][] = [];
 for (const [name, argv] of reports) {
   if (only && !only.includes(name)) continue;
@@ -110,7 +55,7 @@ for (const [name, argv] of reports) {
   pages.push([name, html]);
 }
 const comparison = join(root, 'docs/policy-comparison.html');
-if (existsSync(comparison) && (!only || only.includes('policy-comparison')))
+if (existsSync(comparison) && (!only || only.includes(COMPARISON_PAGE)))
   pages.push(['policy-comparison', comparison]);
 
 for (const [name, html] of pages) {

@@ -7,8 +7,10 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { methodNames } from '@kvroute/policy';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { profileNames } from '../src/cost/profiles.ts';
-import { scenarioNames } from '../src/workloads/registry.ts';
+import { commands } from '../src/cli/registry.ts';
+import { oneBigCacheBound } from '../src/compare/bound.ts';
+import { getProfile, profileNames } from '../src/cost/profiles.ts';
+import { buildWorkload, scenarioNames } from '../src/workloads/registry.ts';
 import { type CaptureOptions, runSimCli } from './helpers/cli.ts';
 
 const pkgDir = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -173,6 +175,34 @@ describe('run', () => {
     warn.mockRestore();
   });
 
+  it("draws the one-big-cache bound with the KV pool the run used, not the profile's", async () => {
+    const html = join(dir, 'bound.html');
+    const args = ['--scenario', 'agentic', '--set', 'sessions=6', '--ranks', '2'];
+    const r = await cli([
+      'run',
+      ...args,
+      '--policies',
+      'cache_aware',
+      '--kv-capacity',
+      '30000',
+      '--html',
+      html,
+      '--json',
+      '-',
+    ]);
+    expect(r.code).toBe(0);
+    const report = JSON.parse(r.stdout);
+    expect(report.engine.kvCapacityTokens).toBe(30_000);
+    const plan = buildWorkload('agentic', { sessions: 6, ranks: 2 }, 1);
+    const label = (capacity: number) =>
+      `bound ${(oneBigCacheBound(plan, capacity * 2).hitRate * 100).toFixed(1)}%`;
+    const page = readFileSync(html, 'utf8');
+    expect(page).toContain(label(30_000));
+    // The profile's own pool gives another bound, so the check above tells them apart.
+    expect(label(getProfile('h200-llama-3.1-8b').kvCapacityTokens)).not.toBe(label(30_000));
+    expect(page).not.toContain(label(getProfile('h200-llama-3.1-8b').kvCapacityTokens));
+  });
+
   it('applies per-policy options and routing-key affinity', async () => {
     const r = await cli([
       'run',
@@ -323,7 +353,124 @@ describe('profile file', () => {
 });
 
 describe('bad input exits 2 with a message naming the problem', () => {
+  beforeAll(() => {
+    const profile = {
+      format: 'kvroute-cost-profile/v1',
+      name: 'no-memory',
+      description: 'a profile without a memory model',
+      prefill: { floorMs: 10, perTokenMs: 0.01, attnMsPerMTokenPairs: 0.5 },
+      decode: { floorMs: 8, perSeqMs: 0.05, perKContextTokenMs: 0.001 },
+      kvCapacityTokens: 500000,
+      chunkedPrefillSize: 8192,
+    };
+    writeFileSync(join(dir, 'no-memory.json'), JSON.stringify(profile));
+    writeFileSync(
+      join(dir, 'negative.json'),
+      JSON.stringify({ ...profile, prefill: { ...profile.prefill, perTokenMs: -1 } }),
+    );
+    writeFileSync(join(dir, 'empty.jsonl'), '');
+    writeFileSync(
+      join(dir, 'events-only.jsonl'),
+      '{"event":"start","block_tokens":16}\nnot json\n',
+    );
+    writeFileSync(
+      join(dir, 'overflow.jsonl'),
+      '{"timestamp": 1e400, "input_length": 16, "output_length": 1, "hash_ids": [1]}\n',
+    );
+  });
+  const TINY_AGENTIC = ['--scenario', 'agentic', '--set', 'sessions=2'];
+  const PD_SWEEP = ['sweep', ...SMALL, '--layout', 'pd', '--pd-ratio', '1:1'];
   const cases: [string, string[], RegExp][] = [
+    [
+      'a memory fraction that leaves no KV pool',
+      ['run', ...TINY_AGENTIC, '--mem-fraction', '0.01'],
+      /^kvroute-sim run: error: --mem-fraction 0\.01 leaves no KV pool with profile 'h200-llama-3\.1-8b': nothing left for KV \(141\.0 GB x 0\.01 - 16\.1 GB weights/,
+    ],
+    [
+      'a memory fraction on a profile without a memory model',
+      ['run', ...SMALL, '--profile-file', 'no-memory.json', '--mem-fraction', '0.5'],
+      /--mem-fraction re-derives the KV pool from the profile's memory model, and profile 'no-memory' has none: give the pool with --kv-capacity instead/,
+    ],
+    [
+      'a host tier without a rate on a profile without a memory model',
+      ['run', ...SMALL, '--profile-file', 'no-memory.json', '--host-kv-tokens', '1000'],
+      /--host-kv-tokens: profile 'no-memory' has no memory model .*--host-kv-tokens-per-ms/,
+    ],
+    [
+      'a negative cost coefficient',
+      ['run', ...SMALL, '--profile-file', 'negative.json'],
+      /--profile-file: cost profile .*negative\.json prefill: perTokenMs must be a finite number >= 0, got -1/,
+    ],
+    [
+      'an empty trace',
+      ['replay', 'empty.jsonl', '--policies', 'round_robin', '--json', '-'],
+      /empty\.jsonl: the trace has no request lines$/m,
+    ],
+    [
+      'a trace whose lines are all skipped',
+      ['replay', 'events-only.jsonl', '--skip-invalid'],
+      /events-only\.jsonl: the trace has no request lines \(1 line skipped\)/,
+    ],
+    [
+      'sweep on an empty trace',
+      ['sweep', '--trace', 'empty.jsonl'],
+      /empty\.jsonl: the trace has no request lines/,
+    ],
+    [
+      'a trace timestamp out of range',
+      ['replay', 'overflow.jsonl'],
+      /overflow\.jsonl:1: timestamp must be a number >= 0, got a number out of range \(parsed as Infinity\)/,
+    ],
+    [
+      'a session rate of 0',
+      ['run', ...TINY_AGENTIC, '--set', 'sessionsPerS=0'],
+      /agentic: sessionsPerS must be a number > 0, got 0/,
+    ],
+    [
+      'a request rate of 0',
+      ['run', '--scenario', 'hot-prefix', '--set', 'ratePerS=0'],
+      /hot-prefix: ratePerS must be a number > 0, got 0/,
+    ],
+    [
+      'a replay speed-up of 0 as a scenario option',
+      ['run', '--scenario', 'replay', '--set', 'speedup=0'],
+      /replay: speedup must be a number > 0, got 0/,
+    ],
+    [
+      'sweep --layout pd with one option value',
+      [...PD_SWEEP, '--window', '64'],
+      /--window: method option axes are not available with --layout pd \(the split is the axis\)/,
+    ],
+    [
+      'sweep --layout pd with an option list',
+      [...PD_SWEEP, '--window', '8,16'],
+      /--window: method option axes are not available with --layout pd/,
+    ],
+    [
+      'sweep --layout pd with a real-valued option list',
+      [...PD_SWEEP, '--epsilon', '0.1,0.5'],
+      /--epsilon: method option axes are not available with --layout pd/,
+    ],
+    [
+      'sweep --layout pd with --option',
+      [...PD_SWEEP, '--option', 'epsilon=0.1,0.5'],
+      /--option epsilon=0\.1,0\.5: method option axes are not available with --layout pd/,
+    ],
+    [
+      'sweep --layout pd with an offered-load axis',
+      [...PD_SWEEP, '--load', 'rate:1,2'],
+      /--load is not available with --layout pd/,
+    ],
+    [
+      'a chunked prefill size below the minimum',
+      ['run', ...SMALL, '--chunked-prefill-size', '4'],
+      /--chunked-prefill-size must be at least 64 tokens, got 4/,
+    ],
+    [
+      'a chunked prefill size below the page size',
+      ['run', ...SMALL, '--chunked-prefill-size', '64', '--page-size', '128'],
+      /--chunked-prefill-size 64 is below --page-size 128/,
+    ],
     [
       'unknown scenario',
       ['run', '--scenario', 'nope'],
@@ -797,6 +944,25 @@ describe('listings and help', () => {
       expect(run.stdout).toContain(flag);
     }
     expect(methodNames().length).toBeGreaterThan(0);
+  });
+
+  it("lists each command with its own summary, and keeps the examples' line breaks", async () => {
+    const top = (await cli(['--help'])).stdout;
+    for (const entry of commands) {
+      if (entry.name === 'validate') continue; // another package's program
+      const own = (await entry.load()).summary;
+      expect(entry.summary, entry.name).toBe(own);
+      expect(top).toContain(own);
+    }
+    // A `\` ending a line of a template literal joins the lines unless it is escaped.
+    const fit = (await cli(['fit', '--help'])).stdout;
+    expect(fit).toContain('--record probe.jsonl \\\n    --set clients=20');
+    expect(fit).toContain('--set suffixMaxTokens=8192 \\\n    --set ranks=26');
+    for (const name of ['run', 'sweep', 'replay', 'fit', 'merge']) {
+      const usage = (await cli([name, '--help'])).stdout;
+      // A continued example line runs into its next flag only when the break was lost.
+      expect(usage, name).not.toMatch(/\S {5}--\w/);
+    }
   });
 
   it('draws a progress bar only on a terminal, and only for runs over a second', async () => {

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { readCalibration, summarizeErrors } from '../src/cost/calibration.ts';
-import { loadProfileFile } from '../src/cost/cost-model.ts';
+import { loadProfileFile, parseProfileSpec } from '../src/cost/cost-model.ts';
 import { H200_PREFILL_FIT } from '../src/cost/h200-fit.ts';
 import { getProfile, getProfileSpec, profileNames } from '../src/cost/profiles.ts';
 
@@ -84,5 +84,39 @@ describe('profile lookup and files', () => {
     writeFileSync(dp, JSON.stringify(getProfileSpec('seed-qwen3-moe-dp16')));
     expect(loadProfileFile(dp).dpAttention).toBe(true);
     expect(getProfile('h200-llama-3.1-8b').dpAttention).toBe(false);
+  });
+
+  it('refuses a negative or non-finite time coefficient, naming the term', () => {
+    // Every built-in profile is valid as a file (its memory model included).
+    for (const name of profileNames()) {
+      expect(() => parseProfileSpec(getProfileSpec(name), name)).not.toThrow();
+    }
+    const base = getProfileSpec('h200-llama-3.1-8b');
+    const terms: [string, string][] = [
+      ['prefill', 'floorMs'],
+      ['prefill', 'perTokenMs'],
+      ['prefill', 'attnMsPerMTokenPairs'],
+      ['prefill', 'launchFloorMs'],
+      ['prefill', 'perKCachedTokenMs'],
+      ['decode', 'floorMs'],
+      ['decode', 'perSeqMs'],
+      ['decode', 'perKContextTokenMs'],
+      ['memory', 'weightBytes'],
+    ];
+    for (const [part, field] of terms) {
+      const spec = structuredClone(base) as unknown as Record<string, Record<string, unknown>>;
+      spec[part]![field] = -1;
+      expect(() => parseProfileSpec(spec, 'p.json'), `${part}.${field}`).toThrow(
+        `cost profile p.json ${part}: ${field} must be a finite number >= 0, got -1`,
+      );
+    }
+    // 1e400 in a file parses as Infinity: said so, not shown as null.
+    const huge = JSON.parse('{"floorMs": 1, "perTokenMs": 1e400, "attnMsPerMTokenPairs": 0}');
+    expect(() => parseProfileSpec({ ...base, prefill: huge }, 'p.json')).toThrow(
+      'cost profile p.json prefill: perTokenMs must be a finite number, got Infinity (out of range)',
+    );
+    expect(() => parseProfileSpec({ ...base, overheadMs: -0.5 }, 'p.json')).toThrow(
+      'cost profile p.json: overheadMs must be a finite number >= 0, got -0.5',
+    );
   });
 });

@@ -5,6 +5,8 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { SHARD_FORMAT } from '../src/cli/simulate.ts';
+import { summarize } from '../src/metrics/summary.ts';
 import { runSimCli } from './helpers/cli.ts';
 import { REQUIRED_POLICY_KEYS } from './report-fixtures.ts';
 
@@ -138,5 +140,39 @@ describe('JSON output matches the README', () => {
       'window',
     ]);
     expect(Object.keys(cell.result as object).sort()).toEqual(policyEntryKeys());
+  });
+
+  it('states which statistics over no requests are null, as summarize writes them', () => {
+    const none = summarize({
+      policy: 'round_robin',
+      options: {},
+      records: [],
+      failed: 3,
+      ranks: 2,
+      perRank: [],
+      reasons: {},
+      evictedNodes: 0,
+      events: 0,
+      mode: 'open',
+    }) as unknown as Record<string, unknown>;
+    const nulls = Object.keys(none).filter((k) => none[k] === null);
+    expect(nulls.sort()).toEqual(['coldTtftMs', 'steadyTtftMs', 'warmupTtftMs']);
+    const rule = section.slice(0, section.indexOf('```jsonc')).replace(/\s+/g, ' ');
+    const nullSentence = rule.match(/[^.;]*is `null`/)?.[0] ?? '';
+    for (const k of nulls) expect(nullSentence).toContain(`\`${k}\``);
+    // The whole-run statistics are numbers, 0 over no completed request: documented so.
+    expect(none.ttftMs).toEqual({ p50: 0, p90: 0, p99: 0, mean: 0 });
+    expect(none.queueingMs).toEqual({ p50: 0, p90: 0, p99: 0, mean: 0 });
+    expect(none.hitRate).toBe(0);
+    expect(rule).toContain(
+      '`ttftMs`, `queueingMs` and `hitRate` are always numbers: 0 when no request completed',
+    );
+  });
+});
+
+describe('the README names the formats the code writes', () => {
+  it('sweep shard files', () => {
+    const named = new Set(readme.match(/kvroute-sim-sweep-shard\/v\d+/g) ?? []);
+    expect([...named]).toEqual([SHARD_FORMAT]);
   });
 });

@@ -178,8 +178,48 @@ describe('sweep choice', () => {
     ];
     const { best, reason } = chooseBest(grid, 'ttft-p99');
     expect(best.window).toBe(128);
-    expect(reason).toContain('2 settings are within 1% of it');
+    // The pick is not the cell with the lowest p99: the verdict names that one and says the
+    // pick is within the tolerance of it, never that the pick has the lowest.
+    expect(reason).not.toMatch(/window=128 prefix-length=1024 has the lowest TTFT p99/);
+    expect(reason).toContain(
+      'The lowest TTFT p99 of 3 settings is 6000 ms, at prefix_match window=64 prefix-length=1024 (highest: 7000 ms',
+    );
+    expect(reason).toContain(
+      'prefix_match window=128 prefix-length=1024 is within 1% of that, at 6010 ms, as is 1 other setting; of these 2 it has the lowest mean TTFT (1500 ms).',
+    );
     expect(reason).toContain('nothing is traded away');
+  });
+
+  it('counts the settings within the tolerance of the lowest value, the pick left out', () => {
+    // As an audit found on agentic: four cells at 218.4 ms, the pick at 220 ms with the lowest
+    // mean, and 222 ms, within 1% of the pick's 220 but not of the lowest 218.4.
+    const grid = [
+      sweepCell(64, 1024, 218.4, 84, 0.9),
+      sweepCell(128, 1024, 222, 83.8, 0.9),
+      sweepCell(256, 1024, 218.4, 83.5, 0.9),
+      sweepCell(512, 1024, 220, 83.1, 0.9),
+      sweepCell(64, 2048, 218.4, 83.6, 0.9),
+      sweepCell(128, 2048, 218.4, 83.8, 0.9),
+      sweepCell(256, 2048, 283, 85, 0.9),
+    ];
+    const { best, reason } = chooseBest(grid, 'ttft-p99');
+    expect([best.window, best.prefixLength]).toEqual([512, 1024]);
+    expect(reason).toContain(
+      'The lowest TTFT p99 of 7 settings is 218 ms, at prefix_match window=64 prefix-length=1024 and 3 others (highest: 283 ms at prefix_match window=256 prefix-length=2048).',
+    );
+    expect(reason).toContain(
+      'prefix_match window=512 prefix-length=1024 is within 1% of that, at 220 ms, as are 4 other settings; of these 5 it has the lowest mean TTFT (83.1 ms).',
+    );
+
+    // A pick at the lowest value: the others within 1% of it, itself not counted.
+    const atLowest = chooseBest(grid.slice(0, 3), 'ttft-p99');
+    expect(atLowest.best.window).toBe(256);
+    expect(atLowest.reason).toContain(
+      'prefix_match window=256 prefix-length=1024 has the lowest TTFT p99, 218 ms, of 3 settings',
+    );
+    expect(atLowest.reason).toContain(
+      '1 other setting is within 1% of it on TTFT p99; of these 2 it has the lowest mean TTFT (83.5 ms).',
+    );
   });
 
   it('optimises hit rate when asked, then prefers the lower p99', () => {

@@ -17,6 +17,7 @@ import {
 } from './args.ts';
 import type { CliIo } from './command.ts';
 import {
+  checkEngineFlags,
   ENGINE_FLAGS_HELP,
   ENGINE_OPTIONS,
   type EngineFlags,
@@ -243,16 +244,19 @@ export function readSimFlags(p: Parsed, scenario: string, io: CliIo): SimFlags {
     // Reports show the path as typed, so they do not depend on where the repo lives.
     displayOptions = { file };
   }
+  const profile = resolveProfile(p, scenario, io);
+  const engine = readEngineFlags(p);
+  checkEngineFlags(profile, engine);
   return {
     ...(ranks !== undefined ? { ranks } : {}),
-    profile: resolveProfile(p, scenario, io),
+    profile,
     profileRef: resolveProfileRef(p, scenario, io),
     seed: parseSeed(str(p, 'seed'), DEFAULT_SEED),
     scenarioOptions,
     ...(displayOptions ? { displayOptions } : {}),
     policyFlags,
     outputs,
-    engine: readEngineFlags(p),
+    engine,
   };
 }
 

@@ -2,7 +2,8 @@
 // sweep and replay. Resolved against the profile and the engine preset in the model
 // (entities/presets.ts); here only parsed and checked.
 
-import type { EngineName, EngineSettings } from '../entities/presets.ts';
+import type { CostModel } from '../cost/cost-model.ts';
+import { type EngineName, type EngineSettings, resolveEngine } from '../entities/presets.ts';
 import { ADMISSION_MODES, type AdmissionMode } from '../entities/rank.ts';
 import {
   checkName,
@@ -29,6 +30,15 @@ export const ENGINE_OPTIONS: OptionSpec = {
   'request-rate': { type: 'string' },
 };
 
+/**
+ * The smallest --chunked-prefill-size taken. SGLang's defaults are 2048 to 16384 by GPU memory
+ * and vLLM's 2048 or more; latency tuning goes down to a few hundred tokens, never to tens:
+ * each chunk is a forward pass that reads every weight, so a small one starves the GPU. The
+ * simulator runs a step per chunk, so chunk 1 turns a 17k-token prompt into 17k events and a
+ * small run into minutes.
+ */
+export const MIN_CHUNKED_PREFILL_SIZE = 64;
+
 export const ENGINE_FLAGS_HELP = `  --engine sglang|vllm  rank-model preset (default sglang): admission, running cap, memory
                         fraction, page size as that engine does by default
   --max-running-requests N  requests admitted at once per rank (SGLang --max-running-requests,
@@ -39,7 +49,8 @@ export const ENGINE_FLAGS_HELP = `  --engine sglang|vllm  rank-model preset (def
   --mem-fraction F      re-derive the pool from the profile's memory model with this fraction
                         (default: the profile's pool)
   --page-size N         radix cache page size (default: sglang 1, vllm 16)
-  --chunked-prefill-size N  prefill token budget per step (default: the profile's)
+  --chunked-prefill-size N  prefill token budget per step, at least ${MIN_CHUNKED_PREFILL_SIZE} and at least
+                        --page-size (default: the profile's)
   --host-kv-tokens N    a host-memory KV tier of N tokens per rank (write-back of evicted cache)
                         (default 0: no host tier)
   --host-kv-tokens-per-ms R  its load-back rate (default: 25 GB/s over the profile's KV bytes/token)
@@ -84,8 +95,21 @@ export function readEngineFlags(p: Parsed): EngineFlags {
   if (v('mem-fraction') !== undefined)
     settings.memFraction = fraction('mem-fraction', v('mem-fraction')!);
   if (v('page-size') !== undefined) settings.pageSize = positiveInt('page-size', v('page-size')!);
-  if (v('chunked-prefill-size') !== undefined)
-    settings.chunkedPrefillSize = positiveInt('chunked-prefill-size', v('chunked-prefill-size')!);
+  if (v('chunked-prefill-size') !== undefined) {
+    const raw = v('chunked-prefill-size')!;
+    const chunk = positiveInt('chunked-prefill-size', raw);
+    if (chunk < MIN_CHUNKED_PREFILL_SIZE) {
+      throw new UsageError(
+        `--chunked-prefill-size must be at least ${MIN_CHUNKED_PREFILL_SIZE} tokens, got ${raw}: SGLang's and vLLM's defaults are 2048 or more, and below that minimum the simulation runs a step per few tokens (minutes for a small run)`,
+      );
+    }
+    if (settings.pageSize !== undefined && chunk < settings.pageSize) {
+      throw new UsageError(
+        `--chunked-prefill-size ${chunk} is below --page-size ${settings.pageSize}: a step prefills whole pages (SGLang requires the chunk to be a multiple of the page size)`,
+      );
+    }
+    settings.chunkedPrefillSize = chunk;
+  }
   const out: EngineFlags = { settings };
   if (v('host-kv-tokens') !== undefined)
     out.hostTokens = positiveInt('host-kv-tokens', v('host-kv-tokens')!);
@@ -103,4 +127,36 @@ export function readEngineFlags(p: Parsed): EngineFlags {
   if (v('request-rate') !== undefined)
     out.requestRate = positiveNumber('request-rate', v('request-rate')!);
   return out;
+}
+
+/**
+ * The engine flags against the profile they resolve with: a memory fraction or a host tier
+ * the profile's memory model cannot serve is the user's to change, so it fails here as bad
+ * input naming the flag, not later in the model as a crash.
+ */
+export function checkEngineFlags(profile: CostModel, e: EngineFlags): void {
+  const s = e.settings;
+  const m = profile.memory;
+  if (s.memFraction !== undefined && m === undefined) {
+    throw new UsageError(
+      `--mem-fraction re-derives the KV pool from the profile's memory model, and profile '${profile.name}' has none: give the pool with --kv-capacity instead`,
+    );
+  }
+  if (e.hostTokens !== undefined && e.hostTokensPerMs === undefined && m === undefined) {
+    throw new UsageError(
+      `--host-kv-tokens: profile '${profile.name}' has no memory model (KV bytes per token) to derive the host tier's load-back rate from: give it with --host-kv-tokens-per-ms`,
+    );
+  }
+  try {
+    resolveEngine(profile, s);
+  } catch (err) {
+    if (!(err instanceof RangeError) || m === undefined) throw err;
+    const flag =
+      s.memFraction !== undefined
+        ? `--mem-fraction ${s.memFraction}`
+        : `--engine ${s.engine ?? 'sglang'}`;
+    throw new UsageError(
+      `${flag} leaves no KV pool with profile '${profile.name}': ${err.message.replace(/^memory model: /, '')}; the weights alone take ${(m.weightBytes / m.gpuMemoryBytes).toFixed(3)} of the GPU's memory`,
+    );
+  }
 }

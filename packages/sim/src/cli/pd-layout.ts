@@ -181,6 +181,28 @@ function readObjective(p: Parsed): LayoutObjective {
   return raw as LayoutObjective;
 }
 
+/**
+ * The policy sweep's flags, refused with `sweep --layout pd`. Checked before the shared flags
+ * are read: consistent_hash's `load` option shares its flag with `--load`, whose rate:LIST
+ * would be read as that option's value and refused for the wrong reason.
+ */
+export function refusePdSweepFlags(p: Parsed): void {
+  for (const flag of [
+    'jobs',
+    'shard',
+    'load',
+    'policy',
+    'option',
+    'current',
+    'hit-rate-within',
+    'out-config',
+  ]) {
+    if (str(p, flag) !== undefined) {
+      throw new UsageError(`--${flag} is not available with --layout pd (the split is the axis)`);
+    }
+  }
+}
+
 export interface PdLayoutInput {
   command: 'run' | 'sweep';
   scenario: string;
@@ -210,20 +232,7 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
   const total = flags.ranks ?? plan.ranks;
   let splits: [number, number][];
   if (input.command === 'sweep') {
-    for (const flag of [
-      'jobs',
-      'shard',
-      'load',
-      'policy',
-      'option',
-      'current',
-      'hit-rate-within',
-      'out-config',
-    ]) {
-      if (str(p, flag) !== undefined) {
-        throw new UsageError(`--${flag} is not available with --layout pd (the split is the axis)`);
-      }
-    }
+    refusePdSweepFlags(p);
     const gpusRaw = str(p, 'gpus');
     const gpus = gpusRaw !== undefined ? positiveInt('gpus', gpusRaw) : total;
     if (str(p, 'decode-ranks') !== undefined) {

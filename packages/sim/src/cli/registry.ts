@@ -25,7 +25,7 @@ export const commands: readonly CommandEntry[] = [
   ),
   lazy(
     'sweep',
-    "grid-search a policy's window and prefix length; name the best setting and why",
+    "tune any method's options (and the methods, and the load): name the best setting, why, and its router config",
     () => import('./commands/sweep.ts'),
   ),
   lazy(
@@ -62,7 +62,7 @@ export const commands: readonly CommandEntry[] = [
   },
   lazy(
     'compare',
-    'regenerate docs/policy-comparison.{md,html}',
+    'regenerate docs/policy-comparison.{md,html}: every method on the comparison scenarios, targets judged',
     () => import('./commands/compare.ts'),
   ),
 ];

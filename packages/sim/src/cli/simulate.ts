@@ -135,14 +135,16 @@ export function compare(
         arrivalMs: byArrival.map((r) => r.arrivalMs),
       };
     });
-    // Only the HTML report draws these; the bound replays the whole plan once more.
+    // Only the HTML report draws these; the bound replays the whole plan once more. Its cache
+    // is the pool the ranks ran with (--kv-capacity, --mem-fraction, --engine move it off the
+    // profile's), or the bound would compare the policies with a cluster they never had.
     const extras = (): RunExtras => ({
       markers: plan.events.map((e) => ({
         atMs: e.atMs,
         label: markerLabel(e),
         kind: e.kind === 'policy-switch' ? ('policy' as const) : ('cluster' as const),
       })),
-      boundHitRate: oneBigCacheBound(plan, input.profile.kvCapacityTokens * result.ranks).hitRate,
+      boundHitRate: oneBigCacheBound(plan, result.engine.kvCapacityTokens * result.ranks).hitRate,
     });
     return { report, samples, extras };
   } finally {

@@ -143,8 +143,21 @@ function num(where: string, obj: Record<string, unknown>, field: string, optiona
   const v = obj[field];
   if (v === undefined && optional) return undefined;
   if (typeof v !== 'number' || !Number.isFinite(v)) {
-    fail(where, `${field} must be a finite number, got ${JSON.stringify(v)}`);
+    // 1e400 parses as Infinity, which JSON.stringify would show as null.
+    const got = typeof v === 'number' ? `${v} (out of range)` : JSON.stringify(v);
+    fail(where, `${field} must be a finite number, got ${got}`);
   }
+  return v;
+}
+
+/**
+ * A time coefficient: every term of the formulas is a time the GPU spends, so none is negative
+ * (a negative one cancels the others and the run predicts TTFTs of 0). Fits and --calibrate
+ * constrain their coefficients to >= 0 for the same reason.
+ */
+function coef(where: string, obj: Record<string, unknown>, field: string, optional = false) {
+  const v = num(where, obj, field, optional);
+  if (v !== undefined && v < 0) fail(where, `${field} must be a finite number >= 0, got ${v}`);
   return v;
 }
 
@@ -171,14 +184,14 @@ export function parseProfileSpec(raw: unknown, where: string): CostProfileSpec {
     name: o.name,
     description: typeof o.description === 'string' ? o.description : '',
     prefill: {
-      floorMs: num(`${where} prefill`, prefill, 'floorMs') as number,
-      perTokenMs: num(`${where} prefill`, prefill, 'perTokenMs') as number,
-      attnMsPerMTokenPairs: num(`${where} prefill`, prefill, 'attnMsPerMTokenPairs') as number,
+      floorMs: coef(`${where} prefill`, prefill, 'floorMs') as number,
+      perTokenMs: coef(`${where} prefill`, prefill, 'perTokenMs') as number,
+      attnMsPerMTokenPairs: coef(`${where} prefill`, prefill, 'attnMsPerMTokenPairs') as number,
     },
     decode: {
-      floorMs: num(`${where} decode`, decode, 'floorMs') as number,
-      perSeqMs: num(`${where} decode`, decode, 'perSeqMs') as number,
-      perKContextTokenMs: num(`${where} decode`, decode, 'perKContextTokenMs') as number,
+      floorMs: coef(`${where} decode`, decode, 'floorMs') as number,
+      perSeqMs: coef(`${where} decode`, decode, 'perSeqMs') as number,
+      perKContextTokenMs: coef(`${where} decode`, decode, 'perKContextTokenMs') as number,
     },
     kvCapacityTokens: kv,
     chunkedPrefillSize: chunk,
@@ -199,16 +212,13 @@ export function parseProfileSpec(raw: unknown, where: string): CostProfileSpec {
       'kvBytesPerToken',
     ] as const;
     const memory = {} as MemoryModel;
-    for (const f of fields) memory[f] = num(`${where} memory`, m, f) as number;
+    for (const f of fields) memory[f] = coef(`${where} memory`, m, f) as number;
     spec.memory = memory;
   }
-  const overhead = num(where, o, 'overheadMs', true);
-  if (overhead !== undefined) {
-    if (overhead < 0) fail(where, 'overheadMs must be >= 0');
-    spec.overheadMs = overhead;
-  }
-  const launch = num(`${where} prefill`, prefill, 'launchFloorMs', true);
-  const perCached = num(`${where} prefill`, prefill, 'perKCachedTokenMs', true);
+  const overhead = coef(where, o, 'overheadMs', true);
+  if (overhead !== undefined) spec.overheadMs = overhead;
+  const launch = coef(`${where} prefill`, prefill, 'launchFloorMs', true);
+  const perCached = coef(`${where} prefill`, prefill, 'perKCachedTokenMs', true);
   if (launch !== undefined) spec.prefill.launchFloorMs = launch;
   if (perCached !== undefined) spec.prefill.perKCachedTokenMs = perCached;
   const model = costModelFromSpec(spec);

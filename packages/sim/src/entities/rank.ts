@@ -327,7 +327,7 @@ export class RankModel {
       throw new RangeError(`rank ${this.rank}: request ${req.id} has no input tokens`);
     if (r.inputLen + req.maxNewTokens > this.capacityTokens) {
       throw new KvCapacityError(
-        `rank ${this.rank}: request ${req.id} needs ${r.inputLen + req.maxNewTokens} KV tokens (input + max new tokens), more than the pool's ${this.capacityTokens} (the cost profile's kvCapacityTokens): it could never be admitted`,
+        `rank ${this.rank}: request ${req.id} needs ${r.inputLen + req.maxNewTokens} KV tokens (input + max new tokens), more than the pool's ${this.capacityTokens} (per rank: the cost profile's kvCapacityTokens, or what --kv-capacity or --mem-fraction set): it could never be admitted`,
       );
     }
     this.byId.set(req.id, r);

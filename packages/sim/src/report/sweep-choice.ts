@@ -184,7 +184,7 @@ export function chooseBest(
   })[0]!;
   return {
     best,
-    reason: `${constraint}${explain(eligible, objective, best, tied.length)}${sameAs(eligible, best)}`,
+    reason: `${constraint}${explain(eligible, objective, best, tied)}${sameAs(eligible, best)}`,
   };
 }
 
@@ -210,7 +210,7 @@ function explain(
   grid: readonly SweepCell[],
   objective: SweepObjective,
   best: SweepCell,
-  tiedCount: number,
+  tied: readonly SweepCell[],
 ): string {
   const parts: string[] = [];
   const n = grid.length;
@@ -218,19 +218,39 @@ function explain(
   const k = key(objective);
   const v = (c: SweepCell) => info.show(info.metric(c.result));
   const worst = [...grid].sort((a, b) => k(b) - k(a))[0]!;
-  parts.push(
-    k(worst) === k(best)
-      ? `${at(best)} has the ${info.higher ? 'highest' : 'lowest'} ${info.name}, ${v(best)}, as ${n > 1 ? `all ${n} settings do` : 'the only setting'}.`
-      : `${at(best)} has the ${info.higher ? 'highest' : 'lowest'} ${info.name}, ${v(best)}, of ${n} settings (${info.higher ? 'lowest' : 'highest'}: ${v(worst)} at ${at(worst)}).`,
-  );
-  if (tiedCount > 1) {
-    const tie = objective === 'hit-rate' ? 'within 0.1 points' : 'within 1%';
-    const first =
-      info.tieBreak[0] === p99 ? 'TTFT p99' : info.tieBreak[0] === mean ? 'mean TTFT' : '';
-    const firstValue = info.tieBreak[0] === p99 ? p99(best.result) : mean(best.result);
+  const top = info.higher ? 'highest' : 'lowest';
+  const extreme = `${info.higher ? 'lowest' : 'highest'}: ${v(worst)} at ${at(worst)}`;
+  const tie = objective === 'hit-rate' ? 'within 0.1 points' : 'within 1%';
+  const others = tied.length - 1;
+  const first = info.tieBreak[0] === p99 ? 'TTFT p99' : 'mean TTFT';
+  const firstValue = info.tieBreak[0] === p99 ? p99(best.result) : mean(best.result);
+  const among = `of these ${tied.length} it has the lowest ${first} (${fmtMs(firstValue)} ms)`;
+  // The winner is the tie-breakers' pick among the cells within the tolerance of the extreme
+  // value, which need not be a cell at it: then the verdict names both, so it stays true.
+  const low = Math.min(...grid.map(k));
+  const leaders = grid.filter((c) => k(c) === low);
+  if (k(worst) === k(best)) {
     parts.push(
-      `${tiedCount} settings are ${tie} of it on ${info.name}; among them it has the lowest ${first} (${fmtMs(firstValue)} ms).`,
+      `${at(best)} has the ${top} ${info.name}, ${v(best)}, as ${n > 1 ? `all ${n} settings do` : 'the only setting'}.`,
     );
+  } else if (leaders.includes(best)) {
+    parts.push(
+      `${at(best)} has the ${top} ${info.name}, ${v(best)}, of ${n} settings (${extreme}).`,
+    );
+  } else {
+    const lead = leaders[0]!;
+    const also =
+      leaders.length > 1 ? ` and ${leaders.length - 1} other${leaders.length > 2 ? 's' : ''}` : '';
+    parts.push(
+      `The ${top} ${info.name} of ${n} settings is ${v(lead)}, at ${at(lead)}${also} (${extreme}). ${at(best)} is ${tie} of that, at ${v(best)}, as ${others === 1 ? 'is 1 other setting' : `are ${others} other settings`}; ${among}.`,
+    );
+  }
+  if (others > 0 && leaders.includes(best) && k(worst) !== k(best)) {
+    parts.push(
+      `${others === 1 ? '1 other setting is' : `${others} other settings are`} ${tie} of it on ${info.name}; ${among}.`,
+    );
+  } else if (others > 0 && k(worst) === k(best)) {
+    parts.push(`Of these ${tied.length} it has the lowest ${first} (${fmtMs(firstValue)} ms).`);
   }
   if (objective === 'hit-rate') {
     const fastest = [...grid].sort((a, b) => nanLast(p99(a.result)) - nanLast(p99(b.result)))[0]!;

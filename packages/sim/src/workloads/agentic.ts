@@ -1,7 +1,7 @@
 // Many agent sessions: each tenant has its own system + tools prefix, tenants are Zipf
 // popular, sessions arrive as a Poisson process and run several turns, each turn appending
 // the model's reply and the tool's output to the session history.
-import { optInt, optNum, optRange } from './options.ts';
+import { optInt, optNum, optPositive, optRange } from './options.ts';
 import { stream, zipfSampler } from './random.ts';
 import { buildSession } from './session.ts';
 import type { ScenarioDefinition, WorkloadRequest } from './types.ts';
@@ -32,7 +32,7 @@ export const agentic: ScenarioDefinition = {
   build(o, seed) {
     const name = 'agentic';
     const sessions = optInt(name, o, 'sessions', 1);
-    const rate = optNum(name, o, 'sessionsPerS', Number.MIN_VALUE);
+    const rate = optPositive(name, o, 'sessionsPerS');
     const tenants = optInt(name, o, 'tenants', 1);
     const zipfS = optNum(name, o, 'zipfS', 0);
     const [pMin, pMax] = optRange(name, o, 'prefixMinTokens', 'prefixMaxTokens', 1);

@@ -7,7 +7,7 @@
 // Defaults: 20 tenants at Zipf 1.2 put ~35% of requests on the top tenant; 60 requests/s on
 // 16 ranks of h200-llama-3.1-8b is more than one rank can prefill and decode for that
 // tenant alone (~21 requests/s of 2-8k-token prompts), while the cluster as a whole has room.
-import { optInt, optNum, optRange, WorkloadOptionError } from './options.ts';
+import { optInt, optNum, optPositive, optRange, WorkloadOptionError } from './options.ts';
 import { concat, stream, zipfSampler } from './random.ts';
 import type { ScenarioDefinition, WorkloadRequest } from './types.ts';
 
@@ -39,7 +39,7 @@ export const hotPrefix: ScenarioDefinition = {
     const name = 'hot-prefix';
     const ranks = optInt(name, o, 'ranks', 1);
     const count = optInt(name, o, 'requests', 1);
-    const rate = optNum(name, o, 'ratePerS', Number.MIN_VALUE);
+    const rate = optPositive(name, o, 'ratePerS');
     const tenants = optInt(name, o, 'tenants', 1);
     const zipfS = optNum(name, o, 'zipfS', 0);
     const [pMin, pMax] = optRange(name, o, 'prefixMinTokens', 'prefixMaxTokens', 1);

@@ -47,6 +47,11 @@ export function optNum(
   return optNumeric(scenario, o, key, (v) => Number.isFinite(v) && v >= min, `a number >= ${min}`);
 }
 
+/** A number > 0 (a rate, a speed-up): 0 would never send anything or never end. */
+export function optPositive(scenario: string, o: Record<string, unknown>, key: string): number {
+  return optNumeric(scenario, o, key, (v) => Number.isFinite(v) && v > 0, 'a number > 0');
+}
+
 export function optBool(scenario: string, o: Record<string, unknown>, key: string): boolean {
   const raw = o[key];
   if (raw === true || raw === 'true' || raw === '1' || raw === 1) return true;

@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import { isAbsolute, resolve } from 'node:path';
 import { type BlockTokenSource, describeTokens } from '../cache/token-source.ts';
 import { repoRoot, sharedFile } from '../cost/calibration.ts';
-import { optBool, optInt, optNum } from './options.ts';
+import { optBool, optInt, optPositive } from './options.ts';
 import { stream } from './random.ts';
 import { blockSeed, blockToken, tokenWriter } from './token-fill.ts';
 import {
@@ -214,7 +214,7 @@ export const replay: ScenarioDefinition = {
       throw new TraceFormatError(`replay: file must be a path, got ${JSON.stringify(rawFile)}`);
     }
     const file = rawFile === '' ? defaultTracePath() : resolveTracePath(rawFile);
-    const speedup = optNum(name, o, 'speedup', Number.MIN_VALUE);
+    const speedup = optPositive(name, o, 'speedup');
     const limit = optInt(name, o, 'limit', 0);
     const skipInvalid = optBool(name, o, 'skipInvalid');
     const blockOpt = optInt(name, o, 'blockTokens', 0);
@@ -225,6 +225,12 @@ export const replay: ScenarioDefinition = {
       limit,
       ...(blockOpt > 0 ? { blockTokens: blockOpt } : {}),
     });
+    if (trace.table.length === 0) {
+      // A run over no requests would report every statistic as 0, which reads as a result.
+      const n = trace.skipped;
+      const skipped = n > 0 ? ` (${n} line${n === 1 ? '' : 's'} skipped)` : '';
+      throw new TraceFormatError(`${file}: the trace has no request lines${skipped}`);
+    }
     const blockTokens = trace.blockTokens;
     const ranks = ranksOpt > 0 ? ranksOpt : (trace.start?.ranks ?? 16);
     // Reports show what the replay used, not the "from the trace" zeros.

@@ -85,7 +85,11 @@ const isInt = (v: unknown, min: number): v is number =>
   typeof v === 'number' && Number.isInteger(v) && v >= min;
 const isNum = (v: unknown, min: number): v is number =>
   typeof v === 'number' && Number.isFinite(v) && v >= min;
-const show = (v: unknown) => JSON.stringify(v) ?? String(v);
+// JSON.parse reads 1e400 as Infinity, which JSON.stringify writes as null: say what it is.
+const show = (v: unknown) =>
+  typeof v === 'number' && !Number.isFinite(v)
+    ? `a number out of range (parsed as ${v})`
+    : (JSON.stringify(v) ?? String(v));
 const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 function parseStart(o: Obj): TraceStart | string {

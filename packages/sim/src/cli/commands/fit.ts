@@ -38,8 +38,8 @@ prefill (median step time); record the 'fit-probe' scenario against the target t
   --name NAME               profile name (default 'fitted')
 
 example:
-  kvroute-sim validate --target http://worker:30000 --scenario fit-probe --record probe.jsonl \
-    --set clients=20 --set singles=128 --set suffixTokens=16 --set suffixMaxTokens=8192 \
+  kvroute-sim validate --target http://worker:30000 --scenario fit-probe --record probe.jsonl \\
+    --set clients=20 --set singles=128 --set suffixTokens=16 --set suffixMaxTokens=8192 \\
     --set ranks=26 --policy total_requests --affinity routing_key
   kvroute-sim fit --input probe.jsonl --chunked-prefill-size 8192 --out my-gpu.json
   kvroute-sim run --scenario agentic --profile-file my-gpu.json

@@ -37,7 +37,13 @@ import {
 } from '../common.ts';
 import { emitSweepReport, writeRouterConfig } from '../emit-report.ts';
 import { UsageError } from '../errors.ts';
-import { PD_OPTIONS, PD_SWEEP_HELP, readLayout, runPdLayout } from '../pd-layout.ts';
+import {
+  PD_OPTIONS,
+  PD_SWEEP_HELP,
+  readLayout,
+  refusePdSweepFlags,
+  runPdLayout,
+} from '../pd-layout.ts';
 import { affinityConfig } from '../policies.ts';
 import { writeShard } from '../shards.ts';
 import { buildWorkload, REPLAY_SCENARIO } from '../sim-api.ts';
@@ -247,7 +253,18 @@ export const command: Subcommand = {
     const p = traceScenario(parsed);
     const scenario = requireScenario(p);
     if (readLayout(p) === 'pd') {
-      // The prefill:decode split is the axis: colocated vs PD layouts at one GPU count.
+      // The prefill:decode split is the axis: colocated vs PD layouts at one GPU count. An
+      // option axis would otherwise reach the shared flag parsing as one option's value, to be
+      // applied to a side's method or misread as a malformed number.
+      const axis = axisFlags().find((e) => str(p, e.flag) !== undefined);
+      const named = strs(p, 'option')[0];
+      if (axis !== undefined || named !== undefined) {
+        const given = axis !== undefined ? `--${axis.flag}` : `--option ${named}`;
+        throw new UsageError(
+          `${given}: method option axes are not available with --layout pd (the split is the axis); give a side's options with its method, e.g. --prefill-policy cache_aware:window=64`,
+        );
+      }
+      refusePdSweepFlags(p);
       return runPdLayout(io, p, {
         command: 'sweep',
         scenario,
