@@ -479,3 +479,67 @@ describe('TTFT chart axis', () => {
     );
   });
 });
+
+describe('chart legibility', () => {
+  /** The inline SVG whose title contains `title`. */
+  const svgTitled = (html: string, title: string) =>
+    html.split('<svg').find((s) => s.includes(title)) ?? '';
+
+  it('policies at one spot of the trade-off chart get their labels on separate lines', async () => {
+    const same = { hitRate: 0.94, ttftMs: { p50: 80, p90: 150, p99: 200, mean: 90 } };
+    const report = runReport([
+      policyReport('round_robin', {
+        hitRate: 0.7,
+        ttftMs: { p50: 200, p90: 500, p99: 700, mean: 250 },
+      }),
+      policyReport('prefix_match', same),
+      policyReport('cache_aware', same),
+    ]);
+    const samples = report.policies.map((p) => ({ policy: p.policy, ttftMs: [80, 200] }));
+    const svg = svgTitled(await renderRunHtml(report, samples), 'Hit rate vs TTFT p99');
+    // The point labels (11px; the legend's are 10px), by name: their y positions.
+    const ys = new Map(
+      [
+        ...svg.matchAll(
+          /translate\(([\d.]+),([\d.]+)\)"[^>]*font-size="11px"[^>]*>([a-z_]+)<\/text>/g,
+        ),
+      ].map((m) => [m[3], Number(m[2])]),
+    );
+    ys.delete('policy'); // the legend's title
+    expect([...ys.keys()].sort()).toEqual(['cache_aware', 'prefix_match', 'round_robin']);
+    expect(Math.abs(ys.get('prefix_match')! - ys.get('cache_aware')!)).toBeGreaterThanOrEqual(12);
+  });
+
+  it('the TTFT-over-time legend draws p50 and p99 as visible strokes', async () => {
+    const { ttftTimelineSpec } = await import('../src/report/charts.ts');
+    const report = three();
+    const { MAX_TIMELINE_REQUESTS } = await import('../src/report/charts.ts');
+    const n = MAX_TIMELINE_REQUESTS + 1;
+    const samples = report.policies.map((p) => ({
+      policy: p.policy,
+      ttftMs: [1000, 2000],
+      ttftByArrivalMs: Array.from({ length: n }, (_, i) => 1000 + (i % 7)),
+      arrivalMs: Array.from({ length: n }, (_, i) => i * 10),
+    }));
+    const spec = ttftTimelineSpec(report.policies, samples) as unknown as {
+      layer: { encoding?: { strokeDash?: { legend?: Record<string, unknown> } } }[];
+    };
+    const legend = spec.layer.find((l) => l.encoding?.strokeDash)?.encoding?.strokeDash?.legend;
+    expect(legend).toMatchObject({ symbolType: 'stroke', symbolFillColor: 'transparent' });
+    const svg = svgTitled(await renderRunHtml(report, samples), 'TTFT over time');
+    const entry = svg.slice(svg.indexOf("titled 'percentile'"));
+    expect(entry).toMatch(/role-legend-symbol[^>]*><path [^>]*stroke="#444"/);
+  });
+
+  it('sweep heatmaps: the hit-rate legend in percent, white figures on dark cells', async () => {
+    const cells = [64, 128, 256].map((window, i) =>
+      sweepCell(window, 4096, 200 + i, 110, 0.9 + i * 0.01),
+    );
+    const html = await renderSweepHtml(sweepReport(cells, cells[0]!));
+    const hit = svgTitled(html, 'token hit rate (higher is better)');
+    expect(hit).toContain('>100%</text>');
+    expect(hit).not.toContain('>1.0</text>');
+    // 90-92% sit in the darkest third of the 0-100% scale: their figures are white.
+    expect(hit).toMatch(/fill="white"[^>]*>9[012]\.0%<\/text>/);
+  });
+});

@@ -234,7 +234,16 @@ export function ttftTimelineSpec(
             type: 'nominal',
             title: 'percentile',
             scale: { domain: ['p50', 'p99'] },
-            legend: { orient: 'bottom' },
+            // Drawn as line strokes: the lines' point marks would make both entries one dot.
+            legend: {
+              orient: 'bottom',
+              symbolType: 'stroke',
+              symbolStrokeWidth: 2,
+              symbolSize: 300,
+              // Both set, or vega-lite gives the symbol the filled points' fill and no stroke.
+              symbolStrokeColor: '#444',
+              symbolFillColor: 'transparent',
+            },
           },
           detail: { field: 'stat', type: 'nominal' },
         },
@@ -296,6 +305,31 @@ function markerLayers(
 }
 
 /**
+ * Vertical pixel offsets for the trade-off chart's labels: a label that would overlap one
+ * already placed (within a label's width across, a line's height up or down, on the chart's
+ * 0-100% by 0-max scales) goes one line below it.
+ */
+function labelOffsets(values: readonly { hitRate: number; p99: number }[]): number[] {
+  const maxY = Math.max(1, ...values.map((v) => v.p99));
+  const px = (v: { hitRate: number; p99: number }) => ({
+    x: v.hitRate * WIDTH,
+    y: (1 - v.p99 / maxY) * TRADE_OFF_HEIGHT,
+  });
+  const placed: { x: number; y: number }[] = [];
+  return values.map((v) => {
+    const at = px(v);
+    let dy = 0;
+    while (placed.some((p) => Math.abs(p.x - at.x) < 90 && Math.abs(p.y - (at.y + dy)) < 12)) {
+      dy += 13;
+    }
+    placed.push({ x: at.x, y: at.y + dy });
+    return dy;
+  });
+}
+
+const TRADE_OFF_HEIGHT = 240;
+
+/**
  * The trade-off each policy makes: token hit rate against TTFT p99, with the hit rate one
  * cache of all ranks' capacity would reach (no routing can pass it) as a rule.
  */
@@ -319,7 +353,7 @@ export function tradeOffSpec(
   return {
     title: `Hit rate vs TTFT p99 per policy${boundHitRate !== undefined ? ' (red: the one-big-cache bound)' : ''}`,
     width: WIDTH,
-    height: 240,
+    height: TRADE_OFF_HEIGHT,
     layer: [
       {
         data: { values },
@@ -330,15 +364,17 @@ export function tradeOffSpec(
           color: policyColor(labels),
         },
       },
-      {
-        data: { values },
-        mark: { type: 'text', align: 'left', dx: 8, fontSize: 11 },
+      // One label layer per point, each moved down below the labels it would overprint
+      // (policies with about the same hit rate and p99 sit on one spot).
+      ...labelOffsets(values).map((dy, i) => ({
+        data: { values: [values[i]] },
+        mark: { type: 'text', align: 'left', dx: 8, dy, fontSize: 11 },
         encoding: {
           x,
           y: { field: 'p99', type: 'quantitative' },
           text: { field: 'policy', type: 'nominal' },
         },
-      },
+      })),
       ...(boundHitRate !== undefined
         ? [
             {
@@ -474,6 +510,11 @@ export function sweepHeatmapSpec(
   const ys = [...new Set(values.map((v) => v.y))] as string[];
   const title = (o: string) => (/window|length|tokens/i.test(o) ? `${o} (tokens)` : o);
   const higherIsBetter = metric === 'hitRate';
+  // Anchored: hit rate on 0-100%, times from 0 ms, so a 1.5-point spread reads as the small
+  // difference it is instead of spanning the whole colour range.
+  const domain: [number, number] = higherIsBetter
+    ? [0, 1]
+    : [0, Math.max(1, ...values.map((v) => v.value))];
   return {
     title: `${method} sweep: ${METRIC_TITLES[metric]}${higherIsBetter ? ' (higher is better)' : ' (lower is better)'}`,
     width: Math.max(160, 70 * xs.length),
@@ -496,12 +537,9 @@ export function sweepHeatmapSpec(
             field: 'value',
             type: 'quantitative',
             title: METRIC_TITLES[metric],
-            // Anchored: hit rate on 0-100%, times from 0 ms, so a 1.5-point spread reads as
-            // the small difference it is instead of spanning the whole colour range.
-            scale: {
-              scheme: higherIsBetter ? 'greens' : 'oranges',
-              domain: higherIsBetter ? [0, 1] : [0, Math.max(1, ...values.map((v) => v.value))],
-            },
+            scale: { scheme: higherIsBetter ? 'greens' : 'oranges', domain },
+            // The legend in the cells' own units.
+            legend: { format: higherIsBetter ? '%' : ',.0f' },
           },
           stroke: { condition: { test: 'datum.best', value: 'black' }, value: null },
           strokeWidth: { condition: { test: 'datum.best', value: 3 }, value: 0 },
@@ -511,7 +549,14 @@ export function sweepHeatmapSpec(
         mark: { type: 'text', fontSize: 11 },
         encoding: {
           text: { field: 'value', type: 'quantitative', format: higherIsBetter ? '.1%' : '.0f' },
-          color: { value: 'black' },
+          // Dark cells get white text: black on the scheme's darkest third is hard to read.
+          color: {
+            condition: {
+              test: `datum.value > ${(domain[1] * 0.6).toPrecision(6)}`,
+              value: 'white',
+            },
+            value: 'black',
+          },
         },
       },
     ],
