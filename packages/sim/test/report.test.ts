@@ -531,6 +531,13 @@ describe('chart legibility', () => {
     expect(entry).toMatch(/role-legend-symbol[^>]*><path [^>]*stroke="#444"/);
   });
 
+  it('a table wider than the page scrolls in its own box, with headers that wrap', async () => {
+    const html = await renderRunHtml(three(), []);
+    expect(html).toContain('<div class="table"><table>');
+    expect(html).toMatch(/\.table \{ overflow-x: auto; \}/);
+    expect(html).toMatch(/th \{ white-space: normal;/);
+  });
+
   it('sweep heatmaps: the hit-rate legend in percent, white figures on dark cells', async () => {
     const cells = [64, 128, 256].map((window, i) =>
       sweepCell(window, 4096, 200 + i, 110, 0.9 + i * 0.01),

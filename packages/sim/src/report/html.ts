@@ -39,7 +39,9 @@ const STYLE = `
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; padding: 0 1rem; }
 h1 { font-size: 1.4rem; } h2 { font-size: 1.1rem; margin-top: 2rem; }
 table { border-collapse: collapse; font-size: 0.85rem; }
-th, td { border-bottom: 1px solid #ddd; padding: 0.3rem 0.6rem; text-align: right; white-space: nowrap; }
+th, td { border-bottom: 1px solid #ddd; padding: 0.3rem 0.5rem; text-align: right; white-space: nowrap; }
+th { white-space: normal; vertical-align: bottom; }
+.table { overflow-x: auto; }
 th:first-child, td:first-child { text-align: left; }
 .meta { color: #555; font-size: 0.9rem; }
 .chart { margin: 1rem 0; overflow-x: auto; }
@@ -77,7 +79,8 @@ function htmlTable(header: string[], rows: string[][], rowClass?: (i: number) =>
       return `<tr${cls ? ` class="${cls}"` : ''}>${r.map((c) => `<td>${escapeHtml(c)}</td>`).join('')}</tr>`;
     })
     .join('\n');
-  return `<table>\n<thead><tr>${th}</tr></thead>\n<tbody>\n${trs}\n</tbody>\n</table>`;
+  // Headers wrap and a table wider than the page scrolls on its own, not the page.
+  return `<div class="table"><table>\n<thead><tr>${th}</tr></thead>\n<tbody>\n${trs}\n</tbody>\n</table></div>`;
 }
 
 async function chart(spec: TopLevelSpec): Promise<string> {
