@@ -66,6 +66,50 @@ describe('helm renderer', () => {
     expect(render('{{ $x := .a }}{{ with .b }}{{ $x }}{{ end }}', { a: 'v', b: 1 })).toBe('v');
   });
 
+  it('numbers as Helm has them: values are float64, template integers and int / len are ints', () => {
+    // A float64 prints as Go's %v: shortest digits, exponent form from 1e+06 and below 1e-4.
+    const show = (x: unknown) => render('{{ .x }}', { x });
+    expect([2, 30000, 123456, 0.62, 1e6, 1234567, 0.0001, 0.00001, -2.5].map(show)).toEqual([
+      '2',
+      '30000',
+      '123456',
+      '0.62',
+      '1e+06',
+      '1.234567e+06',
+      '0.0001',
+      '1e-05',
+      '-2.5',
+    ]);
+    expect(
+      render('{{ 7 }} {{ int .x }} {{ len .s }} {{ len .l }}', { x: 2.9, s: 'abc', l: [1] }),
+    ).toBe('7 2 3 1');
+    // printf: %v prints any value; %s of a number and %d of a float64 are Go's error strings.
+    expect(render('{{ printf "%s=%v" .k .v }}', { k: 'tier', v: 2 })).toBe('tier=2');
+    expect(render('{{ printf "%s=%s" .k .v }}', { k: 'tier', v: 2 })).toBe('tier=%!s(float64=2)');
+    expect(render('{{ printf "%s" .b }}', { b: true })).toBe('%!s(bool=true)');
+    expect(render('{{ printf "%d %d" (int .x) .x }}', { x: 3 })).toBe('3 %!d(float64=3)');
+    expect(render('{{ printf "%s %s" .a }}', { a: 'x' })).toBe('x %!s(MISSING)');
+    // Go compares an int with a float64 no more than Helm does.
+    expect(render('{{ if gt (int .n) 1 }}y{{ end }}', { n: 2 })).toBe('y');
+    expect(() => render('{{ if gt .n 1 }}y{{ end }}', { n: 2 })).toThrow(
+      /incompatible types for comparison/,
+    );
+    expect(() => render('{{ if eq .n "2" }}y{{ end }}', { n: 2 })).toThrow(
+      /incompatible types for comparison/,
+    );
+    expect(render('{{ if eq .n 1.5 }}y{{ end }}', { n: 1.5 })).toBe('y');
+  });
+
+  it('regexSplit (Go Regexp.Split, all parts), trim, and eq against several values', () => {
+    expect(
+      render('{{ range regexSplit "[\\\\s,]+" .s -1 }}[{{ . }}]{{ end }}', { s: 'a, b c,d' }),
+    ).toBe('[a][b][c][d]');
+    expect(render('{{ range regexSplit "," .s -1 }}[{{ . }}]{{ end }}', { s: ',a' })).toBe('[][a]');
+    expect(render('{{ .s | trim }}|', { s: '\n  x \n' })).toBe('x|');
+    expect(render('{{ if eq .k "a" "b" "c" }}y{{ else }}n{{ end }}', { k: 'b' })).toBe('y');
+    expect(render('{{ if eq .k "a" "b" "c" }}y{{ else }}n{{ end }}', { k: 'd' })).toBe('n');
+  });
+
   it('refuses what it does not implement, naming it, instead of printing something wrong', () => {
     expect(() => render('{{ lookup "v1" "Pod" "" "" }}', {})).toThrow(
       /function "lookup" is not supported/,

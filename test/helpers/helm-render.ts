@@ -9,7 +9,12 @@
 //                true / false / nil
 //   functions    default, quote, toYaml, toJson, nindent, indent, include, required, eq, ne,
 //                gt, lt, and, or, not, fail, printf (%s %d %v), trunc, trimSuffix, b64enc, sha256sum, empty,
-//                toString, join, int, hasKey, replace, lower
+//                toString, join, int, len, hasKey, replace, lower, trim, regexSplit
+//   numbers      as Helm has them: a number from values is a float64 (a JS number; printed as
+//                Go's %v prints one, 1e+06 for a million), an integer literal in a template
+//                and the result of int and len is an int (a JS bigint). printf's %s of a number
+//                and %d of a float64 print Go's %!s(float64=2) / %!d(float64=2), and eq, ne,
+//                lt, gt refuse an int against a float64 ("incompatible types for comparison").
 //   objects      .Values, .Release (Name, Namespace, Service), .Chart (Name, Version,
 //                AppVersion), .Files.Get
 // Anything else is an error that names the template and the construct, never silent output.
@@ -41,7 +46,7 @@ interface Scope {
 }
 
 const truthy = (v: unknown): boolean => {
-  if (v === undefined || v === null || v === false || v === 0 || v === '') return false;
+  if (v === undefined || v === null || v === false || v === 0 || v === 0n || v === '') return false;
   if (Array.isArray(v)) return v.length > 0;
   if (typeof v === 'object') return Object.keys(v).length > 0;
   return true;
@@ -82,7 +87,9 @@ function parsePipe(tokens: string[], where: string): Pipe {
   const term = (tok: string): Term => {
     if (tok.startsWith('"')) return { t: 'lit', v: JSON.parse(tok) };
     if (tok.startsWith('`')) return { t: 'lit', v: tok.slice(1, -1) };
-    if (/^-?\d+(\.\d+)?$/.test(tok)) return { t: 'lit', v: Number(tok) };
+    // An integer literal is Go's int; one with a point is a float64.
+    if (/^-?\d+$/.test(tok)) return { t: 'lit', v: BigInt(tok) };
+    if (/^-?\d+\.\d+$/.test(tok)) return { t: 'lit', v: Number(tok) };
     if (tok === 'true' || tok === 'false') return { t: 'lit', v: tok === 'true' };
     if (tok === 'nil') return { t: 'lit', v: null };
     if (tok === '.') return { t: 'path', root: '.', keys: [] };
@@ -215,15 +222,66 @@ export function parseTemplate(src: string, name: string, defines: Map<string, No
   return block([]).body;
 }
 
+/** A float64 as Go's %v prints it: %g with the shortest digits. */
+function goFloat(n: number): string {
+  if (Number.isNaN(n)) return 'NaN';
+  if (!Number.isFinite(n)) return n > 0 ? '+Inf' : '-Inf';
+  if (n === 0) return Object.is(n, -0) ? '-0' : '0';
+  // %g uses the exponent form when the exponent is below -4 or at least the precision, and
+  // Go's strconv takes 6 as that precision when the digits are the shortest: 1e+06, 1e-05.
+  const [mant, exp] = n.toExponential().split('e') as [string, string];
+  const e = Number(exp);
+  if (e < -4 || e >= 6) {
+    const sign = e < 0 ? '-' : '+';
+    return `${mant}e${sign}${String(Math.abs(e)).padStart(2, '0')}`;
+  }
+  return String(n);
+}
+
+/** What Go's fmt calls a value's type in %!verb(type=value). */
+function goType(v: unknown): string {
+  if (typeof v === 'bigint') return 'int';
+  if (typeof v === 'number') return 'float64';
+  if (typeof v === 'boolean') return 'bool';
+  if (typeof v === 'string') return 'string';
+  if (v === undefined || v === null) return '<nil>';
+  return Array.isArray(v) ? '[]interface {}' : 'map[string]interface {}';
+}
+
 function goString(v: unknown): string {
   if (v === undefined || v === null) return '';
   if (typeof v === 'string') return v;
-  if (typeof v === 'number' || typeof v === 'boolean') return String(v);
+  if (typeof v === 'number') return goFloat(v);
+  if (typeof v === 'bigint' || typeof v === 'boolean') return String(v);
   if (Array.isArray(v)) return `[${v.map(goString).join(' ')}]`;
   return `map[${Object.entries(v as Record<string, unknown>)
     .sort(([a], [b]) => (a < b ? -1 : 1))
     .map(([k, x]) => `${k}:${goString(x)}`)
     .join(' ')}]`;
+}
+
+/** Go's eq, ne, lt and gt compare basic values of one kind only (ints of any size count as one). */
+function comparable(name: string, a: unknown, b: unknown): void {
+  const kind = (v: unknown) =>
+    typeof v === 'bigint' ? 'int' : typeof v === 'number' ? 'float' : typeof v;
+  const basic = (v: unknown) => ['int', 'float', 'string', 'boolean'].includes(kind(v));
+  if (basic(a) && basic(b) && kind(a) !== kind(b))
+    throw new TemplateError(
+      `error calling ${name}: incompatible types for comparison (${goType(a)} and ${goType(b)})`,
+    );
+}
+
+function printf(format: string, args: unknown[]): string {
+  let k = 0;
+  return format.replace(/%[sdv%]/g, (f) => {
+    if (f === '%%') return '%';
+    if (k >= args.length) return `%!${f[1]}(MISSING)`;
+    const v = args[k++];
+    if (f === '%v') return goString(v);
+    if (f === '%s' && typeof v === 'string') return v;
+    if (f === '%d' && typeof v === 'bigint') return String(v);
+    return `%!${f[1]}(${goType(v)}=${goString(v)})`;
+  });
 }
 
 function toYaml(v: unknown): string {
@@ -345,7 +403,7 @@ export class Renderer {
       case 'toYaml':
         return toYaml(a[0]);
       case 'toJson':
-        return JSON.stringify(a[0] ?? null);
+        return JSON.stringify(a[0] ?? null, (_k, v) => (typeof v === 'bigint' ? Number(v) : v));
       case 'indent':
       case 'nindent': {
         const pad = ' '.repeat(Number(a[0]));
@@ -366,12 +424,16 @@ export class Renderer {
         if (!truthy(a[1])) throw new TemplateError(s(0));
         return a[1];
       case 'eq':
+        for (const x of a.slice(1)) comparable(name, a[0], x);
         return a.slice(1).some((x) => x === a[0]);
       case 'ne':
+        comparable(name, a[0], a[1]);
         return a[0] !== a[1];
       case 'gt':
+        comparable(name, a[0], a[1]);
         return Number(a[0]) > Number(a[1]);
       case 'lt':
+        comparable(name, a[0], a[1]);
         return Number(a[0]) < Number(a[1]);
       case 'and':
         return a.find((x) => !truthy(x)) ?? a.at(-1);
@@ -381,10 +443,8 @@ export class Renderer {
         return !truthy(a[0]);
       case 'empty':
         return !truthy(a[0]);
-      case 'printf': {
-        let k = 1;
-        return s(0).replace(/%[sdv%]/g, (f) => (f === '%%' ? '%' : goString(a[k++])));
-      }
+      case 'printf':
+        return printf(s(0), a.slice(1));
       case 'trunc':
         return s(1).slice(0, Number(a[0]));
       case 'trimSuffix':
@@ -393,6 +453,8 @@ export class Renderer {
         return s(2).replaceAll(s(0), s(1));
       case 'lower':
         return s(0).toLowerCase();
+      case 'trim':
+        return s(0).trim();
       case 'sha256sum':
         return createHash('sha256').update(s(0)).digest('hex');
       case 'b64enc':
@@ -400,7 +462,17 @@ export class Renderer {
       case 'toString':
         return s(0);
       case 'int':
-        return Math.trunc(Number(a[0]));
+        return BigInt(Math.trunc(Number(a[0] ?? 0)));
+      case 'len':
+        if (typeof a[0] === 'string') return BigInt(Buffer.byteLength(a[0]));
+        if (Array.isArray(a[0])) return BigInt(a[0].length);
+        if (a[0] && typeof a[0] === 'object') return BigInt(Object.keys(a[0]).length);
+        throw new TemplateError(`error calling len: len of ${goType(a[0])}`);
+      case 'regexSplit': {
+        // Sprig's regexSplit REGEX S N (Go's Regexp.Split); only N = -1, all parts.
+        if (a[2] !== -1n) throw new TemplateError('regexSplit: only n = -1 is supported');
+        return s(1).split(new RegExp(s(0)));
+      }
       case 'join':
         return (Array.isArray(a[1]) ? a[1] : []).map(goString).join(s(0));
       case 'hasKey':
