@@ -35,6 +35,14 @@ export function checkOutputTokens(
   limits: RequestLimits = DEFAULT_LIMITS,
 ): number | undefined {
   if (value === undefined || value === null) return undefined;
+  // An integer past 2^53 (1e300, 9007199254740993) is an integer too: what is wrong with it
+  // is its size, so it gets the bound's message, not "must be an integer".
+  if (typeof value === 'number' && Number.isInteger(value) && value > limits.maxOutputTokens) {
+    throw badRequest(
+      `'${param}' must be at most ${limits.maxOutputTokens} (the model's context length), got ${value}`,
+      { param, code: 'invalid_value' },
+    );
+  }
   if (typeof value !== 'number' || !Number.isSafeInteger(value)) {
     throw badRequest(`'${param}' must be an integer, got ${describeNumber(value)}`, {
       param,

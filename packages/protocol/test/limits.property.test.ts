@@ -164,9 +164,18 @@ describe('limits', () => {
     expect(checkOutputTokens(undefined, 'max_tokens', 1)).toBeUndefined();
     expect(checkOutputTokens(null, 'max_tokens', 1)).toBeUndefined();
     expect(checkOutputTokens(100, 'max_tokens', 1)).toBe(100);
+    // Integers past 2^53 are told the bound, not that they are not integers.
     expect(() => checkOutputTokens(Number.MAX_VALUE, 'max_tokens', 1)).toThrow(
+      /'max_tokens' must be at most 1048576 \(the model's context length\), got 1\.79.*e\+308/,
+    );
+    // What JSON.parse makes of a body's 9007199254740993.
+    expect(() => checkOutputTokens(JSON.parse('9007199254740993'), 'max_tokens', 1)).toThrow(
+      /must be at most 1048576 .*got 9007199254740992/,
+    );
+    expect(() => checkOutputTokens(1.5, 'max_tokens', 1)).toThrow(
       /'max_tokens' must be an integer/,
     );
+    expect(() => checkOutputTokens(Number.NaN, 'max_tokens', 1)).toThrow(/must be an integer/);
     expect(() => checkOutputTokens(0, 'max_tokens', 1)).toThrow(/at least 1/);
     expect(() =>
       checkOutputTokens(5000, 'max_new_tokens', 0, { maxOutputTokens: 4096, maxJsonDepth: 8 }),
