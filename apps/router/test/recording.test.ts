@@ -34,6 +34,23 @@ afterAll(() => rmSync(work, { recursive: true, force: true }));
 let fileNo = 0;
 const tracePath = (): string => join(work, `trace-${fileNo++}.jsonl`);
 
+/** A cost profile whose every prefill takes `ms`, and decode steps 5 ms. */
+function slowPrefillProfile(ms: number): string {
+  const file = join(work, `slow-prefill-${fileNo++}.json`);
+  writeFileSync(
+    file,
+    JSON.stringify({
+      format: 'kvroute-cost-profile/v1',
+      name: 'slow-prefill',
+      prefill: { floorMs: ms, perTokenMs: 0, attnMsPerMTokenPairs: 0 },
+      decode: { floorMs: 5, perSeqMs: 0, perKContextTokenMs: 0 },
+      kvCapacityTokens: 100000,
+      chunkedPrefillSize: 8192,
+    }),
+  );
+  return file;
+}
+
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
   while (cleanups.length) await cleanups.pop()!();
@@ -460,6 +477,40 @@ describe('recorded trace on mock workers', () => {
           l.includes('le="0.25"'),
       );
     expect(under).toMatch(/ 0$/);
+  });
+
+  it("records the Responses API's usage, output and a stream's TTFT at its first output delta", async () => {
+    // A 200 ms prefill before the first delta, while `response.created` goes out at once.
+    const w = await startMockWorker({
+      host: '127.0.0.1',
+      port: 0,
+      timeScale: 1,
+      profileFile: slowPrefillProfile(200),
+    });
+    cleanups.push(() => w.close());
+    const path = tracePath();
+    const { app, url } = await router(['--worker-urls', w.url, '--record-trace', path]);
+    const input = 'words '.repeat(400);
+    for (const stream of [true, false]) {
+      const res = await request(`${url}/v1/responses`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'kvroute-mock', input, max_output_tokens: 5, stream }),
+      });
+      expect(res.statusCode).toBe(200);
+      await res.body.text();
+    }
+    const metrics = await (await request(`${url}/metrics`)).body.text();
+    await app.close();
+    const [, streamed, plain] = readLines(path);
+    expect(streamed).toMatchObject({ stream: true, output_length: 5 });
+    expect(streamed!.ttft_ms as number).toBeGreaterThanOrEqual(190);
+    expect(streamed!.e2e_ms as number).toBeGreaterThan(streamed!.ttft_ms as number);
+    expect(plain).toMatchObject({ output_length: 5 });
+    // The second request's prompt was cached by the first: the worker says so, as
+    // usage.input_tokens_details.cached_tokens.
+    expect(plain!.cached_tokens as number).toBeGreaterThan(0);
+    expect(metrics).toMatch(/^kvroute_router_prompt_tokens_total\{[^}]*\} [1-9]/m);
   });
 
   it('rotates by size: every file opens with the same start line, together they hold every request', async () => {

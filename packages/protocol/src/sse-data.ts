@@ -7,10 +7,13 @@
 //     comparisons and a pass over the token text, about 0.13 us against 1.2-1.6 us);
 //   - `readSseData`, any one payload: validates it as JSON in one pass over the text and
 //     reads only the members those checks look at:
-//       - carries tokens: `text` or `output_ids` (SGLang /generate), or a choice's `text`, or
-//         the `content` (else `reasoning_content`) of its `delta` (else `message`);
-//       - usage: `usage.prompt_tokens`, `usage.completion_tokens`,
-//         `usage.prompt_tokens_details.cached_tokens`, over `meta_info`'s counts (usage.ts).
+//       - carries tokens: `text` or `output_ids` (SGLang /generate), a top-level `delta`
+//         string (the Responses API), or a choice's `text`, or the `content` (else
+//         `reasoning_content`) of its `delta` (else `message`);
+//       - usage: `usage.prompt_tokens` (or `input_tokens`), `usage.completion_tokens` (or
+//         `output_tokens`), `usage.prompt_tokens_details.cached_tokens` (or
+//         `input_tokens_details`), over `meta_info`'s counts (usage.ts); a top-level
+//         `response` (a Responses stream's closing event) is left to JSON.parse.
 // Both answer only where they are sure. Anything else (a top-level value that is not an
 // object, a member of interest given twice (JSON.parse keeps the last), an escaped member
 // name, nesting deeper than MAX_DEPTH, whitespace JSON does not allow, or text that is not
@@ -248,6 +251,10 @@ const M_PROMPT = 512;
 const M_COMPLETION = 1024;
 const M_DETAILS = 2048;
 const M_CACHED = 4096;
+/** The Responses API's top-level `delta` (an output delta's text). */
+const M_ROOT_DELTA = 8192;
+/** The Responses API's `response` (its closing event's usage): left to JSON.parse. */
+const M_RESPONSE = 16384;
 
 /** The members of interest in each place (indexed by context): name and bit. */
 const MEMBERS: readonly (readonly [string, number])[][] = [
@@ -258,6 +265,8 @@ const MEMBERS: readonly (readonly [string, number])[][] = [
     ['usage', M_USAGE],
     ['meta_info', M_META],
     ['output_ids', M_OUTPUT_IDS],
+    ['delta', M_ROOT_DELTA],
+    ['response', M_RESPONSE],
   ],
   /* CHOICES */ [],
   /* CHOICE */ [
@@ -273,6 +282,11 @@ const MEMBERS: readonly (readonly [string, number])[][] = [
     ['prompt_tokens', M_PROMPT],
     ['completion_tokens', M_COMPLETION],
     ['prompt_tokens_details', M_DETAILS],
+    // The Responses API's names: one bit with the chat names, so a usage giving both is
+    // "given twice" and left to JSON.parse (usage.ts prefers the chat names).
+    ['input_tokens', M_PROMPT],
+    ['output_tokens', M_COMPLETION],
+    ['input_tokens_details', M_DETAILS],
   ],
   /* DETAILS */ [['cached_tokens', M_CACHED]],
   /* META */ [
@@ -325,6 +339,7 @@ function object(ctx: number): number {
   let content = 0;
   let reasoning = 0;
   let outputIds = 0;
+  let rootDelta = 0;
   let choices = 0;
   skipSpace();
   if (S.i < S.end && S.s.charCodeAt(S.i) === 0x7d) {
@@ -339,6 +354,9 @@ function object(ctx: number): number {
       // A member named with an escape could be one of interest: JSON.parse decides.
       if (S.escaped && ctx !== SKIP) return BAD;
       const m = ctx === SKIP ? 0 : member(ctx, keyFrom, keyTo);
+      // A closing event's `response` holds usage only when there is no top-level one: rare
+      // (once a stream), so JSON.parse and usage.ts decide.
+      if (m === M_RESPONSE) return BAD;
       if (m !== 0) {
         if ((seen & m) !== 0) return BAD;
         seen |= m;
@@ -355,7 +373,7 @@ function object(ctx: number): number {
       // events vary (SseTemplate).
       if (
         (v === STRING || v === EMPTY_STRING) &&
-        (m === M_CONTENT || m === M_REASONING || m === M_TEXT)
+        (m === M_CONTENT || m === M_REASONING || m === M_TEXT || m === M_ROOT_DELTA)
       ) {
         S.slots++;
         S.slotFrom = at + 1;
@@ -369,6 +387,9 @@ function object(ctx: number): number {
           break;
         case M_OUTPUT_IDS:
           outputIds = v;
+          break;
+        case M_ROOT_DELTA:
+          rootDelta = v;
           break;
         case M_CHOICES:
           choices = v;
@@ -413,7 +434,11 @@ function object(ctx: number): number {
   switch (ctx) {
     case ROOT:
       // carriesTokens: a non-empty text, a non-empty output_ids, or a choice that S.carries.
-      S.carries = text === STRING || outputIds === ARRAY || (choices === ARRAY && S.choicesCarry);
+      S.carries =
+        text === STRING ||
+        outputIds === ARRAY ||
+        rootDelta === STRING ||
+        (choices === ARRAY && S.choicesCarry);
       break;
     case CHOICE: {
       // `delta ?? message`: a delta that is absent or null gives way to the message.

@@ -103,11 +103,16 @@ export function responseFacts(value: unknown): ResponseFacts {
       if (d && (nonEmpty(d.content) || nonEmpty(d.reasoning_content))) facts.content = true;
     }
   }
-  const usage = obj(o.usage);
+  // OpenAI's Responses API: a stream's output deltas carry their text in a top-level `delta`
+  // (`response.output_text.delta` and the like).
+  if (nonEmpty(o.delta)) facts.content = true;
+  // Its counts are named input/output, and a stream's closing event holds them in `response`.
+  const usage = obj(o.usage) ?? obj(obj(o.response)?.usage);
   if (usage) {
-    facts.promptTokens = num(usage.prompt_tokens) ?? facts.promptTokens;
-    facts.outputTokens = num(usage.completion_tokens) ?? facts.outputTokens;
-    const details = obj(usage.prompt_tokens_details);
+    facts.promptTokens = num(usage.prompt_tokens) ?? num(usage.input_tokens) ?? facts.promptTokens;
+    facts.outputTokens =
+      num(usage.completion_tokens) ?? num(usage.output_tokens) ?? facts.outputTokens;
+    const details = obj(usage.prompt_tokens_details) ?? obj(usage.input_tokens_details);
     if (details) facts.cachedTokens = num(details.cached_tokens) ?? facts.cachedTokens;
   }
   return facts;
@@ -122,6 +127,7 @@ export function carriesTokens(value: unknown): boolean {
   const o = value as Record<string, unknown>;
   if (typeof o.text === 'string' && o.text.length > 0) return true;
   if (Array.isArray(o.output_ids) && o.output_ids.length > 0) return true;
+  if (typeof o.delta === 'string' && o.delta.length > 0) return true;
   const choices = o.choices;
   if (!Array.isArray(choices)) return false;
   for (const c of choices) {
@@ -175,7 +181,12 @@ export class UsageScanner {
     if (sse) {
       this.reader = new SseReader(
         (data) => {
-          if (data !== SSE_DONE_DATA && data.includes('"prompt_tokens"')) this.lastUsageData = data;
+          if (
+            data !== SSE_DONE_DATA &&
+            (data.includes('"prompt_tokens"') || data.includes('"input_tokens"'))
+          ) {
+            this.lastUsageData = data;
+          }
         },
         // A usage event is small; a runaway event stops the scan, not the response.
         { maxEventChars: JSON_COPY_CAP, onOverflow: () => {} },
