@@ -57,6 +57,10 @@ async function fakeEngine() {
       buffer.push({ seq, payload });
       if (!drop) await pub.send([Buffer.alloc(0), encodeSeq(seq), payload]);
     },
+    /** Sends these exact bytes as batch `seq`, without buffering them. */
+    async resend(seq: number, payload: Buffer): Promise<void> {
+      await pub.send([Buffer.alloc(0), encodeSeq(seq), payload]);
+    },
     close() {
       pub.close();
       router.close();
@@ -114,8 +118,33 @@ describe('KvEventStream', () => {
       missedBatches: 0,
       batches: 2,
     });
-    expect(e.replays).toEqual([1]);
+    // The join replay (an empty buffer then), then the gap's.
+    expect(e.replays).toEqual([0, 1]);
     expect(s.stream.lastSeq).toBe(3);
+  });
+
+  it("learns a warm engine's history when it connects, without waiting for a live batch", async () => {
+    const e = await fakeEngine();
+    e.buffer.push({
+      seq: 0,
+      payload: encodeKvEventBatch({ ts: 1, events: [stored(1, null, [1, 2])] }),
+    });
+    e.buffer.push({
+      seq: 1,
+      payload: encodeKvEventBatch({ ts: 1, events: [stored(2, 1, [3, 4])] }),
+    });
+    const s = collect(e.endpoint, e.replayEndpoint);
+    // Nothing is published: the engine is idle (or serves only full hits).
+    await until(() => s.got.length === 2, 'the history');
+    expect(s.got.map((g) => g.replayed)).toEqual([true, true]);
+    expect(s.stream.lastSeq).toBe(1);
+    // A live batch the replay already gave (published while it ran) is not applied twice,
+    // nor taken for a publisher restart; the next one is applied.
+    await e.resend(1, e.buffer[1]!.payload);
+    await e.publish(2, [stored(3, 2, [5, 6])]);
+    await until(() => s.got.length === 3, 'the next live batch');
+    expect(s.resets).toEqual([]);
+    expect(s.stream.counters).toMatchObject({ restarts: 0, replayedBatches: 2, batches: 1 });
   });
 
   it('catches up on history when it joins late, and counts what the buffer no longer has', async () => {

@@ -2,6 +2,10 @@
 // endpoint and, when the engine has one, a DEALER on its ROUTER replay endpoint.
 //
 // Sequence handling (frames: topic, 8-byte big-endian seq, msgpack EventBatch):
+//   - on connecting, with a replay endpoint: replay from 0, so a router that joins engines
+//     already warm knows what they hold before their next batch (an engine that only serves
+//     full hits, or is idle, may publish nothing for long); a live batch the replay already
+//     gave (same seq, same bytes) is skipped;
 //   - first batch seen with seq s > 0: the engine ran before we connected; replay [0, s) to
 //     learn what it already holds (what is older than its replay buffer stays unknown and is
 //     counted as missed history);
@@ -64,6 +68,9 @@ export interface StreamOptions {
   reconnectMaxIntervalMs?: number;
 }
 
+/** Live batches that may repeat the end of the join replay (published while it ran). */
+const JOIN_OVERLAP = 1024;
+
 export class KvEventStream {
   readonly counters: StreamCounters = {
     batches: 0,
@@ -81,6 +88,8 @@ export class KvEventStream {
   lastBatchAt = 0;
   lastLossAt = 0;
   private lastPayload: Buffer | undefined;
+  /** The join replay's last batches by seq, until the first live batch (see catchUpAtJoin). */
+  private joinReplayed: Map<number, Buffer> | undefined;
   private readonly sub: Subscriber;
   private dealer: Dealer | undefined;
   private closed = false;
@@ -107,6 +116,8 @@ export class KvEventStream {
       this.connected = true;
       // A restarted engine may stay silent for long: check now, not at its next batch.
       if (this.lastSeq !== undefined) void this.enqueue(() => this.checkAfterReconnect());
+      // A warm engine may stay silent for long too: learn its history now.
+      else if (this.opts.replayEndpoint) void this.enqueue(() => this.catchUpAtJoin());
     });
     this.sub.events.on('disconnect', () => {
       this.connected = false;
@@ -151,6 +162,9 @@ export class KvEventStream {
     }
     const payload = frames[2] as Buffer;
     const last = this.lastSeq;
+    // Published while the join replay ran: the replay gave it already.
+    if (this.joinReplayed?.get(seq)?.equals(payload)) return;
+    this.joinReplayed = undefined;
     if (last !== undefined && seq <= last) {
       this.counters.restarts++;
       this.restart('restart');
@@ -187,6 +201,26 @@ export class KvEventStream {
     this.lastBatchAt = this.now();
     if (replayed) this.counters.replayedBatches++;
     else this.counters.batches++;
+  }
+
+  /**
+   * Everything the engine's replay buffer holds, applied before any live batch: at the first
+   * connection, before the engine's next batch says it ran before we came. The last batches'
+   * bytes are kept until the first live batch, which may repeat them.
+   */
+  private async catchUpAtJoin(): Promise<void> {
+    if (this.lastSeq !== undefined) return;
+    const seen = new Map<number, Buffer>();
+    let expected = 0;
+    await this.replay(0, (seq, payload) => {
+      if (seq < expected) return;
+      if (seq > expected) this.loss(seq - expected, true);
+      this.apply(seq, payload, true);
+      seen.set(seq, payload);
+      if (seen.size > JOIN_OVERLAP) seen.delete(seq - JOIN_OVERLAP);
+      expected = seq + 1;
+    });
+    if (seen.size > 0) this.joinReplayed = seen;
   }
 
   /** Fills [from, to] from the replay endpoint; what it cannot give is counted as missed. */
