@@ -3,7 +3,10 @@
 // answer; a worker nothing listens for marked down by the first check; configuration values
 // refused where they would break the router; a failed start that leaves no process behind.
 import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -277,6 +280,55 @@ describe('configuration values that would break the router', () => {
     expect(() => readYaml('request-timeout-ms: .inf\n', 'router.yaml')).toThrow(/\.inf/);
     expect(readYaml('port: 16\nmax-retries: 3\nepsilon: 1.5e-1\n', 'r.yaml').get('port')).toBe(16);
   });
+});
+
+describe('`pnpm router`', () => {
+  it('reads relative paths from where the user typed it (INIT_CWD), not apps/router', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kvroute-init-cwd-'));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    writeFileSync(join(dir, 'router.yaml'), 'load-balance-method: round_robin\n');
+    const child = spawn(
+      process.execPath,
+      [
+        '--conditions=@kvroute/source',
+        '--import',
+        'tsx',
+        'src/server.ts',
+        '--config',
+        'router.yaml',
+        '--mock-workers',
+        '1',
+        '--mock-time-scale',
+        '0',
+        '--port',
+        '0',
+        '--log-format',
+        'json',
+      ],
+      {
+        cwd: fileURLToPath(new URL('..', import.meta.url)),
+        env: { ...process.env, npm_lifecycle_event: 'router', INIT_CWD: dir },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    cleanups.push(() => {
+      child.kill('SIGKILL');
+    });
+    let out = '';
+    child.stdout.on('data', (d) => {
+      out += d;
+    });
+    child.stderr.on('data', (d) => {
+      out += d;
+    });
+    for (let i = 0; i < 250 && !/listening on|ENOENT|exited/.test(out); i++) {
+      if (child.exitCode !== null) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(out).toMatch(
+      /kvroute-router listening on http:\/\/127\.0\.0\.1:\d+, method round_robin/,
+    );
+  }, 40_000);
 });
 
 describe('a failed start', () => {
