@@ -190,6 +190,11 @@ describe('recorded traces', () => {
         /bad\.jsonl:3: start event with block_tokens 512.*concatenated/,
       ],
       [
+        // Two router runs (a restart moved the first file aside): each counts from its origin.
+        `{"event":"start","block_tokens":64,"origin_unix_ms":1000}\n${ok}\n{"event":"start","block_tokens":64,"origin_unix_ms":7500}\n${ok}`,
+        /bad\.jsonl:3: start event with origin_unix_ms 7500, the recording began at 1000: files of two router runs were concatenated/,
+      ],
+      [
         `${start}\n${ok}\n{"event":"policy_switch","timestamp":5}`,
         /bad\.jsonl:3: policy_switch: method/,
       ],

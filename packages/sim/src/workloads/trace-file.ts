@@ -438,6 +438,16 @@ class TraceParser {
         throw new TraceFormatError(
           `${this.file}:${this.lineNo}: start event with block_tokens ${s.blockTokens}, the recording began with ${this.start.blockTokens}: files of different recordings were concatenated`,
         );
+      } else if (
+        s.originUnixMs !== undefined &&
+        this.start.originUnixMs !== undefined &&
+        s.originUnixMs !== this.start.originUnixMs
+      ) {
+        // A router run's timestamps count from its own origin: two runs laid on one clock
+        // would replay as one run of overlapping traffic under the first run's policy.
+        throw new TraceFormatError(
+          `${this.file}:${this.lineNo}: start event with origin_unix_ms ${s.originUnixMs}, the recording began at ${this.start.originUnixMs}: files of two router runs were concatenated (replay each run's files on their own; the first line of each file says which run it is)`,
+        );
       }
     } else if (o.event === 'policy_switch') {
       const s = parseSwitch(o);
