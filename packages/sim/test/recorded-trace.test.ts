@@ -336,6 +336,9 @@ describe('fit --trace', () => {
         }),
       );
     }
+    // One answer not streamed: no TTFT of its own to fit, so left out, and counted as such.
+    const last = JSON.parse(lines.at(-1)!) as Record<string, unknown>;
+    lines.push(JSON.stringify({ ...last, stream: false }));
     writeFileSync(join(dir, 'probe.jsonl'), `${lines.join('\n')}\n`);
     const out = await cli([
       'fit',
@@ -357,6 +360,12 @@ describe('fit --trace', () => {
     );
     expect(Math.abs(fitted.decode.perSeqMs / PROFILE.decode.perSeqMs - 1)).toBeLessThan(0.05);
     expect(out.stdout).toMatch(/prefill \+ overhead: \d+ lone requests/);
+    expect(out.stdout).toMatch(
+      new RegExp(
+        `^${lines.length - 2} requests used \\(0 failed or unmeasured and 1 not observed left out\\)$`,
+        'm',
+      ),
+    );
   });
 });
 

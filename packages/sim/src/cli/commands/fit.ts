@@ -75,6 +75,7 @@ export const command: Subcommand = {
     const kvRaw = str(p, 'kv-capacity');
     const requests: ObservedRequest[] = [];
     let skipped = 0;
+    let unobserved = 0;
     const notes: string[] = [];
     for (const file of inputs) {
       try {
@@ -83,6 +84,7 @@ export const command: Subcommand = {
         for (const x of r.requests) requests.push({ ...x, source });
         skipped += r.skipped;
         const u = r.unobserved;
+        if (u !== undefined) unobserved += u.cachedUnknown + u.notStreamed;
         if (u !== undefined && u.cachedUnknown + u.notStreamed > 0) {
           notes.push(
             `${file}: ${u.cachedUnknown} request(s) without a reported cached-token count and ${u.notStreamed} non-streamed left out (what the fit needs was not observed)`,
@@ -119,7 +121,7 @@ export const command: Subcommand = {
     const s = fit.spec;
     for (const n of notes) log.write(`note: ${n}\n`);
     log.write(
-      `${requests.length} requests read (${skipped} failed or unmeasured skipped)\n` +
+      `${requests.length} requests used (${skipped} failed or unmeasured and ${unobserved} not observed left out)\n` +
         `prefill + overhead: ${fit.prefill.rows} lone requests (${fit.prefill.excluded} not alone), TTFT error median ${pct(fit.prefill.medianAbsRelError)}, max ${pct(fit.prefill.maxAbsRelError)}\n` +
         `  overheadMs ${s.overheadMs}  floorMs ${s.prefill.floorMs}  perTokenMs ${s.prefill.perTokenMs}  attnMsPerMTokenPairs ${s.prefill.attnMsPerMTokenPairs}  perKCachedTokenMs ${s.prefill.perKCachedTokenMs}\n` +
         `decode: ${fit.decode.rows} decode windows (${fit.decode.excluded} with a prefill alongside or too short), step error median ${pct(fit.decode.medianAbsRelError)}, max ${pct(fit.decode.maxAbsRelError)}\n` +
