@@ -170,6 +170,20 @@ describe('sweep choice', () => {
     expect(reason).toContain('concentrate work on fewer ranks');
   });
 
+  it('never picks a setting under which no request completed (its latencies are 0 over nothing)', () => {
+    const dead = sweepCell(512, 1024, 0, 0, 0);
+    dead.result = { ...dead.result, requests: 0, failed: 30 };
+    const grid = [sweepCell(64, 1024, 900, 500, 0.9), dead, sweepCell(128, 1024, 800, 450, 0.8)];
+    const { best, reason } = chooseBest(grid, 'ttft-p99');
+    expect(best.window).toBe(128);
+    expect(reason).toMatch(/^1 of 3 settings completed no request and are left out\. /);
+    // With a hit-rate constraint too, both are said, and the constraint counts what is left.
+    expect(chooseBest(grid, 'ttft-p99', 20).reason).toContain('; 2 of 2 settings qualify');
+    // When none completed a request, the choice is still made, among all of them.
+    const allDead = grid.map((c) => ({ ...c, result: { ...c.result, requests: 0 } }));
+    expect(() => chooseBest(allDead, 'ttft-p99')).not.toThrow();
+  });
+
   it('breaks near-ties on the primary metric by the secondary one', () => {
     const grid = [
       sweepCell(64, 1024, 6000, 2000, 0.9),

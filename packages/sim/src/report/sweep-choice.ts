@@ -158,13 +158,20 @@ export function chooseBest(
   hitRateWithin?: number,
 ): { best: SweepCell; reason: string } {
   if (grid.length === 0) throw new Error('chooseBest: empty sweep grid');
-  let eligible = grid;
-  let constraint = '';
+  // A setting under which no request completed has latencies of 0 over nothing: never the
+  // best (unless no setting completed any).
+  const served = grid.filter((c) => c.result.requests > 0);
+  let eligible = served.length > 0 ? served : grid;
+  let constraint =
+    served.length > 0 && served.length < grid.length
+      ? `${grid.length - served.length} of ${grid.length} settings completed no request and are left out. `
+      : '';
   if (hitRateWithin !== undefined) {
-    const top = [...grid].sort((a, b) => nanLast(-hit(a.result)) - nanLast(-hit(b.result)))[0]!;
+    const pool = eligible;
+    const top = [...pool].sort((a, b) => nanLast(-hit(a.result)) - nanLast(-hit(b.result)))[0]!;
     const floor = hit(top.result) - hitRateWithin / 100;
-    eligible = grid.filter((c) => hit(c.result) >= floor - 1e-12);
-    constraint = `Constraint: hit rate within ${hitRateWithin} points of the best (${fmtPct(hit(top.result))} at ${at(top)}); ${eligible.length} of ${grid.length} settings qualify. `;
+    eligible = pool.filter((c) => hit(c.result) >= floor - 1e-12);
+    constraint += `Constraint: hit rate within ${hitRateWithin} points of the best (${fmtPct(hit(top.result))} at ${at(top)}); ${eligible.length} of ${pool.length} settings qualify. `;
   }
   const k = key(objective);
   const bestValue = Math.min(...eligible.map(k));
