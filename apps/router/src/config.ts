@@ -1431,7 +1431,7 @@ export function helpText(): string {
   const lines = [
     'Usage: kvroute-router [--config file.yaml] [flags]',
     '',
-    'DURATION is a number of ms or with a unit: 500ms, 2s, 1m. Booleans take no value (or true/false).',
+    'DURATION is a number of ms or with a unit: 500ms, 2s, 1m, 1h. Booleans take no value (or true/false).',
     '',
   ];
   for (const o of OPTIONS) {
@@ -1444,7 +1444,7 @@ export function helpText(): string {
     );
   }
   lines.push(
-    `  --${'config'.padEnd(28)} YAML file whose keys are these flag names [env KVROUTE_CONFIG]`,
+    `  ${'--config FILE'.padEnd(40)} YAML file whose keys are these flag names [env KVROUTE_CONFIG]`,
   );
   return lines.join('\n');
 }

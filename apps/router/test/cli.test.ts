@@ -129,6 +129,15 @@ describe('kvroute-router CLI', () => {
     const err = vi.spyOn(console, 'error').mockImplementation(() => {});
     await main(['--help'], {});
     expect(log.mock.calls[0]![0]).toContain('--load-balance-method');
+    // --config in the same columns as every other flag, with its value; durations take hours.
+    const help = String(log.mock.calls[0]![0]);
+    const column = (flag: string) =>
+      help
+        .split('\n')
+        .find((l) => l.startsWith(`  ${flag}`))!
+        .search(/ {2}[A-Z]/);
+    expect(column('--config FILE')).toBe(column('--port INT'));
+    expect(help).toContain('500ms, 2s, 1m, 1h');
     await main(['--prefix-window', 'x'], {});
     expect(process.exitCode).toBe(1);
     expect(err.mock.calls[0]![0]).toContain('--prefix-window: expected a number');
