@@ -23,6 +23,23 @@ afterEach(async () => {
   await Promise.all(running.splice(0).map((w) => w.close()));
 });
 
+/** A cost profile file whose every prefill takes `prefillMs` and every decode step `stepMs`. */
+function flatProfile(name: string, prefillMs: number, stepMs: number): string {
+  const file = join(mkdtempSync(join(tmpdir(), 'kvroute-mock-')), `${name}.json`);
+  writeFileSync(
+    file,
+    JSON.stringify({
+      format: 'kvroute-cost-profile/v1',
+      name,
+      prefill: { floorMs: prefillMs, perTokenMs: 0, attnMsPerMTokenPairs: 0 },
+      decode: { floorMs: stepMs, perSeqMs: 0, perKContextTokenMs: 0 },
+      kvCapacityTokens: 100000,
+      chunkedPrefillSize: 8192,
+    }),
+  );
+  return file;
+}
+
 async function until(cond: () => boolean, what: string, limitMs = 5000): Promise<void> {
   const t0 = Date.now();
   while (!cond()) {
@@ -44,19 +61,7 @@ describe('mock worker on a loopback port', () => {
     // Real time, with decode steps of 50 ms: 30 tokens span ~1.5 s, so even a test process
     // starved of CPU for a few hundred ms (server and client share one event loop) cannot
     // receive the whole stream in its first read unless the worker buffered it.
-    const dir = mkdtempSync(join(tmpdir(), 'kvroute-mock-'));
-    const profileFile = join(dir, 'slow-decode.json');
-    writeFileSync(
-      profileFile,
-      JSON.stringify({
-        format: 'kvroute-cost-profile/v1',
-        name: 'slow-decode',
-        prefill: { floorMs: 5, perTokenMs: 0, attnMsPerMTokenPairs: 0 },
-        decode: { floorMs: 50, perSeqMs: 0, perKContextTokenMs: 0 },
-        kvCapacityTokens: 100000,
-        chunkedPrefillSize: 8192,
-      }),
-    );
+    const profileFile = flatProfile('slow-decode', 5, 50);
     const w = await start({ timeScale: 1, profileFile });
     const res = await fetch(`${w.url}/v1/completions`, {
       method: 'POST',
@@ -89,19 +94,7 @@ describe('mock worker on a loopback port', () => {
   it("a chat stream's first byte is its first token: the role chunk comes after the prefill", async () => {
     // A 400 ms prefill: what a router measures as time to first byte must include it, as
     // with SGLang and vLLM, which send the role chunk with the first output.
-    const dir = mkdtempSync(join(tmpdir(), 'kvroute-mock-'));
-    const profileFile = join(dir, 'slow-prefill.json');
-    writeFileSync(
-      profileFile,
-      JSON.stringify({
-        format: 'kvroute-cost-profile/v1',
-        name: 'slow-prefill',
-        prefill: { floorMs: 400, perTokenMs: 0, attnMsPerMTokenPairs: 0 },
-        decode: { floorMs: 5, perSeqMs: 0, perKContextTokenMs: 0 },
-        kvCapacityTokens: 100000,
-        chunkedPrefillSize: 8192,
-      }),
-    );
+    const profileFile = flatProfile('slow-prefill', 400, 5);
     const w = await start({ timeScale: 1, profileFile });
     const sent = performance.now();
     const res = await fetch(`${w.url}/v1/chat/completions`, {

@@ -55,6 +55,15 @@ export class Admission {
     return this.keyDigests.length > 0;
   }
 
+  /**
+   * A client request's key (401 without a valid one when keys are configured), then its
+   * token from the rate limit, per key or else per client address (429 when empty).
+   */
+  checkClient(authorization: string | undefined, address: string | undefined): void {
+    const key = this.checkApiKey(authorization);
+    if (this.config.rateLimitRps > 0) this.checkRate(key ?? address ?? 'unknown');
+  }
+
   /** The API key the request carries when keys are configured; 401 otherwise. */
   checkApiKey(authorization: string | undefined): string | undefined {
     if (this.keyDigests.length === 0) return undefined;

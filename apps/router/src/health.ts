@@ -1,8 +1,8 @@
 // Worker health, per worker (a DP server's ranks go up and down together). Active: GET the
 // health endpoint every intervalMs; failureThreshold consecutive failures mark a worker down,
 // successThreshold consecutive successes mark it up; a check that cannot connect at all marks
-// it down at once. Passive: a connect error marks it down at once (the process is gone; waiting for three probes would send it more traffic), a 5xx
-// counts as one failed check. With active checks off (interval 0) a worker marked down
+// it down at once. Passive: a connect error marks it down at once (the process is gone;
+// waiting for three probes would send it more traffic), a 5xx counts as one failed check. With active checks off (interval 0) a worker marked down
 // passively stays down until an admin re-adds it.
 //
 // A worker can answer /health while generating nothing (a hung collective, a wedged
@@ -11,11 +11,10 @@
 // OpenAI servers), a 1-token completion. Its failures count like failed health checks.
 // Repeated 5xx and other request failures are outlier detection's business (outlier.ts).
 
-import { describeError, getJson, getText } from '@kvroute/protocol';
+import { describeError, getJson, getText, isConnectError } from '@kvroute/protocol';
 import type { Agent } from 'undici';
 import { request } from 'undici';
 import type { HealthConfig } from './config.ts';
-import { classifyNetworkError } from './proxy/forward.ts';
 import type { RankTable, Worker } from './rank-table.ts';
 
 export interface HealthLog {
@@ -168,7 +167,7 @@ export class HealthMonitor {
       const detail = `health check failed: ${describeError(err)}`;
       // Nothing listens there (refused, unreachable, no such host): down now, as a request's
       // connect error would mark it, not after failureThreshold periods of looking healthy.
-      if (classifyNetworkError(err).kind === 'connect') this.reportConnectError(worker, detail);
+      if (isConnectError(err)) this.reportConnectError(worker, detail);
       else this.failure(worker, detail);
     } finally {
       this.checking.delete(worker);

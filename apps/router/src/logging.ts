@@ -118,7 +118,7 @@ export function startupMessage(
   const from = config.pdDisaggregation
     ? '--prefill'
     : config.modelGroups.length > 0
-      ? `${config.modelGroups.length} --model-group${config.modelGroups.length === 1 ? '' : 's'}`
+      ? plural(config.modelGroups.length, '--model-group')
       : '--worker-urls';
   if (listed > 0) sources.push(`${listed} from ${from}`);
   if (config.pdDisaggregation && config.decode.length > 0) {

@@ -1,8 +1,7 @@
-import { spawn } from 'node:child_process';
 import { connect } from 'node:net';
-import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { main, startRouter } from '../src/cli.ts';
+import { spawnRouterSource } from './helpers/router.ts';
 
 /** Starts the router in-process on a free port, quiet, with the given flags. */
 const quietRouter = (argv: string[]) =>
@@ -42,14 +41,8 @@ describe('kvroute-router CLI', () => {
   });
 
   it('the command `pnpm router` runs logs the effective config from all sources, serves, and stops on SIGTERM', async () => {
-    const dir = fileURLToPath(new URL('..', import.meta.url));
-    const child = spawn(
-      process.execPath,
+    const { child, output, exited } = spawnRouterSource(
       [
-        '--conditions=@kvroute/source',
-        '--import',
-        'tsx',
-        'src/server.ts',
         '--mock-workers',
         '4',
         '--mock-time-scale',
@@ -59,28 +52,18 @@ describe('kvroute-router CLI', () => {
         '--admin-token',
         'hush-hush',
       ],
-      {
-        cwd: dir,
-        env: { ...process.env, KVROUTE_MAX_RETRIES: '5' },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
+      { env: { ...process.env, KVROUTE_MAX_RETRIES: '5' } },
     );
-    let out = '';
-    child.stdout.on('data', (d) => {
-      out += d;
-    });
-    child.stderr.on('data', (d) => {
-      out += d;
-    });
-    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
     try {
       const started = await new Promise<{ msg: string; config: Record<string, unknown> }>(
         (resolve, reject) => {
           child.stdout.on('data', () => {
-            const line = out.split('\n').find((l) => l.includes('kvroute-router listening on'));
+            const line = output()
+              .split('\n')
+              .find((l) => l.includes('kvroute-router listening on'));
             if (line) resolve(JSON.parse(line));
           });
-          void exited.then((code) => reject(new Error(`exited ${code}: ${out}`)));
+          void exited.then((code) => reject(new Error(`exited ${code}: ${output()}`)));
         },
       );
       // Defaults, environment and flags, merged: the effective config, token redacted.
@@ -92,7 +75,7 @@ describe('kvroute-router CLI', () => {
         adminToken: '<set>',
       });
       expect(started.config.workerUrls).toHaveLength(4);
-      expect(out).not.toContain('hush-hush');
+      expect(output()).not.toContain('hush-hush');
       const url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(started.msg)![1]!;
       const res = await fetch(`${url}/v1/chat/completions`, {
         method: 'POST',
@@ -106,7 +89,7 @@ describe('kvroute-router CLI', () => {
       });
       child.kill('SIGTERM');
       expect(await exited).toBe(0);
-      expect(out).toContain('SIGTERM: shutting down');
+      expect(output()).toContain('SIGTERM: shutting down');
     } finally {
       child.kill('SIGKILL');
     }

@@ -2,12 +2,10 @@
 // the same keys and header rules as inference; worker credentials kept out of every log and
 // answer; a worker nothing listens for marked down by the first check; configuration values
 // refused where they would break the router; a failed start that leaves no process behind.
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { readYaml, redactConfig, resolveConfig } from '../src/config.ts';
@@ -16,7 +14,7 @@ import { RouterConfigError } from '../src/errors.ts';
 import { loggerOptions } from '../src/logging.ts';
 import { buildRouter } from '../src/router.ts';
 import { type FakeWorker, startFakeWorker } from './helpers/fake-worker.ts';
-import { listenRouter, NO_ACTIVE_CHECKS } from './helpers/router.ts';
+import { listenRouter, NO_ACTIVE_CHECKS, spawnRouterSource } from './helpers/router.ts';
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -287,13 +285,8 @@ describe('`pnpm router`', () => {
     const dir = mkdtempSync(join(tmpdir(), 'kvroute-init-cwd-'));
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
     writeFileSync(join(dir, 'router.yaml'), 'load-balance-method: round_robin\n');
-    const child = spawn(
-      process.execPath,
+    const { child, output } = spawnRouterSource(
       [
-        '--conditions=@kvroute/source',
-        '--import',
-        'tsx',
-        'src/server.ts',
         '--config',
         'router.yaml',
         '--mock-workers',
@@ -305,27 +298,13 @@ describe('`pnpm router`', () => {
         '--log-format',
         'json',
       ],
-      {
-        cwd: fileURLToPath(new URL('..', import.meta.url)),
-        env: { ...process.env, npm_lifecycle_event: 'router', INIT_CWD: dir },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
+      { env: { ...process.env, npm_lifecycle_event: 'router', INIT_CWD: dir }, cleanups },
     );
-    cleanups.push(() => {
-      child.kill('SIGKILL');
-    });
-    let out = '';
-    child.stdout.on('data', (d) => {
-      out += d;
-    });
-    child.stderr.on('data', (d) => {
-      out += d;
-    });
-    for (let i = 0; i < 250 && !/listening on|ENOENT|exited/.test(out); i++) {
+    for (let i = 0; i < 250 && !/listening on|ENOENT|exited/.test(output()); i++) {
       if (child.exitCode !== null) break;
       await new Promise((r) => setTimeout(r, 100));
     }
-    expect(out).toMatch(
+    expect(output()).toMatch(
       /kvroute-router listening on http:\/\/127\.0\.0\.1:\d+, method round_robin/,
     );
   }, 40_000);
@@ -333,34 +312,15 @@ describe('`pnpm router`', () => {
 
 describe('a failed start', () => {
   it('with --mock-workers exits 1 with the message instead of waiting on the mock workers', async () => {
-    const child = spawn(
-      process.execPath,
-      [
-        '--conditions=@kvroute/source',
-        '--import',
-        'tsx',
-        'src/server.ts',
-        '--mock-workers',
-        '2',
-        '--port',
-        '0',
-        '--load-balance-method',
-        'nope',
-      ],
-      { cwd: fileURLToPath(new URL('..', import.meta.url)), stdio: ['ignore', 'pipe', 'pipe'] },
+    const { stderr, exited } = spawnRouterSource(
+      ['--mock-workers', '2', '--port', '0', '--load-balance-method', 'nope'],
+      { cleanups },
     );
-    cleanups.push(() => {
-      child.kill('SIGKILL');
-    });
-    let err = '';
-    child.stderr.on('data', (d) => {
-      err += d;
-    });
-    const code = await new Promise<number | null>((resolve) => {
-      child.once('exit', (c) => resolve(c));
-      setTimeout(() => resolve(-1), 25_000);
-    });
-    expect(err).toContain('unknown method "nope"');
+    const code = await Promise.race([
+      exited,
+      new Promise<number>((resolve) => setTimeout(() => resolve(-1), 25_000)),
+    ]);
+    expect(stderr()).toContain('unknown method "nope"');
     expect(code).toBe(1);
   }, 40_000);
 });

@@ -3,12 +3,10 @@
 // began it; a bad switch is refused with a clear error and the old policy keeps running; the
 // switch is logged, counted and emitted as a router event. SIGHUP re-reads the YAML file in
 // a real process.
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { Dispatcher } from '@kvroute/policy';
 import type { FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -16,6 +14,7 @@ import { resolveConfig } from '../src/config.ts';
 import type { PolicySwitchEvent } from '../src/model-groups.ts';
 import { buildRouter } from '../src/router.ts';
 import { completionBody, type FakeWorker, startFakeWorker } from './helpers/fake-worker.ts';
+import { spawnRouterSource } from './helpers/router.ts';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -281,13 +280,8 @@ describe('SIGHUP', () => {
     cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
     const file = join(dir, 'router.yaml');
     writeFileSync(file, 'load-balance-method: round_robin\n');
-    const child = spawn(
-      process.execPath,
+    const { child, output, exited } = spawnRouterSource(
       [
-        '--conditions=@kvroute/source',
-        '--import',
-        'tsx',
-        'src/server.ts',
         '--config',
         file,
         '--mock-workers',
@@ -299,27 +293,16 @@ describe('SIGHUP', () => {
         '--log-format',
         'json',
       ],
-      { cwd: fileURLToPath(new URL('..', import.meta.url)), stdio: ['ignore', 'pipe', 'pipe'] },
+      { cleanups },
     );
-    let out = '';
-    child.stdout.on('data', (d) => {
-      out += d;
-    });
-    child.stderr.on('data', (d) => {
-      out += d;
-    });
-    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
-    cleanups.push(async () => {
-      child.kill('SIGKILL');
-    });
     const waitFor = async (what: RegExp): Promise<string> => {
       for (let i = 0; i < 300; i++) {
-        const m = what.exec(out);
+        const m = what.exec(output());
         if (m) return m[1] ?? m[0];
-        if (child.exitCode !== null) throw new Error(`router exited: ${out}`);
+        if (child.exitCode !== null) throw new Error(`router exited: ${output()}`);
         await new Promise((r) => setTimeout(r, 100));
       }
-      throw new Error(`timed out waiting for ${what}: ${out}`);
+      throw new Error(`timed out waiting for ${what}: ${output()}`);
     };
     const url = await waitFor(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
     const reason = async () => {
@@ -337,7 +320,9 @@ describe('SIGHUP', () => {
     child.kill('SIGHUP');
     await waitFor(/"msg":"policy switched"/);
     expect(await reason()).toBe('least-requests');
-    const line = out.split('\n').find((l) => l.includes('"msg":"policy switched"'))!;
+    const line = output()
+      .split('\n')
+      .find((l) => l.includes('"msg":"policy switched"'))!;
     expect(JSON.parse(line)).toMatchObject({
       group: 'default',
       source: 'sighup',
@@ -348,7 +333,7 @@ describe('SIGHUP', () => {
     writeFileSync(file, 'load-balance-method: nope\n');
     child.kill('SIGHUP');
     await waitFor(/new configuration refused/);
-    expect(out).toMatch(/unknown method \\?"nope\\?"/);
+    expect(output()).toMatch(/unknown method \\?"nope\\?"/);
     expect(await reason()).toBe('least-requests');
     // A file that does not resolve is a refusal like any other, and counted as one.
     const metrics = await (await fetch(`${url}/metrics`)).text();

@@ -97,6 +97,22 @@ export function errorCode(err: unknown): string | undefined {
   return e?.code ?? e?.cause?.code;
 }
 
+/** Codes that mean nothing answers at that address: the peer is gone, not misbehaving. */
+const CONNECT_CODES = new Set([
+  'ECONNREFUSED',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'UND_ERR_CONNECT_TIMEOUT',
+]);
+
+/** Whether the error is a failure to connect (refused, unreachable, no such host). */
+export function isConnectError(err: unknown): boolean {
+  const code = errorCode(err);
+  return code !== undefined && CONNECT_CODES.has(code);
+}
+
 /** Short, log-friendly description of a network error, with its code. */
 export function describeError(err: unknown): string {
   if (!(err instanceof Error)) return String(err);

@@ -37,6 +37,7 @@ export {
   getJson,
   getText,
   type HttpAgentOptions,
+  isConnectError,
   type PostOptions,
   post,
 } from './http-client.ts';

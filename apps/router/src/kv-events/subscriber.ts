@@ -211,30 +211,35 @@ export class KvEventStream {
   private async catchUpAtJoin(): Promise<void> {
     if (this.lastSeq !== undefined) return;
     const seen = new Map<number, Buffer>();
-    let expected = 0;
-    await this.replay(0, (seq, payload) => {
-      if (seq < expected) return;
-      if (seq > expected) this.loss(seq - expected, true);
-      this.apply(seq, payload, true);
-      seen.set(seq, payload);
-      if (seen.size > JOIN_OVERLAP) seen.delete(seq - JOIN_OVERLAP);
-      expected = seq + 1;
-    });
+    await this.catchUp(0, Number.POSITIVE_INFINITY, true, seen);
     if (seen.size > 0) this.joinReplayed = seen;
   }
 
-  /** Fills [from, to] from the replay endpoint; what it cannot give is counted as missed. */
-  private async catchUp(from: number, to: number, history: boolean): Promise<void> {
+  /**
+   * Fills [from, to] from the replay endpoint; what it cannot give is counted as missed (to
+   * Infinity: whatever the buffer holds, nothing missed past its end). `keep` collects the
+   * last JOIN_OVERLAP batches applied, by seq.
+   */
+  private async catchUp(
+    from: number,
+    to: number,
+    history: boolean,
+    keep?: Map<number, Buffer>,
+  ): Promise<void> {
     let expected = from;
     if (this.opts.replayEndpoint) {
       await this.replay(from, (seq, payload) => {
         if (seq < expected || seq > to) return;
         if (seq > expected) this.loss(seq - expected, history);
         this.apply(seq, payload, true);
+        if (keep) {
+          keep.set(seq, payload);
+          if (keep.size > JOIN_OVERLAP) keep.delete(seq - JOIN_OVERLAP);
+        }
         expected = seq + 1;
       });
     }
-    if (expected <= to) this.loss(to - expected + 1, history);
+    if (expected <= to && Number.isFinite(to)) this.loss(to - expected + 1, history);
   }
 
   private loss(batches: number, history: boolean): void {

@@ -55,11 +55,8 @@ const ROUTER_PATHS = new Set(['/metrics', '/ranks', '/policy', '/flush_cache', '
 
 /** The inference routes' API key and rate limit, for the routes beside them. */
 export function clientGuard(state: RouterState): (req: FastifyRequest) => Promise<void> {
-  const { admission, config } = state;
-  return async (req) => {
-    const key = admission.checkApiKey(req.headers.authorization);
-    if (config.rateLimitRps > 0) admission.checkRate(key ?? req.socket?.remoteAddress ?? 'unknown');
-  };
+  return async (req) =>
+    state.admission.checkClient(req.headers.authorization, req.socket?.remoteAddress);
 }
 
 /** The --pass-through-unknown handler: a router path is a 404 here, anything else a worker's. */

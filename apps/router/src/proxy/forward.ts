@@ -18,7 +18,7 @@ import { StringDecoder } from 'node:string_decoder';
 import {
   carriesTokens,
   describeError,
-  errorCode,
+  isConnectError,
   openAIErrorBody,
   RANK_HEADER,
   type ReportedUsage,
@@ -117,19 +117,9 @@ export type AttemptFailure =
   /** The worker was ejected or marked down while this attempt waited; nothing was sent. */
   | { kind: 'worker-down'; detail: string };
 
-const CONNECT_CODES = new Set([
-  'ECONNREFUSED',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'UND_ERR_CONNECT_TIMEOUT',
-]);
-
 export function classifyNetworkError(err: unknown): AttemptFailure {
-  const code = errorCode(err);
   const detail = describeError(err);
-  return code && CONNECT_CODES.has(code) ? { kind: 'connect', detail } : { kind: 'socket', detail };
+  return isConnectError(err) ? { kind: 'connect', detail } : { kind: 'socket', detail };
 }
 
 export interface ForwardOptions {

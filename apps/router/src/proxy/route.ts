@@ -226,9 +226,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     const rt = new RequestTrace(req.headers.traceparent, ctx.tracer, route);
     const receivedAt = ctx.recorder?.active ? performance.now() : 0;
     try {
-      const key = admission.checkApiKey(req.headers.authorization);
-      if (config.rateLimitRps > 0)
-        admission.checkRate(key ?? req.socket?.remoteAddress ?? 'unknown');
+      admission.checkClient(req.headers.authorization, req.socket?.remoteAddress);
       const refused = precheck(req);
       if (refused) throw refused;
       const body = await readBody(req, {

@@ -232,7 +232,7 @@ export async function runPdLayout(io: CliIo, p: Parsed, input: PdLayoutInput): P
   const total = flags.ranks ?? plan.ranks;
   let splits: [number, number][];
   if (input.command === 'sweep') {
-    refusePdSweepFlags(p);
+    // (The policy sweep's own flags were refused by the sweep command, before flag parsing.)
     const gpusRaw = str(p, 'gpus');
     const gpus = gpusRaw !== undefined ? positiveInt('gpus', gpusRaw) : total;
     if (str(p, 'decode-ranks') !== undefined) {
