@@ -2,7 +2,7 @@
 // parseMockWorkerArgs. Defaults live here and nowhere else.
 import { parseArgs } from 'node:util';
 import { methodNames, parseAssignments, parseNumber } from '@kvroute/policy';
-import { profileNames } from '@kvroute/sim/model';
+import { MIN_CHUNKED_PREFILL_SIZE, profileNames } from '@kvroute/sim/model';
 import { DEFAULT_KV_LINK_GBPS, DEFAULT_KV_SETUP_MS } from './pd/kv-transfer.ts';
 
 export type FailMode = 'http500' | 'reset';
@@ -236,7 +236,7 @@ export function resolveOptions(o: MockWorkerOptions = {}): ResolvedOptions {
     policyOptions: o.policyOptions ?? {},
     kvCapacity: int('kvCapacity', o.kvCapacity, 1),
     pageSize: int('pageSize', o.pageSize, 1) ?? DEFAULTS.pageSize,
-    chunkedPrefillSize: int('chunkedPrefillSize', o.chunkedPrefillSize, 1),
+    chunkedPrefillSize: int('chunkedPrefillSize', o.chunkedPrefillSize, MIN_CHUNKED_PREFILL_SIZE),
     maxContext: int('maxContext', o.maxContext, 1) ?? DEFAULTS.maxContext,
     modelName: o.modelName ?? DEFAULTS.modelName,
     tokenizer: o.tokenizer,
@@ -315,7 +315,7 @@ An SGLang/OpenAI-compatible worker driven by @kvroute/sim's radix cache and cost
   --time-scale X               model time to wall time: 1 real time, 0.1 = 10x faster, 0 instant (default 1)
   --kv-capacity N              KV pool tokens per rank (default: the profile's)
   --page-size N                radix cache page size (default 1)
-  --chunked-prefill-size N     prefill token budget per step (default: the profile's)
+  --chunked-prefill-size N     prefill token budget per step, at least 64 (default: the profile's)
   --max-context N              context limit in tokens; longer prompts get 400 (default 131072)
   --model-name NAME            model id reported (default kvroute-mock)
   --tokenizer PATH             Hugging Face tokenizer.json for text prompts (default: approximate)

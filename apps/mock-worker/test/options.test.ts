@@ -111,6 +111,11 @@ describe('CLI flags', () => {
     expect(() => resolveOptions({ timeScale: -1 })).toThrow(/timeScale/);
     expect(() => resolveOptions({ failMode: 'explode' as never })).toThrow(/failMode/);
     expect(() => resolveOptions({ failAfter: 1.5 })).toThrow(/failAfter/);
+    // The simulator's minimum: below it a prompt is prefilled a few tokens per step.
+    expect(() => resolveOptions({ chunkedPrefillSize: 8 })).toThrow(
+      'chunkedPrefillSize must be an integer >= 64, got 8',
+    );
+    expect(resolveOptions({ chunkedPrefillSize: 64 }).chunkedPrefillSize).toBe(64);
     // Names checked with the flags, so the command prints one line, not a stack trace.
     expect(() => resolveOptions({ profile: 'nope' })).toThrow(MockWorkerConfigError);
     expect(() => resolveOptions({ profile: 'nope' })).toThrow(

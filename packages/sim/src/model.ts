@@ -23,7 +23,12 @@ export type {
   DecodeCoefficients,
   PrefillCoefficients,
 } from './cost/cost-model.ts';
-export { costModelFromSpec, loadProfileFile, parseProfileSpec } from './cost/cost-model.ts';
+export {
+  costModelFromSpec,
+  loadProfileFile,
+  MIN_CHUNKED_PREFILL_SIZE,
+  parseProfileSpec,
+} from './cost/cost-model.ts';
 export type { KvLink } from './cost/kv-transfer.ts';
 export {
   checkKvLink,

@@ -119,4 +119,17 @@ describe('profile lookup and files', () => {
       'cost profile p.json: overheadMs must be a finite number >= 0, got -0.5',
     );
   });
+
+  it('refuses a chunked prefill size below the minimum the --chunked-prefill-size flags take', () => {
+    const base = getProfileSpec('seed-qwen3-moe-dp16');
+    // A chunk of 1 would run a step per token: the run would take minutes, not fail.
+    for (const chunk of [1, 63, 100.5]) {
+      expect(() => parseProfileSpec({ ...base, chunkedPrefillSize: chunk }, 'p.json')).toThrow(
+        `cost profile p.json: chunkedPrefillSize must be an integer >= 64 (a step prefills at most that many tokens; engines' defaults are 2048 or more), got ${chunk}`,
+      );
+    }
+    expect(parseProfileSpec({ ...base, chunkedPrefillSize: 64 }, 'p.json').chunkedPrefillSize).toBe(
+      64,
+    );
+  });
 });

@@ -59,6 +59,10 @@ describe('fitProfile', () => {
       gapMs: 1100,
       burstGapMs: 2800,
     });
+    // A chunk the profile loader would refuse is refused before fitting, not written out.
+    expect(() => fitProfile(obs, { chunkedPrefillSize: 32, kvCapacityTokens: 200_000 })).toThrow(
+      'chunkedPrefillSize must be an integer >= 64, got 32',
+    );
     const fit = fitProfile(obs, { chunkedPrefillSize: 1024, kvCapacityTokens: 200_000 });
     const s = fit.spec;
     expect(s.overheadMs).toBeCloseTo(150, 3);

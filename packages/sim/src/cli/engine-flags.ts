@@ -2,7 +2,7 @@
 // sweep and replay. Resolved against the profile and the engine preset in the model
 // (entities/presets.ts); here only parsed and checked.
 
-import type { CostModel } from '../cost/cost-model.ts';
+import { type CostModel, MIN_CHUNKED_PREFILL_SIZE } from '../cost/cost-model.ts';
 import { type EngineName, type EngineSettings, resolveEngine } from '../entities/presets.ts';
 import { ADMISSION_MODES, type AdmissionMode } from '../entities/rank.ts';
 import {
@@ -29,15 +29,6 @@ export const ENGINE_OPTIONS: OptionSpec = {
   'max-concurrency': { type: 'string' },
   'request-rate': { type: 'string' },
 };
-
-/**
- * The smallest --chunked-prefill-size taken. SGLang's defaults are 2048 to 16384 by GPU memory
- * and vLLM's 2048 or more; latency tuning goes down to a few hundred tokens, never to tens:
- * each chunk is a forward pass that reads every weight, so a small one starves the GPU. The
- * simulator runs a step per chunk, so chunk 1 turns a 17k-token prompt into 17k events and a
- * small run into minutes.
- */
-export const MIN_CHUNKED_PREFILL_SIZE = 64;
 
 export const ENGINE_FLAGS_HELP = `  --engine sglang|vllm  rank-model preset (default sglang): admission, running cap, memory
                         fraction, page size as that engine does by default

@@ -4,6 +4,16 @@
 import { readFileSync } from 'node:fs';
 import type { MemoryModel } from './memory.ts';
 
+/**
+ * The smallest chunked prefill size taken, from `--chunked-prefill-size` or a profile file's
+ * `chunkedPrefillSize`. SGLang's defaults are 2048 to 16384 by GPU memory and vLLM's 2048 or
+ * more; latency tuning goes down to a few hundred tokens, never to tens: each chunk is a
+ * forward pass that reads every weight, so a small one starves the GPU. The simulator runs a
+ * step per chunk, so chunk 1 turns a 17k-token prompt into 17k events and a small run into
+ * minutes.
+ */
+export const MIN_CHUNKED_PREFILL_SIZE = 64;
+
 export interface CostModel {
   readonly name: string;
   readonly description: string;
@@ -176,8 +186,11 @@ export function parseProfileSpec(raw: unknown, where: string): CostProfileSpec {
   const kv = num(where, o, 'kvCapacityTokens') as number;
   const chunk = num(where, o, 'chunkedPrefillSize') as number;
   if (!Number.isInteger(kv) || kv <= 0) fail(where, 'kvCapacityTokens must be a positive integer');
-  if (!Number.isInteger(chunk) || chunk <= 0) {
-    fail(where, 'chunkedPrefillSize must be a positive integer');
+  if (!Number.isInteger(chunk) || chunk < MIN_CHUNKED_PREFILL_SIZE) {
+    fail(
+      where,
+      `chunkedPrefillSize must be an integer >= ${MIN_CHUNKED_PREFILL_SIZE} (a step prefills at most that many tokens; engines' defaults are 2048 or more), got ${chunk}`,
+    );
   }
   const spec: CostProfileSpec = {
     format: PROFILE_FORMAT,

@@ -25,7 +25,7 @@
 // is known more precisely and counts for more.
 // The profile's launch floor is not fitted (0): a lone-request workload cannot tell it from
 // the additive floor.
-import type { CostProfileSpec } from '../cost/cost-model.ts';
+import { type CostProfileSpec, MIN_CHUNKED_PREFILL_SIZE } from '../cost/cost-model.ts';
 import type { ObservedRequest } from './observations.ts';
 
 /**
@@ -205,8 +205,11 @@ export function prefillTerms(input: number, cached: number, chunk: number): numb
 }
 
 export function fitProfile(requests: readonly ObservedRequest[], o: FitOptions): FitResult {
-  if (!Number.isInteger(o.chunkedPrefillSize) || o.chunkedPrefillSize < 1) {
-    throw new FitError(`chunkedPrefillSize must be an integer >= 1, got ${o.chunkedPrefillSize}`);
+  if (!Number.isInteger(o.chunkedPrefillSize) || o.chunkedPrefillSize < MIN_CHUNKED_PREFILL_SIZE) {
+    // The profile it writes could not be loaded otherwise.
+    throw new FitError(
+      `chunkedPrefillSize must be an integer >= ${MIN_CHUNKED_PREFILL_SIZE}, got ${o.chunkedPrefillSize}`,
+    );
   }
   const byRank = new Map<string, ObservedRequest[]>();
   for (const r of requests) {
