@@ -395,5 +395,14 @@ describe('--tokenizer (Hugging Face tokenizer.json + chat template)', () => {
     // <|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n
     expect(r.body.usage.prompt_tokens).toBe(19);
     expect((await app.inject('/get_server_info')).json().tokenizer).toMatch(/^huggingface/);
+    // /detokenize decodes with the same files; special tokens stay unless asked to go.
+    const ids = (await post(app, '/tokenize', { prompt: 'Hello there, agent' })).body.tokens;
+    expect((await post(app, '/detokenize', { tokens: ids })).body.text).toBe('Hello there, agent');
+    const special = (await post(app, '/tokenize', { prompt: '<|im_start|>user' })).body.tokens;
+    expect((await post(app, '/detokenize', { tokens: special })).body.text).toBe(
+      '<|im_start|>user',
+    );
+    const skipped = await post(app, '/detokenize', { tokens: special, skip_special_tokens: true });
+    expect(skipped.body.text).toBe('user');
   });
 });

@@ -171,6 +171,24 @@ describe('routes beside inference', () => {
     expect([bad.status, bad.body.error.param]).toEqual([400, 'prompt']);
   });
 
+  it('/detokenize gives back what /tokenize took, as text (SGLang) and prompt (vLLM); 400 naming bad tokens', async () => {
+    const app = worker();
+    // Several lengths, so the zero padding of a last group of 1, 2, 3 and 4 bytes is covered,
+    // and multi-byte characters.
+    for (const text of ['abcdefgh', 'abcde', 'héllo wörld', 'agent 🤖 turn 3\n']) {
+      const { tokens } = (await post(app, '/tokenize', { prompt: text })).body;
+      const back = await post(app, '/detokenize', { tokens });
+      expect(back.status).toBe(200);
+      expect(back.body).toEqual({ text, prompt: text });
+    }
+    for (const tokens of [[1.5], [-1], ['a'], 5, [2 ** 32]]) {
+      const bad = await post(app, '/detokenize', { tokens });
+      expect([bad.status, bad.body.error.param]).toEqual([400, 'tokens']);
+    }
+    const badSkip = await post(app, '/detokenize', { tokens: [97], skip_special_tokens: 'yes' });
+    expect([badSkip.status, badSkip.body.error.param]).toEqual([400, 'skip_special_tokens']);
+  });
+
   it('/health_generate runs a generation (200), and 503 once --fail-after trips', async () => {
     const app = worker({ failAfter: 0 });
     expect((await app.inject('/health_generate')).statusCode).toBe(200);

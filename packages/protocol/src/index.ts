@@ -74,7 +74,12 @@ export {
   type ProtocolRouteRequest,
   routeRequestFromScan,
 } from './route-request.ts';
-export { approximateTokenIds, canonicalChatText, messageText } from './routing-text.ts';
+export {
+  approximateText,
+  approximateTokenIds,
+  canonicalChatText,
+  messageText,
+} from './routing-text.ts';
 export {
   type ScannedRequest,
   type ScanOptions,

@@ -79,3 +79,27 @@ export function approximateTokenIds(text: string): Uint32Array {
   }
   return ids;
 }
+
+const utf8 = new TextDecoder('utf-8');
+
+/**
+ * The text of approximate-tokenizer ids (`/detokenize`): each id's four bytes, little-endian,
+ * read as UTF-8, the last group's zero padding dropped. Ids that no text produced (a model's
+ * own ids, or a cut in the middle of a character) decode with U+FFFD where the bytes are not
+ * UTF-8, as a real tokenizer decodes a partial character.
+ */
+export function approximateText(ids: ArrayLike<number>): string {
+  const bytes = new Uint8Array(ids.length * 4);
+  for (let i = 0; i < ids.length; i++) {
+    const id = ids[i]!;
+    const o = i * 4;
+    bytes[o] = id & 0xff;
+    bytes[o + 1] = (id >>> 8) & 0xff;
+    bytes[o + 2] = (id >>> 16) & 0xff;
+    bytes[o + 3] = (id >>> 24) & 0xff;
+  }
+  let end = bytes.length;
+  // Only the last group carries padding: at most three zero bytes.
+  for (let k = 0; k < 3 && end > 0 && bytes[end - 1] === 0; k++) end--;
+  return utf8.decode(bytes.subarray(0, end));
+}

@@ -9,7 +9,12 @@ import { dirname, join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { Tokenizer } from '@huggingface/tokenizers';
 import type { ChatMessage, PromptSource } from './request.ts';
-import { approximateTokenIds, canonicalChatText, messageText } from './routing-text.ts';
+import {
+  approximateText,
+  approximateTokenIds,
+  canonicalChatText,
+  messageText,
+} from './routing-text.ts';
 
 export interface RoutingTokenizer {
   readonly kind: 'approximate' | 'huggingface';
@@ -21,6 +26,8 @@ export interface RoutingTokenizer {
   encodeText(text: string): Uint32Array;
   /** The text that is tokenized for a chat prompt (canonical serialization or rendered template). */
   chatText(messages: readonly ChatMessage[], tools?: readonly unknown[]): string;
+  /** Token ids back to text (`/detokenize`); special tokens are dropped when asked. */
+  decode(ids: readonly number[], opts?: { skipSpecialTokens?: boolean }): string;
 }
 
 export interface RoutingTokenizerOptions {
@@ -60,6 +67,8 @@ export const approximateTokenizer: RoutingTokenizer = {
   },
   encodeText: approximateTokenIds,
   chatText: canonicalChatText,
+  // No id is special: the ids are the text's own bytes.
+  decode: (ids) => approximateText(ids),
 };
 
 function readJson(path: string, what: string): Record<string, unknown> {
@@ -137,6 +146,9 @@ function createHuggingFaceTokenizer(jsonPath: string, configPath?: string): Rout
       // Plain prompts get what the engine's encode() adds by default (nothing for Qwen, BOS
       // for Llama).
       return Uint32Array.from(tokenizer.encode(text).ids);
+    },
+    decode(ids, opts) {
+      return tokenizer.decode([...ids], { skip_special_tokens: opts?.skipSpecialTokens ?? false });
     },
     chatText(messages, tools) {
       const hasTools = Array.isArray(tools) && tools.length > 0;

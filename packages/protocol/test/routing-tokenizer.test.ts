@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
   buildRoutingFixture,
@@ -6,6 +7,7 @@ import {
   serializeRoutingFixture,
 } from '../scripts/routing-fixture.ts';
 import {
+  approximateText,
   approximateTokenIds,
   approximateTokenizer,
   canonicalChatText,
@@ -22,6 +24,17 @@ describe('approximate tokenizer', () => {
     // é = C3 A9; € = E2 82 AC; 😀 = F0 9F 98 80 (high bytes must not go negative)
     expect(Array.from(approximateTokenIds('é€'))).toEqual([0x82e2a9c3, 0xac]);
     expect(Array.from(approximateTokenIds('😀'))).toEqual([0x80989ff0]);
+  });
+  it('decodes its ids back to the text (a text ending in NUL loses those: they read as padding)', () => {
+    fc.assert(
+      fc.property(fc.string({ unit: 'grapheme' }), (text) => {
+        fc.pre(!text.endsWith('\u0000'));
+        expect(approximateTokenizer.decode([...approximateTokenIds(text)])).toBe(text);
+      }),
+    );
+    // Bytes that are not UTF-8 (ids no text produced) decode to U+FFFD, not an exception.
+    expect(approximateText([0xff])).toBe('\ufffd');
+    expect(approximateText([])).toBe('');
   });
   it('a text extending another keeps all but the shorter one’s padded last group', () => {
     const a = approximateTokenIds('system prompt + turn 1');

@@ -1,5 +1,5 @@
 // Everything but inference, as SGLang serves it (and vLLM where SGLang has no equivalent):
-// health, server and model info, the model list, per-rank loads, /flush_cache, /tokenize and
+// health, server and model info, the model list, per-rank loads, /flush_cache, /tokenize, /detokenize and
 // the metrics. None of it goes through the dispatcher except /health_generate, which runs a
 // one-token generation as SGLang's does.
 import {
@@ -122,6 +122,24 @@ export function registerInfoRoutes(app: FastifyInstance, deps: InfoDeps): void {
       return { tokens, count: tokens.map((t) => t.length), max_model_len };
     }
     throw wrongType('prompt', 'a string or a list of strings', prompt);
+  });
+  // SGLang's and vLLM's /detokenize: `tokens` (a list of ids) back to text with the same
+  // routing tokenizer. The answer carries the text as both names in use: SGLang's `text` and
+  // vLLM's `prompt`.
+  app.post('/detokenize', async (req) => {
+    const body = parseJsonBody(typeof req.body === 'string' ? req.body : '');
+    const tokens = body.tokens;
+    const isId = (t: unknown) =>
+      Number.isInteger(t) && (t as number) >= 0 && (t as number) <= 0xffffffff;
+    if (!Array.isArray(tokens) || !tokens.every(isId)) {
+      throw wrongType('tokens', 'a list of token ids (integers from 0 to 4294967295)', tokens);
+    }
+    const skip = body.skip_special_tokens;
+    if (skip !== undefined && typeof skip !== 'boolean') {
+      throw wrongType('skip_special_tokens', 'true or false', skip);
+    }
+    const text = tokenizer.decode(tokens as number[], { skipSpecialTokens: skip === true });
+    return { text, prompt: text };
   });
   app.get('/metrics', async (_req, reply) => {
     reply.header('content-type', metrics.registry.contentType);
