@@ -18,6 +18,7 @@
 // With the defaults a typical 1-2k-token streaming request is bounded at about 10-11 s, and a
 // hung rank's requests move elsewhere after that; a long prefill gets what its size needs.
 // Between chunks, a separate idle timeout applies (proxy/forward.ts).
+import type { RequestKind } from '@kvroute/protocol';
 import { type CostModel, getProfile, loadProfileFile } from '@kvroute/sim/model';
 
 export interface TimeoutModel {
@@ -76,6 +77,26 @@ export class FirstByteBound {
     const decode = stream ? 0 : maxTokens * m.decodeMsPerToken;
     return Math.ceil(m.firstByteTimeoutMs + prefill + decode);
   }
+}
+
+/**
+ * The output tokens a first-byte bound allows for. A streamed answer's first byte comes with
+ * its first token, so its output does not count (it is returned as is). A non-streamed
+ * answer's first byte is its last: the bound covers the client's limit or, when the client
+ * set none, what the engine generates on its own. SGLang's /generate stops at 128 tokens, but
+ * a chat or Responses request (and a vLLM completion) runs until the context is full, so the
+ * model's context length (`contextTokens`: `--max-model-len` or what the workers report)
+ * bounds those. The load-accounting default (128) would cut a long answer at about 16 s,
+ * retry it on every rank and count a healthy worker's answer as a failure.
+ */
+export function boundedOutputTokens(
+  kind: RequestKind,
+  rr: { maxTokens: number; maxTokensDefaulted?: boolean },
+  stream: boolean,
+  contextTokens: number,
+): number {
+  if (stream || rr.maxTokensDefaulted !== true || kind === 'generate') return rr.maxTokens;
+  return Math.max(rr.maxTokens, contextTokens);
 }
 
 const bounds = new WeakMap<object, FirstByteBound>();

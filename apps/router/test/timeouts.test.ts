@@ -8,7 +8,12 @@ import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DEFAULT_CONFIG, resolveConfig } from '../src/config.ts';
 import { buildRouter } from '../src/router.ts';
-import { FirstByteBound, firstByteTimeoutMs, loadCostProfile } from '../src/timeouts.ts';
+import {
+  boundedOutputTokens,
+  FirstByteBound,
+  firstByteTimeoutMs,
+  loadCostProfile,
+} from '../src/timeouts.ts';
 import { completionBody, startFakeWorker } from './helpers/fake-worker.ts';
 import { NO_ACTIVE_CHECKS } from './helpers/router.ts';
 
@@ -75,6 +80,66 @@ describe('first-byte bound', () => {
     expect(b.expectedMs(n, 16, true)).toBeCloseTo(expected, 9);
     expect(b.ms(n, 16, true)).toBe(Math.ceil(10_000 + 4 * expected));
     expect(b.ms(100_000, 16, true)).toBeGreaterThan(b.ms(2_000, 16, true));
+  });
+
+  it("a non-streamed answer without a client limit is bounded by the model's context, not the accounting default", () => {
+    const given = { maxTokens: 64, maxTokensDefaulted: false };
+    const unset = { maxTokens: 128, maxTokensDefaulted: true };
+    expect(boundedOutputTokens('chat', given, false, 32_768)).toBe(64);
+    expect(boundedOutputTokens('chat', unset, false, 32_768)).toBe(32_768);
+    expect(boundedOutputTokens('responses', unset, false, 32_768)).toBe(32_768);
+    expect(
+      boundedOutputTokens('completion', { maxTokens: 16, maxTokensDefaulted: true }, false, 8192),
+    ).toBe(8192);
+    // A stream's first byte is its first token; SGLang's /generate stops at its own 128.
+    expect(boundedOutputTokens('chat', unset, true, 32_768)).toBe(128);
+    expect(boundedOutputTokens('generate', unset, false, 32_768)).toBe(128);
+  });
+
+  it('the route waits for a long non-streamed answer the client set no limit for, and still times out one that outlives its limit', async () => {
+    // The worker answers after 800 ms, as an engine generating until its context is full. The
+    // bound with the accounting default (128 tokens x 1 ms + 100 ms) is 0.23 s: a 504 after
+    // every rank was tried. With the context (4,096 tokens x 1 ms) it is 4.2 s.
+    const w = await startFakeWorker();
+    cleanups.push(() => w.close());
+    w.handlers.set('POST /v1/chat/completions', (_q, res, body) => {
+      setTimeout(() => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(completionBody(body)));
+      }, 800);
+    });
+    const app = buildRouter(
+      resolveConfig([
+        '--worker-urls',
+        w.url,
+        ...NO_ACTIVE_CHECKS,
+        '--first-byte-timeout-ms',
+        '100',
+        '--decode-ms-per-token',
+        '1',
+        '--max-model-len',
+        '4096',
+      ]),
+    );
+    cleanups.push(() => app.close());
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    const port = (app.server.address() as { port: number }).port;
+    const send = async (extra: Record<string, unknown>): Promise<number> => {
+      const res = await request(`http://127.0.0.1:${port}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'm',
+          messages: [{ role: 'user', content: 'essay' }],
+          ...extra,
+        }),
+      });
+      await res.body.text();
+      return res.statusCode;
+    };
+    expect(await send({})).toBe(200);
+    // A client limit of 16 tokens: 116 ms, so the 800 ms answer is a hung attempt.
+    expect(await send({ max_tokens: 16 })).toBe(504);
   });
 
   it('an unknown profile or a bad file is an error naming --cost-profile', () => {

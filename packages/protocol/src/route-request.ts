@@ -15,6 +15,13 @@ export interface ProtocolRouteRequest {
   /** Output tokens for load accounting: the client's limit or DEFAULT_MAX_TOKENS[kind]. */
   maxTokens: number;
   /**
+   * True when the client set no output limit and `maxTokens` is DEFAULT_MAX_TOKENS[kind]: an
+   * engine then generates up to its own default (SGLang's /generate 128 tokens; a chat or
+   * Responses request, and a vLLM completion, until the context is full), so the default
+   * suits load accounting but not a bound on how long the answer may take.
+   */
+  maxTokensDefaulted?: boolean;
+  /**
    * The whole prompt's length in routing tokens when `inputIds` holds only its leading
    * tokens (scanRequest with a prefix cap); absent: `inputIds.length`.
    */
@@ -38,6 +45,7 @@ export function buildRouteRequest(
       ? concatIds(items.map((p) => tokenizer.encodePrompt(p)))
       : tokenizer.encodePrompt(parsed.prompt),
     maxTokens: (parsed.maxTokens ?? DEFAULT_MAX_TOKENS[parsed.kind]) * (items?.length ?? 1),
+    maxTokensDefaulted: parsed.maxTokens === undefined,
   };
   if (hints.routingKey !== undefined) out.routingKey = hints.routingKey;
   if (hints.routedRank !== undefined) {
@@ -70,6 +78,7 @@ export function routeRequestFromScan(
   const out: ProtocolRouteRequest = {
     inputIds: scanned.inputIds,
     maxTokens: scanned.maxTokens ?? DEFAULT_MAX_TOKENS[scanned.kind],
+    maxTokensDefaulted: scanned.maxTokens === undefined,
     promptTokens: scanned.promptTokens,
   };
   if (hints.routingKey !== undefined) out.routingKey = hints.routingKey;

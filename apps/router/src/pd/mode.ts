@@ -59,7 +59,7 @@ import {
 } from '../proxy/forward.ts';
 import { OutstandingBy } from '../proxy/outstanding.ts';
 import { RankTable, type Worker } from '../rank-table.ts';
-import { firstByteTimeoutMs } from '../timeouts.ts';
+import { boundedOutputTokens, firstByteTimeoutMs } from '../timeouts.ts';
 import { addWorker } from '../topology.ts';
 import { type Members, newBootstrapRoom, withMembers } from './body.ts';
 import { createPdMetrics, type PdMetrics } from './metrics.ts';
@@ -388,7 +388,12 @@ export function createPdMode(d: PdDeps): PdMode {
     if (promptTokens > cap) rr.inputIds = rr.inputIds.subarray(0, cap);
     const policyRequest = { ...rr, promptTokens, maxNewTokens: rr.maxTokens };
     const stream = parsed.stream;
-    const firstByteMs = firstByteTimeoutMs(config, promptTokens, rr.maxTokens, stream);
+    const firstByteMs = firstByteTimeoutMs(
+      config,
+      promptTokens,
+      boundedOutputTokens(kind, rr, stream, limits.maxOutputTokens),
+      stream,
+    );
     const prefillMs = firstByteTimeoutMs(config, promptTokens, 1, false);
 
     let current: { abort(): void } | undefined;

@@ -52,7 +52,7 @@ import type { RankTable, Worker } from '../rank-table.ts';
 import type { TraceRecorder } from '../recording/recorder.ts';
 import type { ReliabilityMetrics } from '../reliability-metrics.ts';
 import type { ShadowCacheModel, ShadowTicket } from '../shadow/shadow-cache.ts';
-import { firstByteBoundFor } from '../timeouts.ts';
+import { boundedOutputTokens, firstByteBoundFor } from '../timeouts.ts';
 import { RequestTrace } from '../tracing.ts';
 import { CLIENT_GONE, closeAfterAnswer, readBody, requestStart } from './body.ts';
 import {
@@ -303,11 +303,12 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     // tokens: the trace's block ids and the cache model cover all of it, routing reads less.
     const recorded = receivedAt !== 0 && ctx.recorder!.sample();
     const shadow = ctx.shadow;
+    const limits = ctx.limits();
     const { routeRequest, stream, routedRankSpans, allIds } = readRequest(
       req,
       kind,
       raw,
-      ctx.limits(),
+      limits,
       recorded || shadow !== undefined,
     );
     const group = policy.resolve(routeRequest.model);
@@ -324,7 +325,11 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     const policyRequest: ProtocolRouteRequest & { maxNewTokens?: number } = routeRequest;
     policyRequest.maxNewTokens = routeRequest.maxTokens;
     const promptTokens = routeRequest.promptTokens ?? routeRequest.inputIds.length;
-    const firstByteMs = firstByte.ms(promptTokens, routeRequest.maxTokens, stream);
+    const firstByteMs = firstByte.ms(
+      promptTokens,
+      boundedOutputTokens(kind, routeRequest, stream, limits.maxOutputTokens),
+      stream,
+    );
 
     // One timer for the whole request, across retries; it aborts whichever attempt is current.
     let call: ForwardCall | undefined;
