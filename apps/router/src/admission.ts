@@ -28,6 +28,8 @@ interface Waiter {
   timer: NodeJS.Timeout;
   /** Woken for a free global slot (acquire) or for any completion (waitForChange). */
   kind: 'slot' | 'change';
+  /** Stops listening to the waiter's cancel signal, once it left the queue. */
+  detach?: () => void;
 }
 
 const BUCKETS_MAX = 100_000;
@@ -139,15 +141,17 @@ export class Admission {
   /**
    * A slot among maxConcurrentRequests: true at once when one is free, else a promise that
    * resolves when one frees up (FIFO) or rejects with 503 when the queue is full or the wait
-   * passes queueTimeoutMs. Pair every success with release().
+   * passes queueTimeoutMs. Pair every success with release(). `cancel` is called only when the
+   * request has to wait, for the signal that takes it out of the queue (its client left): the
+   * promise then rejects with the signal's reason and no slot is held.
    */
-  acquire(): true | Promise<void> {
+  acquire(cancel?: () => AbortSignal): true | Promise<void> {
     const max = this.config.maxConcurrentRequests;
     if (max <= 0 || (this.inFlight < max && this.queue.length === 0)) {
       this.inFlight++;
       return true;
     }
-    return this.enqueue('slot').then(() => {
+    return this.enqueue('slot', cancel?.()).then(() => {
       this.inFlight++;
     });
   }
@@ -157,9 +161,12 @@ export class Admission {
     this.wake();
   }
 
-  /** Waits for any request to complete (a rank slot may have freed up), within the queue bounds. */
-  waitForChange(): Promise<void> {
-    return this.enqueue('change');
+  /**
+   * Waits for any request to complete (a rank slot may have freed up), within the queue bounds;
+   * an aborted `signal` takes the waiter out of the queue and rejects with its reason.
+   */
+  waitForChange(signal?: AbortSignal): Promise<void> {
+    return this.enqueue('change', signal);
   }
 
   /** Wakes waiters for a freed slot (first in line) and every waiter for a change. */
@@ -173,6 +180,7 @@ export class Admission {
         if (w.kind === 'slot') free--;
         this.queue.splice(i, 1);
         clearTimeout(w.timer);
+        w.detach?.();
         w.resolve();
       } else {
         i++;
@@ -180,7 +188,8 @@ export class Admission {
     }
   }
 
-  private enqueue(kind: Waiter['kind']): Promise<void> {
+  private enqueue(kind: Waiter['kind'], signal?: AbortSignal): Promise<void> {
+    if (signal?.aborted) return Promise.reject(signal.reason);
     if (this.queue.length >= this.config.maxQueuedRequests) {
       return Promise.reject(
         new RouterError(
@@ -197,6 +206,7 @@ export class Admission {
         timer: setTimeout(() => {
           const i = this.queue.indexOf(w);
           if (i >= 0) this.queue.splice(i, 1);
+          w.detach?.();
           reject(
             new RouterError(
               'overloaded',
@@ -205,13 +215,27 @@ export class Admission {
           );
         }, this.config.queueTimeoutMs),
       };
+      if (signal) {
+        // A client that leaves while queued must not keep its place, nor be sent on later.
+        const onAbort = (): void => {
+          const i = this.queue.indexOf(w);
+          if (i >= 0) this.queue.splice(i, 1);
+          clearTimeout(w.timer);
+          reject(signal.reason);
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        w.detach = () => signal.removeEventListener('abort', onAbort);
+      }
       this.queue.push(w);
     });
   }
 
   /** Drops a waiter whose client went away (its promise never settles). */
   close(): void {
-    for (const w of this.queue.splice(0)) clearTimeout(w.timer);
+    for (const w of this.queue.splice(0)) {
+      clearTimeout(w.timer);
+      w.detach?.();
+    }
   }
 }
 

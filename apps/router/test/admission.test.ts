@@ -200,6 +200,61 @@ describe('admission', () => {
     expect((await queued).status).toBe(200);
   });
 
+  it('a queued request whose client leaves gives up its place and never reaches a worker', async () => {
+    for (const limit of [
+      ['--max-concurrent-requests', '1'],
+      // The other queue: every rank at its own limit, the request waits for one to free up.
+      ['--max-concurrent-per-rank', '1'],
+    ]) {
+      const { url, ws } = await setup([...limit, '--max-queued-requests', '3'], 1);
+      const releases: (() => void)[] = [];
+      ws[0]!.handlers.set('POST /v1/chat/completions', (_q, res) => {
+        releases.push(() => {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end('{"choices":[]}');
+        });
+      });
+      const first = post(url, chat());
+      for (let i = 0; i < 100 && releases.length === 0; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      // Three clients queue and give up after 150 ms, as clients with a timeout do.
+      const abandoned = await Promise.all(
+        Array.from({ length: 3 }, () =>
+          request(`${url}/v1/chat/completions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: chat(),
+            signal: AbortSignal.timeout(150),
+          }).then(
+            () => 'answered',
+            (e: Error) => e.name,
+          ),
+        ),
+      );
+      expect(abandoned, limit[0]).toEqual(['TimeoutError', 'TimeoutError', 'TimeoutError']);
+      // A client's FIN is not yet its departure (it may have half-closed and still read): the
+      // router's interim-response probes find out, well within this wait.
+      await new Promise((r) => setTimeout(r, 300));
+      // Their places are free: three more fit in the queue of three (a fourth would be 503).
+      const next = Array.from({ length: 3 }, () => post(url, chat()));
+      await new Promise((r) => setTimeout(r, 50));
+      const over = await post(url, chat());
+      expect(over.status, limit[0]).toBe(503);
+      releases.shift()!();
+      expect((await first).status).toBe(200);
+      for (let k = 0; k < 3; k++) {
+        for (let i = 0; i < 200 && releases.length === 0; i++) {
+          await new Promise((r) => setTimeout(r, 10));
+        }
+        releases.shift()!();
+      }
+      expect((await Promise.all(next)).map((r) => r.status)).toEqual([200, 200, 200]);
+      // The worker saw the first request and the three live ones, none of the abandoned.
+      expect(ws[0]!.received.length, limit[0]).toBe(4);
+    }
+  });
+
   it('--rate-limit-rps: 429 with Retry-After once the bucket is empty', async () => {
     const { url } = await setup(['--rate-limit-rps', '1', '--rate-limit-burst', '2']);
     expect((await post(url, chat())).status).toBe(200);

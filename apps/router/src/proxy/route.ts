@@ -236,7 +236,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         startedAt: bodyFrom,
       });
       reserved = body.reserved;
-      const slot = admission.acquire();
+      const slot = admission.acquire(() => goneSignal(res));
       if (slot !== true) await slot;
       admitted = true;
       budget.active++;
@@ -335,6 +335,8 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     let call: ForwardCall | undefined;
     let timedOut = false;
     let clientGone = false;
+    // Made when the request first waits for a rank to free up: takes it out of that queue.
+    let gone: AbortController | undefined;
     const timer = setTimeout(() => {
       timedOut = true;
       call?.abort(new Error('request timeout'));
@@ -344,6 +346,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
       if (res.writableFinished) return;
       if (!res.headersSent) clientGone = true;
       call?.clientGone();
+      gone?.abort(CLIENT_GONE);
     };
     res.on('close', onClose);
 
@@ -380,7 +383,8 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
           if (err instanceof NoHealthyRankError || err instanceof RoutedRankError) {
             if (full && table.hasHealthy(excluded ?? outside)) {
               // Every routable rank is at --max-concurrent-per-rank: wait for one to free up.
-              await admission.waitForChange();
+              gone ??= new AbortController();
+              await admission.waitForChange(gone.signal);
               attemptNo--;
               continue;
             }
@@ -569,7 +573,8 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         return;
       }
     } catch (err) {
-      if (rec) rec.status = (err as { status?: number }).status ?? 500;
+      if (rec)
+        rec.status = err === CLIENT_GONE ? 499 : ((err as { status?: number }).status ?? 500);
       throw err;
     } finally {
       if (retrying) budget.release();
@@ -707,4 +712,18 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
   }
 
   return Object.assign(serveProxy, { precheck, evacuate, budget });
+}
+
+/**
+ * A signal aborted with CLIENT_GONE when the client's connection closes before its answer was
+ * written (at once if it already has): a queued request whose client left leaves the queue.
+ */
+function goneSignal(res: ServerResponse): AbortSignal {
+  const ac = new AbortController();
+  if (res.destroyed && !res.writableFinished) ac.abort(CLIENT_GONE);
+  else
+    res.once('close', () => {
+      if (!res.writableFinished) ac.abort(CLIENT_GONE);
+    });
+  return ac.signal;
 }
