@@ -156,23 +156,38 @@ describe('KvBlockIndex', () => {
     expect(index.stats().blockSizeMismatches).toBe(1);
   });
 
-  it('knows a block size given up front; the first event of another size replaces it once', () => {
-    const given = new KvBlockIndex({ blockSize: 4 });
-    expect(given.blockSize).toBe(4);
-    const other = new KvBlockIndex({ blockSize: 16 });
-    expect(other.store(0, [1], null, [1, 2, 3, 4], 4)).toBe(1);
-    expect(other.blockSize).toBe(4);
-    expect(
-      other.store(
-        0,
-        [2],
-        null,
-        Array.from({ length: 16 }, (_, i) => i),
-        16,
-      ),
-    ).toBe(0);
-    expect(other.stats().blockSizeMismatches).toBe(1);
+  it('keeps a block size given up front: another size is refused for that rank only', () => {
+    const index = new KvBlockIndex({ blockSize: 4 });
+    expect(index.blockSize).toBe(4);
+    // A misconfigured engine on rank 1 reports first: its blocks are refused, the size stays.
+    const sixteen = Array.from({ length: 16 }, (_, i) => i);
+    expect(index.store(1, [9], null, sixteen, 16)).toBe(0);
+    expect(index.blockSize).toBe(4);
+    expect(index.blockSizeMismatch(1)).toBe(16);
+    expect(index.stats().blockSizeMismatches).toBe(1);
+    // The other ranks keep being indexed.
+    expect(index.store(0, [1], null, [1, 2, 3, 4], 4)).toBe(1);
+    expect(index.blockSizeMismatch(0)).toBeUndefined();
+    const out: number[] = [];
+    index.match([1, 2, 3, 4], [0, 1], out);
+    expect(out).toEqual([4, 0]);
+    // Rank 1's engine, restarted with the right size, is indexed again.
+    expect(index.store(1, [10], null, [1, 2, 3, 4], 4)).toBe(1);
+    expect(index.blockSizeMismatch(1)).toBeUndefined();
     expect(() => new KvBlockIndex({ blockSize: 0 })).toThrow(/blockSize/);
+  });
+
+  it('learns no block size from a BlockStored without blocks', () => {
+    const learned = new KvBlockIndex();
+    expect(learned.store(0, [], null, [], 7)).toBe(0);
+    expect(learned.blockSize).toBeUndefined();
+    expect(learned.store(0, [1], null, [1, 2, 3, 4], 4)).toBe(1);
+    expect(learned.blockSize).toBe(4);
+    const given = new KvBlockIndex({ blockSize: 4 });
+    expect(given.store(2, [], null, [], 7)).toBe(0);
+    expect(given.store(0, [1], null, [1, 2, 3, 4], 4)).toBe(1);
+    expect(given.blockSizeMismatch(2)).toBeUndefined();
+    expect(given.stats().blockSizeMismatches).toBe(0);
   });
 
   it('keeps LoRA blocks out of base-model matches', () => {

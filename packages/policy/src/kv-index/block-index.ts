@@ -34,12 +34,13 @@ export type EngineBlockHash = number | string;
 
 export interface KvBlockIndexOptions {
   /**
-   * The block size the engines are expected to report (vLLM's --block-size), known before
-   * any event. Default: learned from the first BlockStored. Knowing it up front matters to
-   * cache_aware: it keys its own records (learned index, prefixes just sent) in the events'
-   * block size once one is known, so records made before the first event would not match
-   * later prompts. A first BlockStored of another size, while no block was stored yet,
-   * replaces it (the engines are the truth); after that other sizes are mismatches.
+   * The block size the engines must report (vLLM's --block-size, SGLang's --page-size), known
+   * before any event. Default: learned from the first BlockStored that carries a block.
+   * Knowing it up front matters to cache_aware: it keys its own records (learned index,
+   * prefixes just sent) in the events' block size once one is known, so records made before
+   * the first event would not match later prompts. A given size is never replaced: a rank
+   * whose engine reports another one has its blocks refused (`blockSizeMismatch(rank)`), so
+   * one misconfigured engine, or one odd event, cannot turn the index off for the others.
    */
   blockSize?: number;
   /** Blocks kept per rank at most (oldest stored go first past it). Default 4,194,304. */
@@ -64,13 +65,13 @@ interface RankBlocks {
   /** Content keys this rank holds more than once (extra keys), with the extra count. */
   dup: Map<number, number>;
   live: boolean;
+  /** The other block size this rank's engine last reported (its blocks refused); 0 none. */
+  badBlockSize: number;
 }
 
 export class KvBlockIndex implements KvIndexView {
-  /** The engines' block size, learned from the first BlockStored (all ranks must agree). */
+  /** The engines' block size: given, or learned from the first non-empty BlockStored. */
   blockSize: number | undefined;
-  /** Whether a BlockStored confirmed `blockSize` (before that, a given size may be replaced). */
-  private blockSizeSeen = false;
   readonly maxBlocksPerRank: number;
   readonly maxPrefixTokens: number;
   private ranks: RankBlocks[] = [];
@@ -117,7 +118,7 @@ export class KvBlockIndex implements KvIndexView {
   /** Tracks `numRanks` ranks; new ones start empty and not live, removed ones are dropped. */
   resize(numRanks: number): void {
     while (this.ranks.length < numRanks) {
-      this.ranks.push({ byHash: new Map(), dup: new Map(), live: false });
+      this.ranks.push({ byHash: new Map(), dup: new Map(), live: false, badBlockSize: 0 });
     }
     while (this.ranks.length > numRanks) {
       this.clearRank(this.ranks.length - 1, false);
@@ -148,6 +149,15 @@ export class KvBlockIndex implements KvIndexView {
     return this.ranks[rank]?.byHash.size ?? 0;
   }
 
+  /**
+   * The block size this rank's engine last reported when it is not the index's (its blocks
+   * are refused until it stores blocks of the right size), else undefined.
+   */
+  blockSizeMismatch(rank: number): number | undefined {
+    const bad = this.ranks[rank]?.badBlockSize ?? 0;
+    return bad === 0 ? undefined : bad;
+  }
+
   private dropHolder(rank: number, key: number, r: RankBlocks): void {
     const extra = r.dup.get(key);
     if (extra !== undefined) {
@@ -174,13 +184,15 @@ export class KvBlockIndex implements KvIndexView {
     loraId: number | null = null,
   ): number {
     const r = this.rankOf(rank);
-    if (!this.blockSizeSeen) {
-      this.blockSize = blockSize;
-      this.blockSizeSeen = true;
-    } else if (blockSize !== this.blockSize) {
+    // An event without blocks says nothing about the engine's blocks.
+    if (blockHashes.length === 0) return 0;
+    if (this.blockSize === undefined) this.blockSize = blockSize;
+    else if (blockSize !== this.blockSize) {
       this.counts.blockSizeMismatches++;
+      r.badBlockSize = blockSize;
       return 0;
     }
+    r.badBlockSize = 0;
     let parentKey: number | undefined;
     if (parent === null) parentKey = loraId === null ? this.base : rootKey(loraId);
     else parentKey = r.byHash.get(parent);
