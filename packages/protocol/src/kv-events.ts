@@ -232,7 +232,10 @@ export function decodeKvEventBatch(payload: Uint8Array): KvEventBatch {
   } else {
     throw new KvEventDecodeError('EventBatch must be an array [ts, events, dp_rank?]');
   }
-  if (typeof ts !== 'number') throw new KvEventDecodeError('EventBatch.ts must be a number');
+  // NaN or Infinity would reach the lag histogram, which throws on them.
+  if (typeof ts !== 'number' || !Number.isFinite(ts)) {
+    throw new KvEventDecodeError(`EventBatch.ts must be a finite number, got ${String(ts)}`);
+  }
   if (!Array.isArray(events)) throw new KvEventDecodeError('EventBatch.events must be an array');
   const out: KvCacheEvent[] = new Array(events.length);
   for (let i = 0; i < events.length; i++) out[i] = decodeEvent(events[i], i);

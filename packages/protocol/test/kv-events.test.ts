@@ -98,6 +98,9 @@ describe('kv-events wire format', () => {
     );
     expect(bad([1, [['BlockStored', [1.5], null, [1], 1, null, null]]])).toThrow(/not an integer/);
     expect(bad([1, [['BlockStored', [1], null, [-1], 1, null, null]]])).toThrow(/token_ids\[0\]/);
+    expect(bad([Number.NaN, []])).toThrow(/EventBatch.ts must be a finite number, got NaN/);
+    expect(bad([Number.POSITIVE_INFINITY, []])).toThrow(/EventBatch.ts .* got Infinity/);
+    expect(bad(['1', []])).toThrow(/EventBatch.ts must be a finite number, got 1/);
   });
 
   it('encodes sequences as 8-byte big-endian and reads the -1 end marker', () => {
