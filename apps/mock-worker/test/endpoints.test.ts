@@ -305,6 +305,47 @@ describe('errors in OpenAI shape', () => {
     expect(two.body.error).toMatchObject({ param: 'n', code: 'invalid_value' });
     const one = await post(app, '/v1/completions', { prompt: 'hi', n: 1, max_tokens: 1 });
     expect(one.status).toBe(200);
+    // Probabilities and an echoed prompt are refused, naming the field, not answered without.
+    const unsupported: [string, Record<string, unknown>, string][] = [
+      [
+        '/v1/chat/completions',
+        { messages: [{ role: 'user', content: 'hi' }], logprobs: true },
+        'logprobs',
+      ],
+      [
+        '/v1/chat/completions',
+        { messages: [{ role: 'user', content: 'hi' }], top_logprobs: 2 },
+        'top_logprobs',
+      ],
+      ['/v1/completions', { prompt: 'hi', logprobs: 0 }, 'logprobs'],
+      ['/v1/completions', { prompt: 'hi', echo: true }, 'echo'],
+      ['/v1/responses', { input: 'hi', top_logprobs: 1 }, 'top_logprobs'],
+      ['/generate', { text: 'hi', return_logprob: true }, 'return_logprob'],
+      ['/generate', { text: ['a', 'b'], return_logprob: [false, true] }, 'return_logprob'],
+    ];
+    for (const [path, body, param] of unsupported) {
+      const r = await post(app, path, body);
+      expect([r.status, r.body.error.param, r.body.error.code], path).toEqual([
+        400,
+        param,
+        'unsupported_parameter',
+      ]);
+    }
+    // Asking for none of it is fine.
+    const off = await post(app, '/v1/chat/completions', {
+      messages: [{ role: 'user', content: 'hi' }],
+      logprobs: false,
+      top_logprobs: 0,
+      max_tokens: 1,
+    });
+    expect(off.status).toBe(200);
+    // An output limit is bounded by this worker's context (--max-context), and says so.
+    const over = await post(app, '/v1/chat/completions', {
+      messages: [{ role: 'user', content: 'hi' }],
+      max_tokens: 200_000,
+    });
+    expect(over.status).toBe(400);
+    expect(over.body.error.message).toContain('131072');
     const arr = await post(app, '/generate', '[1,2]');
     expect(arr.body.error.code).toBe('invalid_body');
     const field = await post(app, '/v1/chat/completions', {

@@ -6,12 +6,14 @@ import { randomUUID } from 'node:crypto';
 import {
   badRequest,
   contextLengthExceeded,
+  DEFAULT_LIMITS,
   DEFAULT_MAX_TOKENS,
   type ParsedRequest,
   parseJsonBody,
   parseRequest,
   REQUEST_PATHS,
   type RequestKind,
+  type RequestLimits,
   type RoutingHints,
   type RoutingTokenizer,
   rerankDocumentText,
@@ -71,6 +73,8 @@ const hex = () => randomUUID().replaceAll('-', '');
 
 export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDeps): void {
   const { opts, engine, metrics, tokenizer, faults, pd } = deps;
+  // Output limits are bounded by this worker's context, as an engine bounds them by its model's.
+  const limits: RequestLimits = { ...DEFAULT_LIMITS, maxOutputTokens: opts.maxContext };
 
   for (const [kind, path] of Object.entries(REQUEST_PATHS) as [RequestKind, string][]) {
     app.post(path, (req, reply) => handle(kind, req, reply));
@@ -83,7 +87,12 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
     );
     if (faults.maybeFail(req, reply)) return;
 
-    const parsed = parseRequest(kind, parseJsonBody(typeof req.body === 'string' ? req.body : ''));
+    const parsed = parseRequest(
+      kind,
+      parseJsonBody(typeof req.body === 'string' ? req.body : '', limits),
+      limits,
+    );
+    refuseUnsupported(kind, parsed.body as Record<string, unknown>);
     // One choice per request: a request for several is refused rather than answered with
     // one (and the router, which accounts one output per request, would undercount it).
     const n = (parsed.body as { n?: unknown }).n;
@@ -181,6 +190,8 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
     const prompts =
       sources === undefined ? rerankPairs(parsed) : sources.map((p) => tokenizer.encodePrompt(p));
     const limit = parsed.maxTokens ?? DEFAULT_MAX_TOKENS[kind];
+    // A /generate batch may give each prompt its own sampling_params.
+    const itemLimits = parsed.itemMaxTokens;
     const batch = prompts.length > 1;
     return prompts.map((inputIds, i) => {
       let param = PROMPT_PARAM[kind];
@@ -196,7 +207,8 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
         throw contextLengthExceeded(inputIds.length, opts.maxContext, param);
       }
       // As SGLang: the output limit is cut to what fits in the context.
-      const maxTokens = Math.min(limit, opts.maxContext - inputIds.length);
+      const asked = itemLimits ? (itemLimits[i] ?? DEFAULT_MAX_TOKENS[kind]) : limit;
+      const maxTokens = Math.min(asked, opts.maxContext - inputIds.length);
       const kvTokens = inputIds.length + Math.max(1, maxTokens);
       if (kvTokens > engine.kvCapacity) {
         throw badRequest(
@@ -440,4 +452,38 @@ function engineHints(h: RoutingHints) {
   if (h.routedRank !== undefined) out.routedRank = h.routedRank;
   if (h.bootstrapRoom !== undefined) out.bootstrapRoom = h.bootstrapRoom;
   return out;
+}
+
+/**
+ * What the mock worker cannot give is refused, not silently left out: it generates filler
+ * text, so it has no token probabilities (logprobs) and does not echo prompts. A client that
+ * asks for them gets a 400 naming the field instead of a 200 whose `logprobs` is null.
+ */
+function refuseUnsupported(kind: RequestKind, body: Record<string, unknown>): void {
+  const refuse = (param: string, what: string): never => {
+    throw badRequest(
+      `'${param}' is not supported by the mock worker: it generates filler text, ${what}`,
+      { param, code: 'unsupported_parameter' },
+    );
+  };
+  const noProbs = 'without a model, so it has no token probabilities';
+  const positive = (v: unknown) => typeof v === 'number' && v > 0;
+  switch (kind) {
+    case 'chat':
+      if (body.logprobs === true) refuse('logprobs', noProbs);
+      if (positive(body.top_logprobs)) refuse('top_logprobs', noProbs);
+      break;
+    case 'completion':
+      if (body.logprobs !== undefined && body.logprobs !== null) refuse('logprobs', noProbs);
+      if (body.echo === true) refuse('echo', 'and does not echo the prompt back');
+      break;
+    case 'responses':
+      if (positive(body.top_logprobs)) refuse('top_logprobs', noProbs);
+      break;
+    case 'generate': {
+      const r = body.return_logprob;
+      if (r === true || (Array.isArray(r) && r.includes(true))) refuse('return_logprob', noProbs);
+      break;
+    }
+  }
 }
