@@ -320,6 +320,7 @@ describe('errors in OpenAI shape', () => {
       ['/v1/completions', { prompt: 'hi', logprobs: 0 }, 'logprobs'],
       ['/v1/completions', { prompt: 'hi', echo: true }, 'echo'],
       ['/v1/responses', { input: 'hi', top_logprobs: 1 }, 'top_logprobs'],
+      ['/v1/responses', { input: 'hi', previous_response_id: 'resp_1' }, 'previous_response_id'],
       ['/generate', { text: 'hi', return_logprob: true }, 'return_logprob'],
       ['/generate', { text: ['a', 'b'], return_logprob: [false, true] }, 'return_logprob'],
     ];

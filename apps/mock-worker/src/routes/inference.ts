@@ -479,6 +479,10 @@ function refuseUnsupported(kind: RequestKind, body: Record<string, unknown>): vo
       break;
     case 'responses':
       if (positive(body.top_logprobs)) refuse('top_logprobs', noProbs);
+      // A follow-up would be answered without the turns before it.
+      if (body.previous_response_id !== undefined && body.previous_response_id !== null) {
+        refuse('previous_response_id', 'and keeps no stored responses to continue from');
+      }
       break;
     case 'generate': {
       const r = body.return_logprob;
