@@ -213,9 +213,34 @@ export function parseGenerateRequest(
     });
   }
   let maxTokens: number | undefined;
+  let itemMaxTokens: (number | undefined)[] | undefined;
   let temperature: number | undefined;
   const sp = body.sampling_params;
-  if (sp !== undefined && sp !== null) {
+  if (Array.isArray(sp)) {
+    // SGLang's batch form: one dict per prompt, in order.
+    if (!items) throw wrongType('sampling_params', 'an object (a list is for a batch)', sp);
+    if (sp.length !== items.length) {
+      throw badRequest(
+        `'sampling_params' has ${sp.length} entries for a batch of ${items.length}`,
+        { param: 'sampling_params', code: 'invalid_value' },
+      );
+    }
+    // maxTokens bounds every item: the largest item limit, an item without one counting the
+    // default; undefined when no item sets one.
+    let largest = 0;
+    let any = false;
+    itemMaxTokens = sp.map((one, i) => {
+      const at = `sampling_params[${i}]`;
+      if (!isPlainObject(one)) throw wrongType(at, 'an object', one);
+      const t = optionalNumber(one, 'temperature', `${at}.temperature`);
+      if (i === 0) temperature = t;
+      const n = checkOutputTokens(one.max_new_tokens, `${at}.max_new_tokens`, 0, limits);
+      if (n !== undefined) any = true;
+      largest = Math.max(largest, n ?? DEFAULT_MAX_TOKENS.generate);
+      return n;
+    });
+    if (any) maxTokens = largest;
+  } else if (sp !== undefined && sp !== null) {
     if (!isPlainObject(sp)) throw wrongType('sampling_params', 'an object', sp);
     maxTokens = checkOutputTokens(sp.max_new_tokens, 'sampling_params.max_new_tokens', 0, limits);
     temperature = optionalNumber(sp, 'temperature', 'sampling_params.temperature');
@@ -227,16 +252,24 @@ export function parseGenerateRequest(
     prompt,
   };
   if (items) parsed.items = items;
+  if (itemMaxTokens) parsed.itemMaxTokens = itemMaxTokens;
   if (temperature !== undefined) parsed.temperature = temperature;
-  if (body.rid !== undefined && body.rid !== null) {
-    // A batch may name each item's rid.
-    const rid = items && Array.isArray(body.rid) ? body.rid[0] : body.rid;
-    if (typeof rid !== 'string') throw wrongType('rid', 'a string', body.rid);
-    if (items && Array.isArray(body.rid) && body.rid.length !== items.length) {
-      throw badRequest(`'rid' has ${body.rid.length} ids for a batch of ${items.length}`, {
+  const rid = body.rid;
+  if (Array.isArray(rid) && items) {
+    // A batch may name each item's rid: one string per prompt, in order.
+    if (rid.length !== items.length) {
+      throw badRequest(`'rid' has ${rid.length} ids for a batch of ${items.length}`, {
         param: 'rid',
         code: 'invalid_value',
       });
+    }
+    rid.forEach((r, i) => {
+      if (typeof r !== 'string') throw wrongType(`rid[${i}]`, 'a string', r);
+    });
+    parsed.rid = rid[0] as string;
+  } else if (rid !== undefined && rid !== null) {
+    if (typeof rid !== 'string') {
+      throw wrongType('rid', items ? 'a string or a list of strings' : 'a string', rid);
     }
     parsed.rid = rid;
   }

@@ -31,9 +31,16 @@ export interface ParsedRequest {
   /**
    * Output token limit the client asked for: chat `max_completion_tokens` (else `max_tokens`),
    * completions `max_tokens`, generate `sampling_params.max_new_tokens`. Undefined when absent:
-   * the host applies its default (see DEFAULT_MAX_TOKENS).
+   * the host applies its default (see DEFAULT_MAX_TOKENS). A /generate batch with one
+   * `sampling_params` per prompt: the largest item's limit (an item without one counts the
+   * default), so it bounds every item; `itemMaxTokens` has each one.
    */
   maxTokens?: number;
+  /**
+   * A /generate batch whose `sampling_params` is a list (one per prompt, SGLang's form): each
+   * item's `max_new_tokens`, undefined where that item sets none (the default applies).
+   */
+  itemMaxTokens?: (number | undefined)[];
   model?: string;
   temperature?: number;
   prompt: PromptSource;
@@ -43,7 +50,7 @@ export interface ParsedRequest {
   routedRank?: number;
   /** Body `bootstrap_room`. */
   bootstrapRoom?: number;
-  /** SGLang request id (`rid`, /generate only; the first one for a batch). */
+  /** SGLang request id (`rid`, /generate only; a batch's `rid` list: its first one). */
   rid?: string;
   /**
    * Set for a request that carries several prompts (a /generate batch, an embeddings input

@@ -15,11 +15,12 @@
 // Equivalence: the ids returned are exactly the first min(n, maxPromptTokens) ids the full
 // path (parseJsonBody + parseRequest + approximate tokenizer) yields, and every field read is
 // validated by that path's own checks (the small fields go through parseRequest on a body of
-// just those fields). A body this reader refuses is handed to the full path, whose error
-// (400 naming the field, invalid JSON, nesting depth) is the answer; what the full path
-// accepts and this reader cannot read is served by the full path too, so no body is refused
-// that the full parser would take. The structure of fields routing does not read is checked,
-// their string contents are not: the worker parses every byte anyway.
+// just those fields and a one-prompt stand-in; whatever that check rejects goes to the full
+// path, since the real prompt may be a batch). A body this reader refuses is handed to the
+// full path, whose error (400 naming the field, invalid JSON, nesting depth) is the answer;
+// what the full path accepts and this reader cannot read is served by the full path too, so
+// no body is refused that the full parser would take. The structure of fields routing does
+// not read is checked, their string contents are not: the worker parses every byte anyway.
 import { isUtf8 } from 'node:buffer';
 import { badRequest } from './errors.ts';
 import { countJsonString, decodeJsonString } from './json-string.ts';
@@ -882,7 +883,14 @@ function scan(kind: RequestKind, raw: Buffer, opts: ScanOptions): ScannedRequest
     throw REFUSED;
   } else if (kind === 'completion') lite.prompt = 'x';
   else lite.text = 'x';
-  const parsed = parseRequest(kind, lite, limits);
+  let parsed: ParsedRequest;
+  try {
+    parsed = parseRequest(kind, lite, limits);
+  } catch {
+    // What the stand-in makes wrong the real prompt may make right (a /generate batch takes a
+    // `rid` and a `sampling_params` list, one per prompt): the full path judges the body.
+    throw REFUSED;
+  }
 
   const budgetBytes = Number.isFinite(cap) ? cap * 4 + SLACK_BYTES : Number.POSITIVE_INFINITY;
   let ids: Uint32Array;

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
+  DEFAULT_MAX_TOKENS,
   kindForPath,
   ProtocolError,
   parseChatCompletionRequest,
@@ -297,6 +298,50 @@ describe('/generate', () => {
       ids: [],
     });
   });
+  it("a batch's rid list and per-item sampling_params list, as SGLang takes them", () => {
+    const p = parseGenerateRequest({
+      text: ['a b', 'c d'],
+      rid: ['r1', 'r2'],
+      sampling_params: { max_new_tokens: 1 },
+    });
+    expect(p).toMatchObject({ rid: 'r1', maxTokens: 1 });
+    expect(p.items).toHaveLength(2);
+    expect(p.itemMaxTokens).toBeUndefined();
+    expect(
+      parseGenerateRequest({
+        input_ids: [
+          [1, 2],
+          [3, 4],
+        ],
+        rid: ['r1', 'r2'],
+      }).rid,
+    ).toBe('r1');
+    expect(parseGenerateRequest({ input_ids: [[1, 2]], rid: ['r1'] }).rid).toBe('r1');
+    // A string rid names the whole batch (SGLang suffixes it per item).
+    expect(parseGenerateRequest({ text: ['a', 'b'], rid: 'r' }).rid).toBe('r');
+
+    const q = parseGenerateRequest({
+      text: ['a', 'b', 'c'],
+      sampling_params: [
+        { max_new_tokens: 2, temperature: 0.5 },
+        { max_new_tokens: 3 },
+        { temperature: 1 },
+      ],
+    });
+    expect(q.itemMaxTokens).toEqual([2, 3, undefined]);
+    // The bound on every item: the third takes the default.
+    expect(q.maxTokens).toBe(DEFAULT_MAX_TOKENS.generate);
+    expect(q.temperature).toBe(0.5);
+    const r = parseGenerateRequest({
+      input_ids: [[1], [2]],
+      sampling_params: [{ max_new_tokens: 2 }, { max_new_tokens: 7 }],
+    });
+    expect(r.itemMaxTokens).toEqual([2, 7]);
+    expect(r.maxTokens).toBe(7);
+    const none = parseGenerateRequest({ text: ['a', 'b'], sampling_params: [{}, {}] });
+    expect(none.itemMaxTokens).toEqual([undefined, undefined]);
+    expect(none.maxTokens).toBeUndefined();
+  });
   const bad: Array<[string, unknown, string, string]> = [
     ['neither text nor input_ids', { sampling_params: {} }, 'text', 'missing_required_parameter'],
     ['both text and input_ids', { text: 'a', input_ids: [1] }, 'input_ids', 'invalid_value'],
@@ -309,6 +354,47 @@ describe('/generate', () => {
       'invalid_type',
     ],
     ['a batch with too few rids', { text: ['a', 'b'], rid: ['r'] }, 'rid', 'invalid_value'],
+    ['a batch with too many rids', { text: ['a'], rid: ['r', 's'] }, 'rid', 'invalid_value'],
+    ['a batch rid not a string', { text: ['a', 'b'], rid: ['r', 2] }, 'rid[1]', 'invalid_type'],
+    ['a batch rid null', { input_ids: [[1], [2]], rid: [null, 'r'] }, 'rid[0]', 'invalid_type'],
+    ['a rid list for one prompt', { text: 'a', rid: ['r'] }, 'rid', 'invalid_type'],
+    ['a batch rid object', { text: ['a'], rid: { a: 1 } }, 'rid', 'invalid_type'],
+    [
+      'a sampling_params list for one prompt',
+      { text: 'a', sampling_params: [{ max_new_tokens: 1 }] },
+      'sampling_params',
+      'invalid_type',
+    ],
+    [
+      'a sampling_params list shorter than the batch',
+      { text: ['a', 'b'], sampling_params: [{ max_new_tokens: 1 }] },
+      'sampling_params',
+      'invalid_value',
+    ],
+    [
+      'a sampling_params list item not an object',
+      { text: ['a', 'b'], sampling_params: [{}, 3] },
+      'sampling_params[1]',
+      'invalid_type',
+    ],
+    [
+      'a per-item max_new_tokens negative',
+      { text: ['a', 'b'], sampling_params: [{ max_new_tokens: 1 }, { max_new_tokens: -1 }] },
+      'sampling_params[1].max_new_tokens',
+      'invalid_value',
+    ],
+    [
+      'a per-item max_new_tokens past the context',
+      { input_ids: [[1], [2]], sampling_params: [{ max_new_tokens: 1e9 }, {}] },
+      'sampling_params[0].max_new_tokens',
+      'invalid_value',
+    ],
+    [
+      'a per-item temperature string',
+      { text: ['a', 'b'], sampling_params: [{}, { temperature: 'x' }] },
+      'sampling_params[1].temperature',
+      'invalid_type',
+    ],
     ['input_ids not array', { input_ids: 'abc' }, 'input_ids', 'invalid_type'],
     ['input_ids float', { input_ids: [1, 2.5] }, 'input_ids[1]', 'invalid_type'],
     [

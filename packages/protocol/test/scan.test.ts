@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
   approximateTokenizer,
@@ -147,6 +148,97 @@ describe('scanRequest reads what routing needs, as the full path does', () => {
     agree('generate', JSON.stringify({ text: 'abc\u00e9', rid: 'r1', stream: true }));
     agree('generate', JSON.stringify({ text: 'a', input_ids: [1] }));
     agree('generate', JSON.stringify({ input_ids: Array.from({ length: 3000 }, (_, i) => i * 7) }));
+  });
+
+  it("generate batches: a rid list and per-item sampling_params are the full path's to judge", () => {
+    // The small fields are checked on a one-prompt stand-in, where a list rid or
+    // sampling_params is wrong; for a batch it is right, so the scan must not answer 400.
+    const body = '{"text":["a b","c d"],"rid":["r1","r2"],"sampling_params":{"max_new_tokens":1}}';
+    const s = scanRequest('generate', Buffer.from(body));
+    // Both items' output limits.
+    expect(routeRequestFromScan(s).maxTokens).toBe(2);
+    const cases: unknown[] = [
+      { text: ['a b', 'c d'], rid: ['r1', 'r2'], sampling_params: { max_new_tokens: 1 } },
+      {
+        input_ids: [
+          [1, 2],
+          [3, 4],
+        ],
+        rid: ['r1', 'r2'],
+        sampling_params: { max_new_tokens: 1 },
+      },
+      { input_ids: [[1, 2]], rid: ['r1'] },
+      { text: ['a', 'b'], sampling_params: [{ max_new_tokens: 2 }, { max_new_tokens: 3 }] },
+      { input_ids: [[5], [6, 7]], sampling_params: [{ max_new_tokens: 9 }, {}], rid: ['x', 'y'] },
+      { text: ['a', 'b'], sampling_params: [{}, {}], stream: true },
+      // And what the full path refuses, with its error.
+      { text: ['a', 'b'], rid: ['r1'] },
+      { text: ['a', 'b'], rid: ['r1', 3] },
+      { text: 'a', rid: ['r1'] },
+      { text: 'a', sampling_params: [{ max_new_tokens: 1 }] },
+      { text: ['a', 'b'], sampling_params: [{ max_new_tokens: 1 }] },
+      { text: ['a', 'b'], sampling_params: [{ max_new_tokens: 1 }, { max_new_tokens: -1 }] },
+      { text: 5, rid: ['r1'] },
+      { input_ids: [[1], [2]], rid: ['r1', 'r2'], stream: 'yes' },
+    ];
+    for (const c of cases) {
+      agree('generate', JSON.stringify(c));
+      agree('generate', JSON.stringify(c, null, 1));
+    }
+    const err = errorOf(() =>
+      scanRequest(
+        'generate',
+        Buffer.from(
+          JSON.stringify({ text: ['a', 'b'], sampling_params: [{}, { max_new_tokens: -1 }] }),
+        ),
+      ),
+    ) as { error: { param?: string } };
+    expect(err.error.param).toBe('sampling_params[1].max_new_tokens');
+  });
+
+  it('generate: any prompt shape with any rid and sampling_params gets the full path answer', () => {
+    // The property behind the stand-in check: the scan answers 400 only where the full
+    // parser does, and otherwise reads the same request.
+    const value = fc.oneof(
+      fc.constant(1),
+      fc.constant(-1),
+      fc.constant('r'),
+      fc.constant(null),
+      fc.constant(true),
+    );
+    const params = fc.oneof(
+      fc.constant({}),
+      fc.record(
+        { max_new_tokens: fc.oneof(fc.nat(40), value), temperature: fc.oneof(fc.nat(2), value) },
+        { requiredKeys: [] },
+      ),
+      value,
+    );
+    const body = fc.record(
+      {
+        prompt: fc.oneof(
+          fc.string({ maxLength: 8 }).map((t) => ({ text: t })),
+          fc.array(fc.nat(99), { minLength: 1, maxLength: 4 }).map((ids) => ({ input_ids: ids })),
+          fc.array(fc.string({ maxLength: 4 }), { maxLength: 3 }).map((t) => ({ text: t })),
+          fc
+            .array(fc.array(fc.nat(99), { minLength: 1, maxLength: 3 }), {
+              minLength: 1,
+              maxLength: 3,
+            })
+            .map((ids) => ({ input_ids: ids })),
+        ),
+        rid: fc.oneof(value, fc.array(value, { maxLength: 4 })),
+        sampling_params: fc.oneof(params, fc.array(params, { maxLength: 4 })),
+        stream: fc.boolean(),
+      },
+      { requiredKeys: ['prompt'] },
+    );
+    fc.assert(
+      fc.property(body, ({ prompt, ...rest }) => {
+        agree('generate', JSON.stringify({ ...prompt, ...rest }), [undefined, 2]);
+      }),
+      { numRuns: 500 },
+    );
   });
 
   it('reads small fields in every scalar form as JSON.parse does (direct reads and fallback)', () => {
