@@ -90,6 +90,12 @@ export function replayObserved(
     );
   }
   const notes: string[] = [];
+  const g = trace.group;
+  if (g !== undefined) {
+    notes.push(
+      `worker group ${g.name}: ${g.requests} of ${g.of} requests, on ranks ${g.ranks.join(',')} of the recording (replayed as ranks 0..${g.ranks.length - 1}; a rank of the group that served none of them is not known)${g.unassigned > 0 ? `; ${g.unassigned} request(s) of no known group left out` : ''}`,
+    );
+  }
   const overridden = opts.policy !== undefined;
   const policy = opts.policy ?? recordedPolicy(trace);
   const switches = overridden

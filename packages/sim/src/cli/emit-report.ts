@@ -66,4 +66,9 @@ export function writeRouterConfig(
   writeOutput(io, 'out-config', target, report.routerConfig, (path) => {
     return `wrote the router config to ${path}`;
   });
+  // A config predicted worse than what runs now is still written (it is the sweep's best of
+  // the settings swept), with its warning on top of it and here.
+  for (const line of report.routerConfig.split('\n')) {
+    if (line.startsWith('# WARNING: ')) io.stderr.write(`warning: ${line.slice(11)}\n`);
+  }
 }

@@ -9,7 +9,7 @@ import { hostTier } from '../entities/presets.ts';
 import type { CellJob, CellResult, ProfileRef } from '../parallel/cell.ts';
 import { runCells } from '../parallel/pool.ts';
 import { fmtInt, fmtMs, fmtPct } from '../report/format.ts';
-import { chooseBest, settingLabel, sweepNotes } from '../report/sweep-choice.ts';
+import { chooseBest, settingLabel, sweepNotes, worseThanCurrent } from '../report/sweep-choice.ts';
 import type {
   PolicySamples,
   RunExtras,
@@ -461,6 +461,15 @@ function assemblePoint(spec: SweepSpec, results: readonly CellResult[]): SweepRe
     `kvroute-sim sweep: best ${spec.objective}${spec.hitRateWithin !== undefined ? ` with hit rate within ${spec.hitRateWithin} points of the best` : ''} of ${grid.length} settings on ${spec.scenario}, ${last.ranks} ranks, profile ${spec.profile}, seed ${String(spec.seed)}`,
     `predicted: hit rate ${fmtPct(best.result.hitRate)}, TTFT p50 ${fmtMs(best.result.ttftMs.p50)} ms, p99 ${fmtMs(best.result.ttftMs.p99)} ms, ${fmtInt(best.result.throughputTokPerS)} tok/s`,
   ];
+  const worse = worseThanCurrent(best, current, spec.objective);
+  if (worse !== undefined) header.push(`WARNING: ${worse}`);
+  const group = results[0]!.scenarioOptions.group;
+  if (typeof group === 'string' && group !== '') {
+    // A group that sets its own method ignores the top-level keys.
+    header.push(
+      `for worker group ${group} only: put these keys in its entry of models: (model: ${group}), or POST /policy with "model": "${group}"; as top-level keys they reach only groups that set no method of their own`,
+    );
+  }
   return {
     format: 'kvroute-sim-sweep/v1',
     command: 'sweep',

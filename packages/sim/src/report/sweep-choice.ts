@@ -131,8 +131,26 @@ export function sweepNotes(
     parts.push(
       `The current setting, ${at(current)}, gets ${info.name} ${info.show(info.metric(current.result))} (hit rate ${fmtPct(current.result.hitRate)}): ${verdict(current.result)}.`,
     );
+    const worse = worseThanCurrent(best, current, objective);
+    if (worse !== undefined) parts.push(`Warning: ${worse}.`);
   }
   return parts.length > 0 ? ` ${parts.join(' ')}` : '';
+}
+
+/**
+ * When the setting deployed now is predicted better than the chosen one on the sweep's own
+ * objective: what switching would cost, in words; else undefined.
+ */
+export function worseThanCurrent(
+  best: SweepCell,
+  current: SweepCell | undefined,
+  objective: SweepObjective,
+): string | undefined {
+  if (current === undefined) return undefined;
+  const k = key(objective);
+  if (!(k(current) < k(best))) return undefined;
+  const info = INFO[objective];
+  return `switching from the current setting (${at(current)}, ${info.name} ${info.show(info.metric(current.result))}) to ${at(best)} (${info.show(info.metric(best.result))}) is predicted to make ${info.name} worse: none of the swept settings beats the current one; keep it, or sweep its method too`;
 }
 
 /** Whether `c` is the cell the report names as best. */
@@ -267,7 +285,7 @@ function explain(
       );
     } else {
       parts.push(
-        `It also has the lowest TTFT p99 (${fmtMs(p99(best.result))} ms), so nothing is traded away.`,
+        `It also has the lowest TTFT p99 of the ${grid.length} swept settings (${fmtMs(p99(best.result))} ms), so among them nothing is traded away.`,
       );
     }
     return parts.join(' ');
@@ -279,7 +297,7 @@ function explain(
     );
   } else {
     parts.push(
-      `It also has the highest hit rate (${fmtPct(hit(best.result))}), so nothing is traded away.`,
+      `It also has the highest hit rate of the ${grid.length} swept settings (${fmtPct(hit(best.result))}), so among them nothing is traded away.`,
     );
   }
   return parts.join(' ');

@@ -18,6 +18,7 @@ import {
   type TraceLine,
   type TraceTable,
 } from './trace-file.ts';
+import { selectGroup } from './trace-groups.ts';
 import type { ScenarioDefinition, WorkloadRequest } from './types.ts';
 
 export { TraceFormatError } from './trace-file.ts';
@@ -206,25 +207,50 @@ export const replay: ScenarioDefinition = {
     blockTokens: 0,
     ranks: 0,
     openLoop: false,
+    group: '',
   },
   build(o, seed) {
     const name = 'replay';
     const rawFile = o.file;
-    if (typeof rawFile !== 'string') {
+    // Several paths: one recording split in files (rotated: PATH.000001 ... PATH), in order.
+    const paths =
+      Array.isArray(rawFile) && rawFile.length > 0 && rawFile.every((f) => typeof f === 'string')
+        ? (rawFile as string[])
+        : typeof rawFile === 'string'
+          ? [rawFile]
+          : undefined;
+    if (paths === undefined) {
       throw new TraceFormatError(`replay: file must be a path, got ${JSON.stringify(rawFile)}`);
     }
-    const file = rawFile === '' ? defaultTracePath() : resolveTracePath(rawFile);
+    const files = paths.map((f) => (f === '' ? defaultTracePath() : resolveTracePath(f)));
+    const file = files.join(' ');
     const speedup = optPositive(name, o, 'speedup');
     const limit = optInt(name, o, 'limit', 0);
     const skipInvalid = optBool(name, o, 'skipInvalid');
     const blockOpt = optInt(name, o, 'blockTokens', 0);
     const ranksOpt = optInt(name, o, 'ranks', 0);
     const openLoop = optBool(name, o, 'openLoop');
-    const trace = readTraceTable(file, {
+    const groupOpt = o.group ?? '';
+    if (typeof groupOpt !== 'string') {
+      throw new TraceFormatError(
+        `replay: group must be a model name, got ${JSON.stringify(groupOpt)}`,
+      );
+    }
+    const read = readTraceTable(files, {
       skipInvalid,
       limit,
       ...(blockOpt > 0 ? { blockTokens: blockOpt } : {}),
     });
+    // A router with worker groups: one group's requests, ranks, policy and switches.
+    const picked = selectGroup(file, read.start, read.table, read.switches, groupOpt);
+    const { start: _s, ...readRest } = read;
+    const trace = {
+      ...readRest,
+      ...(picked.start ? { start: picked.start } : {}),
+      table: picked.table,
+      switches: picked.switches,
+    };
+    if (picked.group !== undefined) o.group = picked.group.name;
     if (trace.table.length === 0) {
       // A run over no requests would report every statistic as 0, which reads as a result.
       const n = trace.skipped;
@@ -273,6 +299,7 @@ export const replay: ScenarioDefinition = {
               lines: table.lines(),
               speedup,
               closedLoop: linked,
+              ...(picked.group ? { group: picked.group } : {}),
             },
           }
         : {}),

@@ -23,6 +23,18 @@ export interface TraceStart {
   options?: Record<string, unknown>;
   ranks?: number;
   model?: string;
+  /**
+   * A router with worker groups (one per model): each group's policy when the file opened.
+   * The top-level method and options are the default group's.
+   */
+  groups?: TraceGroup[];
+}
+
+/** One worker group of the `start` event: its model name and its policy. */
+export interface TraceGroup {
+  group: string;
+  method: string;
+  options: Record<string, unknown>;
 }
 
 /** A `policy_switch` event: from `timestamp` on, the router routed with this setting. */
@@ -30,6 +42,8 @@ export interface PolicySwitch {
   timestamp: number;
   method: string;
   options: Record<string, unknown>;
+  /** With worker groups: the group (model name) that switched; the others did not. */
+  group?: string;
 }
 
 /** What the router observed about one request (every field optional: Mooncake lines have none). */
@@ -120,6 +134,23 @@ function parseStart(o: Obj): TraceStart | string {
     s.ranks = o.ranks;
   }
   if (typeof o.model === 'string') s.model = o.model;
+  if (o.groups !== undefined) {
+    if (!Array.isArray(o.groups)) return `start: groups must be an array, got ${show(o.groups)}`;
+    const groups: TraceGroup[] = [];
+    for (const g of o.groups) {
+      if (!isObj(g) || typeof g.group !== 'string' || g.group === '') {
+        return `start: each of groups needs a group (model name), got ${show(g)}`;
+      }
+      if (typeof g.method !== 'string' || g.method === '') {
+        return `start: group ${g.group}: method must be a name, got ${show(g.method)}`;
+      }
+      if (g.options !== undefined && !isObj(g.options)) {
+        return `start: group ${g.group}: options must be an object, got ${show(g.options)}`;
+      }
+      groups.push({ group: g.group, method: g.method, options: (g.options as Obj) ?? {} });
+    }
+    if (groups.length > 0) s.groups = groups;
+  }
   return s;
 }
 
@@ -133,7 +164,15 @@ function parseSwitch(o: Obj): PolicySwitch | string {
   if (o.options !== undefined && !isObj(o.options)) {
     return `policy_switch: options must be an object, got ${show(o.options)}`;
   }
-  return { timestamp: o.timestamp, method: o.method, options: (o.options as Obj) ?? {} };
+  if (o.group !== undefined && (typeof o.group !== 'string' || o.group === '')) {
+    return `policy_switch: group must be a model name, got ${show(o.group)}`;
+  }
+  return {
+    timestamp: o.timestamp,
+    method: o.method,
+    options: (o.options as Obj) ?? {},
+    ...(o.group !== undefined ? { group: o.group as string } : {}),
+  };
 }
 
 function parseObserved(o: Obj, inputLength: number): TraceObserved | string | undefined {
@@ -366,13 +405,19 @@ class TraceParser {
   private readonly limit: number;
 
   constructor(
-    private readonly file: string,
+    private file: string,
     private readonly opts: ReadTraceOptions,
     private readonly sink: RequestSink,
   ) {
     this.skipInvalid = opts.skipInvalid === true;
     this.limit = opts.limit ?? 0;
     this.blockTokens = opts.blockTokens ?? 512;
+  }
+
+  /** The next file of a recording split in several (rotated files, in order): as `cat` joins them. */
+  nextFile(file: string): void {
+    this.file = file;
+    this.lineNo = 0;
   }
 
   private bad(msg: string): void {
@@ -558,11 +603,28 @@ export interface TraceTableFile extends TraceHead {
   table: TraceTable;
 }
 
-/** readTraceFile, into columns: the same checks and errors, a third of the memory. */
-export function readTraceTable(file: string, opts: ReadTraceOptions = {}): TraceTableFile {
+/**
+ * readTraceFile, into columns: the same checks and errors, a third of the memory. Several
+ * files are read in the order given as one (a rotated recording: `PATH.000001 ... PATH`), with
+ * the checks a concatenation gets: their start lines must be of one router run.
+ */
+export function readTraceTable(
+  files: string | readonly string[],
+  opts: ReadTraceOptions = {},
+): TraceTableFile {
+  const list = typeof files === 'string' ? [files] : files;
+  const file = list.join(' ');
   const table = new TraceTable();
-  const parser = new TraceParser(file, opts, table);
-  forEachLine(file, (raw) => parser.feed(raw));
+  const parser = new TraceParser(list[0] ?? '', opts, table);
+  for (const f of list) {
+    parser.nextFile(f);
+    let more = true;
+    forEachLine(f, (raw) => {
+      more = parser.feed(raw);
+      return more;
+    });
+    if (!more) break;
+  }
   const limit = opts.limit ?? 0;
   if (parser.recorded) {
     table.sortByTimestamp();

@@ -1,4 +1,5 @@
 import type { PolicySwitch, TraceLine, TraceStart } from './trace-file.ts';
+import type { GroupSelection } from './trace-groups.ts';
 
 // Workload plans: pre-generated, deterministic from the seed, content never dependent on
 // timing, so the simulator, the validate harness and e2e tests can replay the same plan.
@@ -78,6 +79,8 @@ export interface RecordedTrace {
   speedup: number;
   /** Requests replayed closed loop: sent their think gap after their session's previous turn. */
   closedLoop: number;
+  /** A recording with worker groups: the one group replayed (its ranks renumbered 0..k-1). */
+  group?: GroupSelection;
 }
 
 export interface ScenarioDefinition {

@@ -5,7 +5,15 @@ import { ObservedReplayError, replayObserved } from '../../replay-observed.ts';
 import { renderObservedReplay } from '../../report/observed-replay.ts';
 import type { RankOverrides } from '../../simulate.ts';
 import { TraceFormatError } from '../../workloads/trace-file.ts';
-import { bool, nameList, type Parsed, parseCommandArgs, positiveNumber, str } from '../args.ts';
+import {
+  bool,
+  nameList,
+  type Parsed,
+  parseCommandArgs,
+  positiveNumber,
+  str,
+  strs,
+} from '../args.ts';
 import type { CliIo, Subcommand } from '../command.ts';
 import {
   DEFAULT_POLICIES,
@@ -45,7 +53,13 @@ and how many requests the prediction placed on the rank the router chose.
 
   FILE                  path: the trace, e.g. packages/sim/data/traces/mooncake-conversation.jsonl
                         (shipped with the package; relative to where you run the command)
-  --trace FILE          path: the same as FILE (one of the two is required)
+  --trace FILE          path: the same as FILE (one of the two is required); several FILEs
+                        (or --trace repeated) are the files of one recording in order, e.g.
+                        rotated PATH.000001 PATH, read as one, as 'cat' joins them
+  --group NAME          model name: on a recording of a router with worker groups (several
+                        models), replay this group's requests on its own ranks under its own
+                        recorded setting and switches (required with two or more groups:
+                        each group has its own ranks and policy)
   --observed            switch: predicted vs observed on a recorded trace (default off)
   --ignore-recorded-switches
                         switch: a recorded trace's policy switches are applied to every
@@ -83,7 +97,8 @@ export const command: Subcommand = {
         policies: { type: 'string' },
         speedup: { type: 'string' },
         'skip-invalid': { type: 'boolean' },
-        trace: { type: 'string' },
+        trace: { type: 'string', multiple: true },
+        group: { type: 'string' },
         observed: { type: 'boolean' },
         'open-loop': { type: 'boolean' },
         'ignore-recorded-switches': { type: 'boolean' },
@@ -93,20 +108,19 @@ export const command: Subcommand = {
       },
       true,
     );
-    const traceFlag = str(p, 'trace');
-    const named = [...p.positionals, ...(traceFlag !== undefined ? [traceFlag] : [])];
-    if (named.length !== 1) {
-      throw new UsageError(
-        named.length === 0
-          ? 'replay needs the trace FILE (or --trace FILE)'
-          : `replay takes one trace, got ${named.length}: ${named.join(' ')}`,
-      );
-    }
-    const given = named[0]!;
+    // Several files are one recording split by rotation (PATH.000001 ... PATH), read in the
+    // order given as one file, as `cat` joins them (two router runs are refused).
+    const named = [...p.positionals, ...strs(p, 'trace')];
+    if (named.length === 0) throw new UsageError('replay needs the trace FILE (or --trace FILE)');
+    const given = named.join(' ');
     // Relative to where the user is; failing that, the trace loader also tries the repo root
     // (so the README's packages/sim/data/traces/... works from the package directory too).
-    const fromCwd = resolve(io.cwd, given);
-    const file = existsSync(fromCwd) ? fromCwd : given;
+    const paths = named.map((f) => {
+      const fromCwd = resolve(io.cwd, f);
+      return existsSync(fromCwd) ? fromCwd : f;
+    });
+    const file = paths.length === 1 ? paths[0]! : paths;
+    const group = str(p, 'group');
     const speedupRaw = str(p, 'speedup');
     const flags = readSimFlags(p, REPLAY_SCENARIO, io);
     const scenarioOptions = {
@@ -115,6 +129,7 @@ export const command: Subcommand = {
       ...(speedupRaw !== undefined ? { speedup: positiveNumber('speedup', speedupRaw) } : {}),
       skipInvalid: bool(p, 'skip-invalid'),
       ...(bool(p, 'open-loop') ? { openLoop: true } : {}),
+      ...(group !== undefined ? { group } : {}),
     };
     if (bool(p, 'observed')) {
       return runObserved(io, p, flags, scenarioOptions, given);

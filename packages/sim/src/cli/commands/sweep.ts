@@ -1,3 +1,4 @@
+import { resolve } from 'node:path';
 import {
   describeRange,
   methodNames,
@@ -114,6 +115,12 @@ the window) are left out and listed.
                         sessions replay closed loop, and the verdict states how far the
                         prediction was from what the router observed on the recorded setting
                         (default: none; --scenario names the workload)
+                        (repeatable: the files of one recording in order, e.g. rotated
+                        PATH.000001 PATH, read as one, as 'cat' joins them)
+  --group NAME          model name: on a recording of a router with worker groups, sweep
+                        this group's requests on its own ranks, under its own recorded
+                        setting (required with two or more groups; --out-config then
+                        holds this group's setting, to put in its models: entry)
   --open-loop           switch: send every request of the trace at its recorded time, also a
                         session's next turn, which otherwise waits for the predicted end of
                         the previous one plus its recorded think gap (default off)
@@ -235,7 +242,8 @@ export const command: Subcommand = {
   async run(argv, io) {
     const parsed = parseCommandArgs('sweep', argv, {
       scenario: { type: 'string' },
-      trace: { type: 'string' },
+      trace: { type: 'string', multiple: true },
+      group: { type: 'string' },
       'open-loop': { type: 'boolean' },
       policy: { type: 'string' },
       option: { type: 'string', multiple: true },
@@ -294,6 +302,14 @@ export const command: Subcommand = {
     const cleared: Record<string, undefined> = { load: undefined };
     for (const e of methodOptionCatalog()) cleared[e.flag] = undefined;
     const flags = readSimFlags({ ...p, values: { ...p.values, ...cleared } }, scenario, io);
+    const traces = strs(parsed, 'trace');
+    if (traces.length > 1) {
+      // One recording in several files (rotated: PATH.000001 ... PATH), read in this order.
+      flags.scenarioOptions.file = traces.map((t) => resolve(io.cwd, t));
+      flags.displayOptions = { file: traces.join(' ') };
+    }
+    const group = str(parsed, 'group');
+    if (group !== undefined) flags.scenarioOptions.group = group;
     const jobsRaw = str(p, 'jobs');
     const workers = jobsRaw !== undefined ? positiveInt('jobs', jobsRaw) : undefined;
     const loadRaw = str(p, 'load');
@@ -395,8 +411,12 @@ export const command: Subcommand = {
  * `--set openLoop=true` (replay only): the arguments as if spelled that way.
  */
 function traceScenario(p: Parsed): Parsed {
-  const trace = str(p, 'trace');
+  const trace = strs(p, 'trace')[0];
   const openLoop = bool(p, 'open-loop');
+  const group = str(p, 'group');
+  if (group !== undefined && trace === undefined) {
+    throw new UsageError('--group picks a worker group of a recorded trace: give --trace FILE');
+  }
   if (trace === undefined && !openLoop) return p;
   const scenario = str(p, 'scenario');
   const set = strs(p, 'set');

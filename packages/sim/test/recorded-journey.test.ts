@@ -1,0 +1,286 @@
+// The journey "record my traffic, fit, replay --observed, sweep, apply, compare" on recordings
+// shaped as the router writes them: worker groups (one per model, each on its own ranks with
+// its own policy), rotated files, requests that failed live, rank changes, and a sweep whose
+// best is worse than what runs now. The observations are the simulator's own, so a replay of
+// the recorded setting reproduces them exactly where it is done right.
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { type CostProfileSpec, costModelFromSpec } from '../src/cost/cost-model.ts';
+import type { RequestRecord } from '../src/metrics/types.ts';
+import { replayObserved } from '../src/replay-observed.ts';
+import { simulatePlan } from '../src/simulate.ts';
+import { buildWorkload } from '../src/workloads/registry.ts';
+import { runSimCli } from './helpers/cli.ts';
+
+const dir = mkdtempSync(join(tmpdir(), 'kvroute-journey-'));
+const BLOCK = 64;
+const PROFILE: CostProfileSpec = {
+  format: 'kvroute-cost-profile/v1',
+  name: 'journey-test',
+  description: '',
+  prefill: { floorMs: 20, perTokenMs: 0.05, attnMsPerMTokenPairs: 4, perKCachedTokenMs: 2 },
+  decode: { floorMs: 8, perSeqMs: 1, perKContextTokenMs: 0.5 },
+  overheadMs: 15,
+  kvCapacityTokens: 60_000,
+  chunkedPrefillSize: 512,
+};
+const PROFILE_FILE = join(dir, 'profile.json');
+writeFileSync(PROFILE_FILE, JSON.stringify(PROFILE));
+const cli = (args: string[]) => runSimCli(args, dir);
+const model = () => costModelFromSpec(PROFILE);
+
+/** Agents with a shared system prefix and growing histories, as Mooncake hash ids. */
+function agentLines(salt: number, agents = 5, turns = 8): Record<string, unknown>[] {
+  const lines: Record<string, unknown>[] = [];
+  let next = 1000 + salt * 100_000;
+  const system = [1, 2, 3, 4, 5, 6].map((b) => b + salt * 100_000);
+  const hist = Array.from({ length: agents }, () => [...system]);
+  for (let turn = 0; turn < turns; turn++) {
+    hist.forEach((h, a) => {
+      const grow = 1 + ((turn * 7 + a * 3) % 4);
+      for (let g = 0; g < grow; g++) h.push(next++);
+      lines.push({
+        timestamp: turn * 400 + a * Math.floor(360 / agents) + salt * 11,
+        input_length: h.length * BLOCK - ((a * 11) % BLOCK),
+        output_length: 4 + ((turn + a) % 9),
+        hash_ids: [...h],
+      });
+    });
+  }
+  return lines;
+}
+
+interface Recorded {
+  line: Record<string, unknown>;
+  end: number;
+  record: RequestRecord;
+}
+
+/** `base` "recorded" under `method` on `ranks` ranks (numbered from `offset`), with a switch. */
+function recordUnder(
+  base: Record<string, unknown>[],
+  o: {
+    method: string;
+    ranks: number;
+    offset?: number;
+    model?: string;
+    switchTo?: [number, string];
+  },
+): Recorded[] {
+  const plain = join(dir, `plain-${o.model ?? 'one'}.jsonl`);
+  writeFileSync(plain, base.map((l) => JSON.stringify(l)).join('\n'));
+  const plan = buildWorkload('replay', { file: plain, blockTokens: BLOCK, ranks: o.ranks }, 1);
+  const { records } = simulatePlan(plan, {
+    policy: { method: o.method },
+    profile: model(),
+    seed: 1,
+    ...(o.switchTo
+      ? { policySwitches: [{ atMs: o.switchTo[0], policy: { method: o.switchTo[1] } }] }
+      : {}),
+  });
+  return records.map((r) => ({
+    record: r,
+    end: r.endMs,
+    line: {
+      ...base[r.id]!,
+      rank: r.rank + (o.offset ?? 0),
+      reason: r.reason,
+      cached_tokens: r.cachedTokens,
+      ttft_ms: r.ttftMs,
+      e2e_ms: r.endMs - r.arrivalMs,
+      status: 200,
+      key: `${o.model ?? ''}k${r.id % 5}`,
+      ...(o.model !== undefined ? { model: o.model } : {}),
+      stream: true,
+    },
+  }));
+}
+
+const START = {
+  event: 'start',
+  origin_unix_ms: 1_760_000_000_000,
+  block_tokens: BLOCK,
+  sample_rate: 1,
+};
+
+/** Lines in completion order (as the router writes them), events placed by their time. */
+function write(file: string, head: object[], rows: Recorded[], events: object[] = []): void {
+  const timed = [
+    ...rows.map((r) => ({ at: r.end, text: JSON.stringify(r.line) })),
+    ...events.map((e) => ({ at: (e as { timestamp: number }).timestamp, text: JSON.stringify(e) })),
+  ].sort((a, b) => a.at - b.at);
+  const text = [...head.map((h) => JSON.stringify(h)), ...timed.map((t) => t.text)].join('\n');
+  writeFileSync(file, `${text}\n`);
+}
+
+describe('a recording of a router with worker groups', () => {
+  // Group "llama" on ranks 0-1 under prefix_match; group "qwen" on ranks 2-3 under
+  // round_robin, which switches to total_requests at 1500 ms; llama does not switch.
+  const llama = recordUnder(agentLines(1), { method: 'prefix_match', ranks: 2, model: 'llama' });
+  const qwen = recordUnder(agentLines(2), {
+    method: 'round_robin',
+    ranks: 2,
+    offset: 2,
+    model: 'qwen',
+    switchTo: [1500, 'total_requests'],
+  });
+  const file = join(dir, 'groups.jsonl');
+  write(
+    file,
+    [
+      {
+        ...START,
+        method: 'prefix_match',
+        options: {},
+        ranks: 4,
+        groups: [
+          { group: 'llama', method: 'prefix_match', options: {} },
+          { group: 'qwen', method: 'round_robin', options: {} },
+        ],
+      },
+    ],
+    [...llama, ...qwen],
+    [
+      {
+        event: 'policy_switch',
+        timestamp: 1500,
+        method: 'total_requests',
+        options: {},
+        group: 'qwen',
+      },
+    ],
+  );
+
+  it('replays one group on its own ranks, under its own policy and only its own switches', () => {
+    for (const [name, rows] of [
+      ['qwen', qwen],
+      ['llama', llama],
+    ] as const) {
+      const plan = buildWorkload('replay', { file, group: name }, 1);
+      expect(plan.ranks).toBe(2);
+      expect(plan.requests).toHaveLength(rows.length);
+      const r = replayObserved(plan, { profile: model(), seed: 1 });
+      expect(r.rankAgreement, name).toEqual({ compared: rows.length, same: rows.length });
+      const p50 = r.comparison.find((c) => c.key === 'ttftP50')!;
+      expect(Math.abs(p50.relError), name).toBeLessThan(1e-9);
+      expect(r.switches).toHaveLength(name === 'qwen' ? 1 : 0);
+      expect(r.policy.method).toBe(name === 'qwen' ? 'round_robin' : 'prefix_match');
+      expect(r.notes.join('\n')).toMatch(
+        new RegExp(
+          `worker group ${name}: 40 of 80 requests, on ranks ${name === 'qwen' ? '2,3' : '0,1'}`,
+        ),
+      );
+    }
+  });
+
+  it('refuses to replay or sweep all groups as one, naming them', async () => {
+    const a = await cli(['replay', '--trace', file, '--observed', '--profile-file', PROFILE_FILE]);
+    expect(a.code).toBe(2);
+    expect(a.stderr).toMatch(/2 worker groups \(llama, qwen\).*--group NAME/);
+    const b = await cli(['sweep', '--trace', file, '--policy', 'round_robin', '--jobs', '1']);
+    expect(b.code).toBe(2);
+    expect(b.stderr).toMatch(/2 worker groups/);
+    const c = await cli(['replay', '--trace', file, '--group', 'mistral']);
+    expect(c.code).toBe(2);
+    expect(c.stderr).toMatch(/no worker group "mistral" in the recording; its groups: llama, qwen/);
+  });
+
+  it('sweeps one group and writes a config that says it is that group’s', async () => {
+    const out = await cli([
+      'sweep',
+      '--trace',
+      file,
+      '--group',
+      'qwen',
+      '--profile-file',
+      PROFILE_FILE,
+      '--policy',
+      'round_robin',
+      '--jobs',
+      '1',
+      '--out-config',
+      'qwen.yaml',
+    ]);
+    expect(out.code, out.stderr).toBe(0);
+    expect(out.stdout).toMatch(/on replay, 2 ranks/);
+    // The recorded setting (with qwen's switch) reproduces qwen's observations.
+    expect(out.stdout).toMatch(
+      /Confidence: .*round_robin \(\+1 switch\), 40 requests\) .*\+?-?0\.0 pt/,
+    );
+    const yaml = readFileSync(join(dir, 'qwen.yaml'), 'utf8');
+    expect(yaml).toMatch(/^# for worker group qwen only: put these keys in its entry of models:/m);
+  });
+});
+
+describe('a recording in several files (rotated)', () => {
+  it('replay and sweep read every --trace in order, as one recording', async () => {
+    const rows = recordUnder(agentLines(3), { method: 'prefix_match', ranks: 3 });
+    const head = { ...START, method: 'prefix_match', options: {}, ranks: 3 };
+    const byEnd = [...rows].sort((a, b) => a.end - b.end);
+    write(join(dir, 'rot.jsonl.000001'), [head], byEnd.slice(0, 25));
+    write(join(dir, 'rot.jsonl'), [head], byEnd.slice(25));
+    const args = ['--trace', 'rot.jsonl.000001', '--trace', 'rot.jsonl'];
+    const a = await cli(['replay', ...args, '--observed', '--profile-file', PROFILE_FILE]);
+    expect(a.code, a.stderr).toBe(0);
+    expect(a.stdout).toMatch(/, 40 requests, 3 ranks/);
+    expect(a.stdout).toMatch(/rank agreement: 40 of 40 requests/);
+    const b = await cli([
+      'sweep',
+      ...args,
+      '--profile-file',
+      PROFILE_FILE,
+      '--policy',
+      'round_robin',
+      '--jobs',
+      '1',
+    ]);
+    expect(b.code, b.stderr).toBe(0);
+    expect(b.stdout).toMatch(/Confidence: .*prefix_match, 40 requests\)/);
+    // Files of two router runs are refused, as when concatenated.
+    write(join(dir, 'other-run.jsonl'), [{ ...head, origin_unix_ms: 1 }], byEnd.slice(25));
+    const c = await cli(['replay', '--trace', 'rot.jsonl.000001', '--trace', 'other-run.jsonl']);
+    expect(c.code).toBe(2);
+    expect(c.stderr).toMatch(/other-run\.jsonl:1: .*files of two router runs were concatenated/);
+  });
+});
+
+describe('sweep --current better than every swept setting', () => {
+  it('says so in the verdict, on top of the written config and on stderr', async () => {
+    // Recorded under round_robin; prefix_match with a prefix length of one block sends every
+    // request (they share the system prompt) to one rank: a far worse TTFT p50.
+    const rows = recordUnder(agentLines(4, 12, 6), { method: 'round_robin', ranks: 4 });
+    const file = join(dir, 'worse.jsonl');
+    write(file, [{ ...START, method: 'round_robin', options: {}, ranks: 4 }], rows);
+    const out = await cli([
+      'sweep',
+      '--trace',
+      file,
+      '--profile-file',
+      PROFILE_FILE,
+      '--policy',
+      'prefix_match',
+      '--window',
+      '64',
+      '--prefix-length',
+      '64',
+      '--objective',
+      'ttft-p50',
+      '--current',
+      'round_robin',
+      '--jobs',
+      '1',
+      '--out-config',
+      'worse.yaml',
+    ]);
+    expect(out.code, out.stderr).toBe(0);
+    expect(out.stdout).toMatch(/Warning: switching from the current setting \(round_robin/);
+    expect(out.stdout).not.toMatch(/, so nothing is traded away/);
+    const yaml = readFileSync(join(dir, 'worse.yaml'), 'utf8');
+    expect(yaml).toMatch(
+      /^# WARNING: switching from the current setting .* is predicted to make TTFT p50 worse/m,
+    );
+    expect(out.stderr).toMatch(/^warning: switching from the current setting/m);
+  });
+});
