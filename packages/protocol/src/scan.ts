@@ -663,9 +663,12 @@ function fromParsed(parsed: ParsedRequest, raw: Buffer, opts: ScanOptions): Scan
     stream: parsed.stream,
     inputIds: ids.length > cap ? ids.subarray(0, cap) : ids,
     promptTokens: ids.length,
-    maxTokens: route.maxTokens,
     routedRankSpans: topLevelSpans(raw, 'routed_dp_rank'),
   };
+  // Unset when the client set no limit, as the scan leaves it, so that the host knows the
+  // default applies (a chat or Responses answer is then bounded by the context, not by 128);
+  // several prompts keep their total, which the default does not give.
+  if (parsed.maxTokens !== undefined || parsed.items !== undefined) out.maxTokens = route.maxTokens;
   if (parsed.routingKey !== undefined) out.routingKey = parsed.routingKey;
   if (parsed.routedRank !== undefined) out.routedRank = parsed.routedRank;
   if (parsed.bootstrapRoom !== undefined) out.bootstrapRoom = parsed.bootstrapRoom;

@@ -55,6 +55,7 @@ function agree(kind: RequestKind, text: string, caps = [undefined, 1, 3, 16, 64,
     expect(s.bootstrapRoom).toBe(parsed.bootstrapRoom);
     const r = routeRequestFromScan(s, {});
     expect(r.maxTokens).toBe(route.maxTokens);
+    if (parsed.items === undefined) expect(r.maxTokensDefaulted).toBe(route.maxTokensDefaulted);
   }
 }
 
@@ -239,6 +240,26 @@ describe('scanRequest reads what routing needs, as the full path does', () => {
       }),
       { numRuns: 500 },
     );
+  });
+
+  it('says the client set no output limit on bodies the full path reads too', () => {
+    // The router bounds a non-streamed answer with no client limit by the context, not by
+    // the load-accounting default: every path must say which it is.
+    const bodies: Array<[RequestKind, string, boolean]> = [
+      ['responses', '{"input":"hi"}', true],
+      ['responses', '{"input":"hi","max_output_tokens":5}', false],
+      ['chat', '{"messages":[{"role":"a","role":"b","content":"x"}]}', true],
+      ['chat', '{"messages":[{"role":"a","role":"b","content":"x"}],"max_tokens":3}', false],
+      ['completion', '{"prompt":[[1,2]]}', true],
+      ['chat', '{"messages":[{"role":"user","content":"x"}]}', true],
+    ];
+    for (const [kind, body, defaulted] of bodies) {
+      const r = routeRequestFromScan(scanRequest(kind, Buffer.from(body)));
+      const f = buildRouteRequest(parseRequest(kind, parseJsonBody(body)), approximateTokenizer);
+      expect(r.maxTokensDefaulted, body).toBe(defaulted);
+      expect(r.maxTokensDefaulted, body).toBe(f.maxTokensDefaulted);
+      expect(r.maxTokens, body).toBe(f.maxTokens);
+    }
   });
 
   it('reads small fields in every scalar form as JSON.parse does (direct reads and fallback)', () => {
