@@ -46,6 +46,7 @@ import {
   TraceRecorder,
 } from './recording/recorder.ts';
 import { createReliabilityMetrics } from './reliability-metrics.ts';
+import { ResponseHomes } from './response-homes.ts';
 import { ShadowCacheModel } from './shadow/shadow-cache.ts';
 import { addWorker, fetchContextLength, fetchModelId } from './topology.ts';
 
@@ -331,8 +332,10 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     recorder.markPolicySwitch(policy.multiModel ? { ...to, group: e.group } : to);
   });
 
+  const responseHomes = new ResponseHomes();
   const state: RouterState = {
     config,
+    responseHomes,
     recorder,
     shadow,
     markPolicySwitch: (policy) => recorder.markPolicySwitch(policy),
@@ -460,6 +463,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     ...(pd ? { handle: pd.handle } : {}),
     recorder,
     shadow,
+    responseHomes,
   });
   // Attempts that sent nothing yet leave a worker as soon as it is taken out.
   health.onDown = (w, reason) => {

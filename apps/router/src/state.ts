@@ -15,6 +15,7 @@ import type { OutlierDetector } from './outlier.ts';
 import type { PdMode } from './pd/mode.ts';
 import type { RankTable, Worker } from './rank-table.ts';
 import type { PolicyDescription, TraceRecorder } from './recording/recorder.ts';
+import type { ResponseHomes } from './response-homes.ts';
 import type { ShadowCacheModel } from './shadow/shadow-cache.ts';
 
 /** What the router exposes to embedders and tests as `app.kvroute`. */
@@ -54,6 +55,8 @@ export interface RouterState {
   removeWorker(url: string): Worker | undefined;
   /** The traffic recorder (--record-trace, admin POST /trace_recording). */
   readonly recorder: TraceRecorder;
+  /** Which worker holds each stored Responses API response the router passed. */
+  readonly responseHomes: ResponseHomes;
   /** With --shadow-profile: the live cache model behind the kvroute_shadow_* metrics. */
   readonly shadow: ShadowCacheModel | undefined;
   /**

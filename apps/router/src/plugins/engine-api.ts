@@ -4,6 +4,8 @@
 //
 //   GET  /v1/models/{id}, /get_server_info, /get_model_info, /health_generate
 //   POST /tokenize, /detokenize                                     one healthy worker
+//   GET, DELETE /v1/responses/{id}, GET .../input_items, POST .../cancel
+//                          the worker holding the stored response (response-homes.ts)
 //   POST /flush_cache      every worker, behind the admin token (a fleet-wide cache drop)
 //   any unknown path       one healthy worker, with --pass-through-unknown (else 404), but
 //                          never a path the router owns (metrics, admin routes)
@@ -86,6 +88,14 @@ export function forwardToOneWorker(
   groupOf?: (req: FastifyRequest) => WorkerGroup | undefined,
   /** Adds to a worker's 200 JSON object before it goes back (the answer is read whole). */
   augment?: (body: Record<string, unknown>) => Record<string, unknown>,
+  /**
+   * For what one worker holds: the URL of the worker to ask first, and every other in turn
+   * while they answer 404 (the last answer stands); `found` hears which one answered 2xx.
+   */
+  holder?: {
+    first(req: FastifyRequest): string | undefined;
+    found(req: FastifyRequest, worker: Worker): void;
+  },
 ): ForwardHandler {
   const { table, health, config } = state;
   let cursor = 0;
@@ -100,6 +110,9 @@ export function forwardToOneWorker(
           !w.removed &&
           (group === undefined || state.policy.groupOfUrl(w.url) === group),
       );
+    const first = holder?.first(req);
+    const at = first === undefined ? -1 : workers.findIndex((w) => w.url === first);
+    if (at > 0) workers.unshift(...workers.splice(at, 1));
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries(req.headers)) {
       if (v === undefined || DROP_REQUEST.has(k)) continue;
@@ -108,8 +121,10 @@ export function forwardToOneWorker(
     }
     if (config.workerApiKey !== undefined) headers.authorization = `Bearer ${config.workerApiKey}`;
     const body = Buffer.isBuffer(req.body) && req.body.length > 0 ? req.body : undefined;
+    // A holder search starts at the known holder (or the first worker), not the round robin.
+    const from = holder ? 0 : cursor;
     for (let i = 0; i < workers.length; i++) {
-      const w = workers[(cursor + i) % workers.length] as Worker;
+      const w = workers[(from + i) % workers.length] as Worker;
       try {
         const res = await request(`${w.url}${req.url}`, {
           method: req.method as 'GET',
@@ -119,7 +134,15 @@ export function forwardToOneWorker(
           headersTimeout: config.requestTimeoutMs,
           bodyTimeout: config.requestTimeoutMs,
         });
-        cursor = (cursor + i + 1) % workers.length;
+        if (holder) {
+          if (res.statusCode === 404 && i < workers.length - 1) {
+            await res.body.dump();
+            continue;
+          }
+          if (res.statusCode < 300) holder.found(req, w);
+        } else {
+          cursor = (cursor + i + 1) % workers.length;
+        }
         reply.code(res.statusCode);
         for (const [k, v] of Object.entries(res.headers)) {
           if (v !== undefined && !DROP_RESPONSE.has(k)) reply.header(k, v);
@@ -183,6 +206,17 @@ export async function engineApiPlugin(app: FastifyInstance, opts: EngineApiOptio
   );
   for (const path of ['/get_model_info', '/health_generate']) app.get(path, forward);
   for (const path of ['/tokenize', '/detokenize']) app.post(path, forward);
+  // A stored Responses API response is its worker's: asked there first (the router remembers
+  // who answered it), else of each worker until one has it.
+  const homes = opts.state.responseHomes;
+  const stored = forwardToOneWorker(opts.state, undefined, undefined, {
+    first: (req) => homes.home((req.params as { id: string }).id),
+    found: (req, w) => homes.remember((req.params as { id: string }).id, w.url),
+  });
+  app.get('/v1/responses/:id', stored);
+  app.delete('/v1/responses/:id', stored);
+  app.get('/v1/responses/:id/input_items', stored);
+  app.post('/v1/responses/:id/cancel', stored);
 }
 
 /**

@@ -156,7 +156,15 @@ export interface ForwardOptions {
   onFirstToken?: () => void;
   /** Streams: seconds between successive events carrying generated tokens. */
   interToken?: { observe(seconds: number): void };
+  /**
+   * Responses API: the answer's response id (a body's `id`, a stream's `response.id` in its
+   * first events), so that follow-ups naming it reach this worker.
+   */
+  onResponseId?: (id: string) => void;
 }
+
+/** How many of a Responses stream's first events are read for its id (response.created is the first). */
+const RESPONSE_ID_EVENTS = 3;
 
 /** One reader's facts, reused: an event is read synchronously, start to end. */
 const FACTS = new SseDataFacts();
@@ -255,6 +263,8 @@ export class ForwardCall {
   private sse = false;
   /** SSE: the stream's event template (sse-data.ts). */
   private template: SseTemplate | undefined;
+  /** Responses streams: events read for the response id so far. */
+  private idEvents = 0;
   private first = true;
   /** Held body chunks (non-streaming), or undefined once passed through unchecked. */
   private held: Buffer[] | undefined;
@@ -504,6 +514,9 @@ export class ForwardCall {
     const c = text.charCodeAt(start);
     if (c === 58 /* : comment */) return undefined;
     if (c === 100 /* d */ && text.startsWith('data:', start)) {
+      if (this.o.onResponseId !== undefined && this.idEvents < RESPONSE_ID_EVENTS) {
+        this.readResponseId(text.slice(start + 5, end));
+      }
       // An event's JSON is read without building it: against the stream's last event where
       // only the token text differs, else in one pass (protocol's sse-data.ts). What that
       // leaves undecided (and [DONE], and garbage) goes through JSON.parse, whose verdict
@@ -549,6 +562,22 @@ export class ForwardCall {
       return undefined;
     }
     return `a line that is not SSE: ${JSON.stringify(text.slice(start, Math.min(end, start + 60)))}`;
+  }
+
+  /** A Responses stream event's `response.id`, passed on once (its own JSON.parse: rare). */
+  private readResponseId(payload: string): void {
+    this.idEvents++;
+    let value: unknown;
+    try {
+      value = JSON.parse(payload);
+    } catch {
+      return; // The check below refuses it.
+    }
+    const id = (value as { response?: { id?: unknown } } | null)?.response?.id;
+    if (typeof id === 'string' && id !== '') {
+      this.idEvents = RESPONSE_ID_EVENTS;
+      this.o.onResponseId!(id);
+    }
   }
 
   /** A stream went bad: retry if the client has nothing yet, else end it with an error event. */
@@ -645,6 +674,8 @@ export class ForwardCall {
         return;
       }
       usage = usageFromObject(value);
+      const id = this.o.onResponseId && (value as { id?: unknown }).id;
+      if (typeof id === 'string' && id !== '') this.o.onResponseId!(id);
     }
     this.sendHead(body.length);
     res.end(body);

@@ -51,6 +51,7 @@ import type { OutlierDetector } from '../outlier.ts';
 import type { RankTable, Worker } from '../rank-table.ts';
 import type { TraceRecorder } from '../recording/recorder.ts';
 import type { ReliabilityMetrics } from '../reliability-metrics.ts';
+import { previousResponseId, type ResponseHomes } from '../response-homes.ts';
 import type { ShadowCacheModel, ShadowTicket } from '../shadow/shadow-cache.ts';
 import { boundedOutputTokens, firstByteBoundFor } from '../timeouts.ts';
 import { RequestTrace } from '../tracing.ts';
@@ -91,6 +92,8 @@ export interface ProxyContext {
   recorder?: TraceRecorder | undefined;
   /** With --shadow-profile: the live cache model every dispatched attempt goes through. */
   shadow?: ShadowCacheModel | undefined;
+  /** Which worker holds each stored Responses API response (follow-ups go there). */
+  responseHomes?: ResponseHomes | undefined;
   /**
    * Serves an admitted request's body instead of the one-rank proxy (the PD mode, pd/mode.ts);
    * admission, body reading and error replies stay here.
@@ -313,7 +316,27 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     );
     const group = policy.resolve(routeRequest.model);
     // Other groups' ranks: the policy sees them as down (undefined with one group).
-    const outside = group.outside;
+    let outside = group.outside;
+    // A Responses follow-up goes to the worker holding the response it continues (its prompt
+    // is only the new turn, so nothing else would find that worker): the others' ranks are
+    // outside for it. A response no worker holds is left to the policy (the engine says 404).
+    const previous =
+      kind === 'responses' && ctx.responseHomes ? previousResponseId(raw) : undefined;
+    if (previous !== undefined) {
+      const homes = ctx.responseHomes!;
+      const home =
+        homes.home(previous) ??
+        (await homes.locate(
+          previous,
+          table.workers().filter((w) => w.healthy && !w.ejected && !w.removed),
+          ctx.agent,
+          config.workerApiKey !== undefined
+            ? { authorization: `Bearer ${config.workerApiKey}` }
+            : {},
+          config.health.timeoutMs,
+        ));
+      if (home !== undefined) outside = ranksNotOf(table.workers(), home, outside);
+    }
     // What the recorded line says (the last attempt's rank and outcome).
     const rec: Outcome | undefined = recorded ? { rank: -1, reason: '', status: 0 } : undefined;
     const routed = routeRequest.routedRank;
@@ -481,6 +504,9 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
               }
             : {}),
           interToken: m.interToken,
+          ...(kind === 'responses' && ctx.responseHomes
+            ? { onResponseId: (id: string) => ctx.responseHomes!.remember(id, worker.url) }
+            : {}),
         });
         call = thisCall;
         calls.add(worker, thisCall);
@@ -726,4 +752,18 @@ function goneSignal(res: ServerResponse): AbortSignal {
       if (!res.writableFinished) ac.abort(CLIENT_GONE);
     });
   return ac.signal;
+}
+
+/** `outside` plus the ranks of every worker but the one at `url`. */
+function ranksNotOf(
+  workers: readonly Worker[],
+  url: string,
+  outside: ReadonlySet<number> | undefined,
+): Set<number> {
+  const out = new Set(outside);
+  for (const w of workers) {
+    if (w.url === url) continue;
+    for (const r of w.ranks) out.add(r);
+  }
+  return out;
 }
