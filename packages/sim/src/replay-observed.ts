@@ -52,7 +52,7 @@ export interface ObservedReplayResult {
   comparison: ComparisonRow[];
   rankAgreement: { compared: number; same: number };
   /** Requests whose hit rate / TTFT could be compared (observed cached tokens / a streamed first byte). */
-  compared: { hitRate: number; ttft: number; requests: number };
+  compared: { hitRate: number; ttft: number; requests: number; failedLive: number };
   notes: string[];
   perRequest: ObservedRequestRow[];
 }
@@ -146,6 +146,7 @@ export function replayObserved(
   const hitObs: OutcomeRecord[] = [];
   let ttftCompared = 0;
   let nonStream = 0;
+  let failedLive = 0;
   plan.requests.forEach((req, i) => {
     const line = trace.lines[i]!;
     const o = line.observed ?? {};
@@ -163,7 +164,6 @@ export function replayObserved(
         }
       : { id: req.id, ok: false, startMs, endMs: startMs, promptTokens: 0, cachedTokens: 0 };
     const streamed = o.stream !== false;
-    if (!streamed) nonStream++;
     if (p && streamed) pr.ttftMs = p.ttftMs;
     const or: OutcomeRecord = {
       id: req.id,
@@ -176,10 +176,19 @@ export function replayObserved(
     };
     if (o.ttftMs !== undefined && streamed) {
       or.ttftMs = o.ttftMs;
-      if (pr.ttftMs !== undefined) ttftCompared++;
+      if (pr.ttftMs !== undefined && or.ok) ttftCompared++;
     }
-    predicted.push(pr);
-    observed.push(or);
+    if (!or.ok) {
+      // Failed or abandoned live (a 5xx, a 499): the simulation completes every request, so
+      // counted on the predicted side alone it would read as throughput, TTFT and e2e the
+      // router never saw. Left out of both columns, as the hit rate leaves out what was not
+      // reported; the simulation still runs it (it held its rank live too).
+      failedLive++;
+    } else {
+      predicted.push(pr);
+      observed.push(or);
+      if (!streamed) nonStream++;
+    }
     if (o.cachedTokens !== undefined && or.ok) {
       hitPred.push(pr);
       hitObs.push(or);
@@ -207,6 +216,16 @@ export function replayObserved(
     });
   });
   if (plan.requests.length === 0) throw new ObservedReplayError('the trace has no request lines');
+  if (failedLive > 0) {
+    notes.push(
+      `${failedLive} of ${plan.requests.length} request(s) failed or were abandoned live (status not 2xx, e.g. 499, 5xx) and are left out of both columns`,
+    );
+  }
+  if (observed.length === 0) {
+    throw new ObservedReplayError(
+      `none of the trace's ${plan.requests.length} requests succeeded live: nothing to compare`,
+    );
+  }
   const predSummary = summarizeOutcomes(predicted);
   const obsSummary = summarizeOutcomes(observed);
   const comparison = compareSummaries(predSummary, obsSummary);
@@ -246,7 +265,12 @@ export function replayObserved(
     observed: obsSummary,
     comparison,
     rankAgreement: rankAgreement(predicted, observed),
-    compared: { hitRate: hitObs.length, ttft: ttftCompared, requests: observed.length },
+    compared: {
+      hitRate: hitObs.length,
+      ttft: ttftCompared,
+      requests: observed.length,
+      failedLive,
+    },
     notes,
     perRequest,
   };

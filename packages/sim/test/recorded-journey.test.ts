@@ -284,3 +284,35 @@ describe('sweep --current better than every swept setting', () => {
     expect(out.stderr).toMatch(/^warning: switching from the current setting/m);
   });
 });
+
+describe('replay --observed on requests that failed live', () => {
+  it('leaves them out of both columns and says how many', async () => {
+    const rows = recordUnder(agentLines(5), { method: 'prefix_match', ranks: 3 });
+    // A client that left (499) and a worker error (500): the simulation completes them.
+    rows.forEach((r, i) => {
+      if (i % 8 === 3) r.line.status = i % 16 === 3 ? 499 : 500;
+    });
+    const file = join(dir, 'failed.jsonl');
+    write(file, [{ ...START, method: 'prefix_match', options: {}, ranks: 3 }], rows);
+    const r = replayObserved(buildWorkload('replay', { file }, 1), { profile: model(), seed: 1 });
+    const row = (k: string) => r.comparison.find((c) => c.key === k)!;
+    // The rest is the simulator's own observation: exact on both sides, throughput included.
+    expect(Math.abs(row('throughput').relError)).toBeLessThan(1e-9);
+    expect(Math.abs(row('ttftP99').relError)).toBeLessThan(1e-9);
+    expect(Math.abs(row('e2eP50').relError)).toBeLessThan(1e-9);
+    expect(row('errors').predicted).toBe(0);
+    expect(r.compared).toMatchObject({ requests: 35, failedLive: 5 });
+    expect(r.notes.join('\n')).toMatch(/5 of 40 request\(s\) failed or were abandoned live/);
+    const out = await cli([
+      'replay',
+      '--trace',
+      file,
+      '--observed',
+      '--profile-file',
+      PROFILE_FILE,
+    ]);
+    expect(out.stdout).toMatch(
+      /35 requests that succeeded live \(5 failed or abandoned left out\)/,
+    );
+  });
+});

@@ -8,7 +8,7 @@ export function renderObservedReplay(
   head: { trace: string; profile: string },
 ): string {
   const lines = [
-    `predicted vs observed: ${head.trace}, ${r.compared.requests} requests, ${r.ranks} ranks, profile ${head.profile}`,
+    `predicted vs observed: ${head.trace}, ${r.compared.requests} requests${r.compared.failedLive > 0 ? ` that succeeded live (${r.compared.failedLive} failed or abandoned left out)` : ''}, ${r.ranks} ranks, profile ${head.profile}`,
     `setting replayed: ${r.policyLabel}`,
     '',
     renderComparison(r.comparison, 'replay').trimEnd(),
