@@ -6,6 +6,17 @@
 // A removed worker leaves tombstone slots (never healthy) instead of shifting later ranks
 // down: rank indexes stay stable, so affinity entries and prefix hashes for the other ranks
 // survive an admin removal; a later add reuses tombstones first.
+//
+// That numbering depends on the order of adds and removes each router has seen, which is
+// the same on every replica only for a fixed --worker-urls list. With service discovery every
+// replica sees its own pod churn, so the table is `ordered` instead: ranks follow the workers
+// sorted by URL (code-unit order, not locale), a DP server's ranks together in DP rank order,
+// with no tombstones. The numbering is then a function of the current worker set alone, and
+// every replica that sees the same pods gives each the same ranks, so the hash methods send a
+// prefix to the same worker from all of them. The price: an add or remove renumbers the
+// ranks after the changed worker's place, moving their share of hashed prefixes once (and,
+// until they finish, the in-flight counts still on those indexes stay there; learned
+// per-rank state such as cache_aware's index points at the old occupant until relearned).
 import { createLoadTracker, type LoadTracker, type RankState } from '@kvroute/policy';
 
 export interface Worker {
@@ -33,6 +44,11 @@ export interface Worker {
   loadSource?: 'loads' | 'metrics' | 'none';
   /** The model it serves, as its /v1/models says (the metrics' `model` label). */
   model?: string;
+  /**
+   * The pod service discovery found it as (`namespace/name`): the metrics' `worker` label on
+   * the main listener, where ranks of an ordered table renumber as pods come and go.
+   */
+  pod?: string;
 }
 
 export interface RankSlot {
@@ -66,6 +82,11 @@ export class RankTable {
   private anyExternal = false;
   /** Called as a worker's ranks are added or removed, before anything can route to them. */
   onChange: (() => void) | undefined;
+  /**
+   * Ranks numbered by the sorted worker URLs (see the header) instead of by history. Set
+   * before the first add (service discovery does).
+   */
+  ordered = false;
 
   get size(): number {
     return this.slots.length;
@@ -101,6 +122,12 @@ export class RankTable {
       consecutiveFailures: 0,
       consecutiveSuccesses: 0,
     };
+    if (this.ordered) {
+      this.byUrl.set(url, worker);
+      this.layout();
+      this.onChange?.();
+      return worker;
+    }
     const free = this.slots.filter((s) => s.worker.removed);
     for (let dp = 0; dp < dpSize; dp++) {
       let slot = free.shift();
@@ -127,9 +154,46 @@ export class RankTable {
     if (!worker) return undefined;
     worker.removed = true;
     this.byUrl.delete(url);
-    for (const r of worker.ranks) this.tracker.setHealthy(r, false);
+    if (this.ordered) this.layout();
+    else for (const r of worker.ranks) this.tracker.setHealthy(r, false);
     this.onChange?.();
     return worker;
+  }
+
+  /**
+   * Ordered tables: lays the live workers out by URL. A position whose occupant changes gets
+   * a new slot object (code still holding the old one sees the worker it was given), and
+   * polled external load moves with its worker. O(R) per add or remove, nothing per request.
+   */
+  private layout(): void {
+    const live = [...this.byUrl.values()].sort((a, b) =>
+      a.url < b.url ? -1 : a.url > b.url ? 1 : 0,
+    );
+    const external = new Map<string, number>();
+    for (const s of this.slots)
+      external.set(`${s.worker.url}#${s.dpRank ?? 0}`, s.externalRequests);
+    let rank = 0;
+    for (const worker of live) {
+      worker.ranks.length = 0;
+      for (let dp = 0; dp < worker.dpSize; dp++, rank++) {
+        const dpRank = worker.dpAware ? dp : undefined;
+        const old = this.slots[rank];
+        if (!old || old.worker !== worker || old.dpRank !== dpRank) {
+          const slot: RankSlot = {
+            rank,
+            worker,
+            externalRequests: external.get(`${worker.url}#${dp}`) ?? 0,
+          };
+          if (dpRank !== undefined) slot.dpRank = dpRank;
+          this.slots[rank] = slot;
+        }
+        worker.ranks.push(rank);
+      }
+    }
+    this.slots.length = rank;
+    this.tracker.resize(rank);
+    for (const worker of live) this.refresh(worker);
+    this.anyExternal = this.slots.some((s) => s.externalRequests > 0);
   }
 
   setHealthy(worker: Worker, healthy: boolean): void {

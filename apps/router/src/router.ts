@@ -81,9 +81,13 @@ function sumStats(
   return out;
 }
 
-/** The metrics `url` label: never a worker URL on the unauthenticated main listener. */
+/**
+ * The metrics `url` label: never a worker URL on the unauthenticated main listener, where a
+ * discovered worker is named by its pod (its rank changes as other pods come and go) and
+ * others by their first rank.
+ */
 function metricsUrl(config: RouterConfig, worker: Worker | undefined, url: string): string {
-  if (config.adminPort === undefined) return `worker-r${worker?.ranks[0] ?? '?'}`;
+  if (config.adminPort === undefined) return worker?.pod ?? `worker-r${worker?.ranks[0] ?? '?'}`;
   try {
     const u = new URL(url);
     return `${u.protocol}//${u.host}${u.pathname.replace(/\/+$/, '')}`;

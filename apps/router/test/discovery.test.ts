@@ -193,6 +193,36 @@ describe('Kubernetes service discovery', () => {
     expect((await app.inject({ url: '/readiness' })).statusCode).toBe(200);
   });
 
+  it('checks a discovered pod as it is added: ready at start even with every check off', async () => {
+    const api = await fakeApiServer();
+    const port = await podWorkers(1);
+    const config = resolveConfig([
+      '--service-discovery',
+      '--selector',
+      'app=sglang',
+      '--service-discovery-port',
+      String(port),
+      '--service-discovery-namespace',
+      'llm',
+      '--health-check-interval-ms',
+      '0',
+      '--generation-check-interval-ms',
+      '0',
+    ]);
+    const app = buildRouter(config, { kubeConfig: kubeConfigFor(api.url) });
+    cleanups.push(() => app.close());
+    await app.ready();
+    // No request has been served and no periodic check runs: the check on add is what passed.
+    const ready = await app.inject({ url: '/readiness' });
+    expect(ready.json()).toMatchObject({ status: 'ok', healthy_ranks: 1, checked_workers: 1 });
+    expect(ready.statusCode).toBe(200);
+    // Its ranks renumber as other pods come and go, so the metrics name the pod, not a rank.
+    const metrics = (await app.inject({ url: '/metrics' })).body;
+    expect(metrics).toMatch(
+      /kvroute_router_rank_healthy\{[^}]*url="llm\/sglang-7d9f8c6b5-a1b2c"[^}]*\} 1/,
+    );
+  });
+
   it('keeps serving its other workers while the API is unreachable, and says so in the log', async () => {
     const lines: string[] = [];
     const config = resolveConfig([

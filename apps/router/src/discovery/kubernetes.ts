@@ -11,7 +11,8 @@ import type { FastifyBaseLogger } from 'fastify';
 import { labelSelector, type PodLike, podKey, readyWorkerUrl } from './pods.ts';
 
 export interface DiscoveryTarget {
-  addWorker(url: string): Promise<unknown>;
+  /** `pod` is the pod's `namespace/name`. */
+  addWorker(url: string, pod: string): Promise<unknown>;
   removeWorker(url: string): unknown;
 }
 
@@ -76,7 +77,7 @@ export function createKubernetesDiscovery(
       if (current === url) return;
       if (current !== undefined) await remove(key);
       if (url === undefined || stopped) return;
-      await target.addWorker(url);
+      await target.addWorker(url, key);
       workers.set(key, url);
       log.info({ pod: key, url }, 'service discovery: worker added');
     });

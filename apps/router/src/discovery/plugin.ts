@@ -1,5 +1,7 @@
 // Wires Kubernetes worker discovery into the router's lifecycle: it starts when the app is
-// ready (after the static --worker-urls are added) and stops when the app closes.
+// ready (after the static --worker-urls are added and checked) and stops when the app
+// closes. Each discovered worker is health-checked as it is added, and the first list's
+// adds (with their checks) finish before the router serves.
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { FastifyInstance } from 'fastify';
 import type { RouterState } from '../state.ts';
@@ -14,10 +16,21 @@ export async function discoveryPlugin(
   app: FastifyInstance,
   opts: DiscoveryPluginOptions,
 ): Promise<void> {
-  const { config } = opts.state;
+  const { config, table, health } = opts.state;
+  // Ranks numbered by worker URL, not by the pod churn this replica happened to see, so every
+  // replica gives a pod the same rank (rank-table.ts). Set before any worker is added.
+  table.ordered = true;
   const discovery = createKubernetesDiscovery(
     {
-      addWorker: (url) => opts.state.addWorker(url),
+      addWorker: async (url, pod) => {
+        const worker = await opts.state.addWorker(url);
+        worker.pod = pod;
+        // Checked as it joins, whatever the check settings, as static workers are checked
+        // before serving: /readiness turns ok as soon as one passes, not a health interval
+        // later (or, with active checks off, never).
+        await health.check(worker);
+        return worker;
+      },
       removeWorker: (url) => opts.state.removeWorker(url),
     },
     {

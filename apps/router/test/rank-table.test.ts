@@ -1,0 +1,77 @@
+// Rank numbering. A fixed --worker-urls list keeps its order and leaves tombstones, so indexes
+// never shift; an ordered table (service discovery) numbers ranks by worker URL, so two
+// router replicas that saw different pod churn still give every worker the same rank, and
+// the hash methods send a prefix to the same worker from both.
+import { createDispatcher } from '@kvroute/policy';
+import { describe, expect, it } from 'vitest';
+import { RankTable } from '../src/rank-table.ts';
+
+const url = (i: number) => `http://10.0.0.${i}:30001`;
+const layout = (t: RankTable) =>
+  t.info().map((r) => ({ rank: r.rank, url: r.url, dp: r.dpRank, removed: r.removed }));
+
+describe('RankTable', () => {
+  it('keeps a static table in its add order, reusing a removed worker’s tombstone', () => {
+    const t = new RankTable();
+    for (const i of [3, 1, 2]) t.addWorker(url(i), 1, false);
+    t.removeWorker(url(3));
+    t.addWorker(url(4), 1, false);
+    expect(layout(t).map((r) => r.url)).toEqual([url(4), url(1), url(2)]);
+  });
+
+  it('numbers an ordered table by URL, whatever add and remove history each replica saw', () => {
+    // Replica A starts with pods 2 and 3, then pod 2 is replaced by pod 4 and pod 1 joins.
+    const a = new RankTable();
+    a.ordered = true;
+    a.addWorker(url(2), 1, false);
+    a.addWorker(url(3), 1, false);
+    a.removeWorker(url(2));
+    a.addWorker(url(4), 1, false);
+    a.addWorker(url(1), 1, false);
+    // Replica B starts afterwards and lists the same pods in another order.
+    const b = new RankTable();
+    b.ordered = true;
+    for (const i of [4, 1, 3]) b.addWorker(url(i), 1, false);
+
+    const want = [
+      { rank: 0, url: url(1), dp: null, removed: false },
+      { rank: 1, url: url(3), dp: null, removed: false },
+      { rank: 2, url: url(4), dp: null, removed: false },
+    ];
+    expect(layout(a)).toEqual(want);
+    expect(layout(b)).toEqual(want);
+    expect(a.tracker.ranks.map((r) => r.healthy)).toEqual([true, true, true]);
+    expect(a.worker(url(4))?.ranks).toEqual([2]);
+
+    // The same prefix goes to the same worker from both.
+    const da = createDispatcher({ method: 'prefix_match' });
+    const db = createDispatcher({ method: 'prefix_match' });
+    for (let p = 0; p < 50; p++) {
+      const inputIds = Array.from({ length: 300 }, (_, i) => (i * 7919 + p * 104729) % 32000);
+      const ra = da.dispatch({ inputIds }, a.view()).rank;
+      const rb = db.dispatch({ inputIds }, b.view()).rank;
+      expect(a.slot(ra)?.worker.url).toBe(b.slot(rb)?.worker.url);
+    }
+  });
+
+  it('keeps a DP server’s ranks together in an ordered table, and health follows the worker', () => {
+    const t = new RankTable();
+    t.ordered = true;
+    const late = t.addWorker(url(9), 2, true);
+    t.setHealthy(late, false);
+    t.addWorker(url(5), 2, true);
+    expect(layout(t)).toEqual([
+      { rank: 0, url: url(5), dp: 0, removed: false },
+      { rank: 1, url: url(5), dp: 1, removed: false },
+      { rank: 2, url: url(9), dp: 0, removed: false },
+      { rank: 3, url: url(9), dp: 1, removed: false },
+    ]);
+    // The down worker's health moved with it to its new ranks.
+    expect(t.tracker.ranks.map((r) => r.healthy)).toEqual([true, true, false, false]);
+    expect(late.ranks).toEqual([2, 3]);
+    t.removeWorker(url(5));
+    expect(t.size).toBe(2);
+    expect(late.ranks).toEqual([0, 1]);
+    expect(t.tracker.ranks.map((r) => r.healthy)).toEqual([false, false]);
+  });
+});
