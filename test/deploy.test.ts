@@ -567,6 +567,36 @@ describe('Helm chart', () => {
     expect(cfg.recordTrace).toBe(trace);
     expect(writableMountOf(pod, cfg.recordTrace!)).toBe('recording');
 
+    // A writable volume elsewhere is not enough: the deepest mount holding the path decides.
+    const notUnder =
+      /record-trace: the root filesystem is read-only and \/data\/t\.jsonl is not under a writable volume/;
+    expect(() =>
+      render({
+        recording: { enabled: true },
+        router: { config: { 'record-trace': '/data/t.jsonl' } },
+      }),
+    ).toThrow(notUnder);
+    const secret = {
+      extraVolumes: [{ name: 'secrets', secret: { secretName: 'kvroute-files' } }],
+      extraVolumeMounts: [{ name: 'secrets', mountPath: '/etc/kvroute-secrets', readOnly: true }],
+    };
+    expect(() => render({ ...secret, ...withTrace })).toThrow(/is not under a writable volume/);
+    expect(() =>
+      render({ ...secret, router: { config: { 'record-trace': '/etc/kvroute-secrets/t.jsonl' } } }),
+    ).toThrow(/is not under a writable volume/);
+    // A read-only mount inside the recording volume hides it; a trailing slash is the same path.
+    expect(() =>
+      render({
+        recording: { enabled: true, path: '/var/lib/kvroute/' },
+        extraVolumes: secret.extraVolumes,
+        extraVolumeMounts: [{ name: 'secrets', mountPath: '/var/lib/kvroute/ro', readOnly: true }],
+        router: { config: { recordTrace: '/var/lib/kvroute/ro/t.jsonl' } },
+      }),
+    ).toThrow(/recordTrace: .* is not under a writable volume/);
+    expect(() =>
+      render({ ...withTrace, recording: { enabled: true, path: '/var/lib/kvroute/' } }),
+    ).not.toThrow();
+
     const sized = one(render({ recording: { enabled: true, sizeLimit: '2Gi' } }), 'Deployment');
     expect(sized.spec.template.spec.volumes.at(-1)).toEqual({
       name: 'recording',

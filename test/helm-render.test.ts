@@ -100,6 +100,15 @@ describe('helm renderer', () => {
     expect(render('{{ if eq .n 1.5 }}y{{ end }}', { n: 1.5 })).toBe('y');
   });
 
+  it('hasPrefix, and dict + set changing a map in place (seen after the range)', () => {
+    expect(render('{{ hasPrefix "/a/" "/a/b" }} {{ hasPrefix "/a/" "/ab" }}', {})).toBe(
+      'true false',
+    );
+    const t =
+      '{{ $m := dict "n" 0 }}{{ range .l }}{{ if gt (len .) $m.n }}{{ $_ := set $m "n" (len .) }}{{ end }}{{ end }}{{ $m.n }}';
+    expect(render(t, { l: ['ab', 'abcde', 'abc'] })).toBe('5');
+  });
+
   it('regexSplit (Go Regexp.Split, all parts), trim, and eq against several values', () => {
     expect(
       render('{{ range regexSplit "[\\\\s,]+" .s -1 }}[{{ . }}]{{ end }}', { s: 'a, b c,d' }),

@@ -475,6 +475,19 @@ export class Renderer {
       }
       case 'join':
         return (Array.isArray(a[1]) ? a[1] : []).map(goString).join(s(0));
+      case 'hasPrefix':
+        return s(1).startsWith(s(0));
+      case 'dict': {
+        const out: Record<string, unknown> = {};
+        for (let i = 0; i + 1 < a.length; i += 2) out[s(i)] = a[i + 1];
+        return out;
+      }
+      case 'set': {
+        // Sprig's set: changes the dict in place (visible outside a range) and returns it.
+        const d = a[0] as Record<string, unknown>;
+        d[s(1)] = a[2];
+        return d;
+      }
       case 'hasKey':
         return a[0] !== null && typeof a[0] === 'object' && s(1) in (a[0] as object);
       default:

@@ -81,8 +81,30 @@ would repeat the key), and a router without any way to find workers.
 {{- fail (printf "router.config.%s: would move /metrics and the admin routes off the port the Service, the probes and the ServiceMonitor use; not supported by the chart" $k) }}
 {{- else if eq $k "admin-token" "adminToken" "api-key" "api-keys" "apiKeys" }}
 {{- fail (printf "router.config.%s: a credential does not belong in the ConfigMap: use adminToken.value / adminToken.existingSecret or apiKey.value / apiKey.existingSecret" $k) }}
-{{- else if and (eq $k "record-trace" "recordTrace") (not $.Values.recording.enabled) (not $.Values.extraVolumeMounts) }}
-{{- fail (printf "router.config.%s: the root filesystem is read-only: set recording.enabled=true (a writable volume at recording.path) or mount one with extraVolumeMounts" $k) }}
+{{- else if eq $k "record-trace" "recordTrace" }}
+{{- /* The deepest mount holding the path decides, as in the container: it must be writable. */}}
+{{- $path := printf "%v" $v }}
+{{- $best := dict "depth" 0 "writable" false }}
+{{- if hasPrefix "/etc/kvroute/" $path }}
+{{- $_ := set $best "depth" (len "/etc/kvroute") }}
+{{- end }}
+{{- if $.Values.recording.enabled }}
+{{- $mp := trimSuffix "/" $.Values.recording.path }}
+{{- if and (hasPrefix (printf "%s/" $mp) $path) (gt (len $mp) $best.depth) }}
+{{- $_ := set $best "depth" (len $mp) }}
+{{- $_ := set $best "writable" true }}
+{{- end }}
+{{- end }}
+{{- range $.Values.extraVolumeMounts }}
+{{- $mp := trimSuffix "/" (printf "%v" .mountPath) }}
+{{- if and (hasPrefix (printf "%s/" $mp) $path) (gt (len $mp) $best.depth) }}
+{{- $_ := set $best "depth" (len $mp) }}
+{{- $_ := set $best "writable" (not .readOnly) }}
+{{- end }}
+{{- end }}
+{{- if not $best.writable }}
+{{- fail (printf "router.config.%s: the root filesystem is read-only and %s is not under a writable volume: set recording.enabled=true and write under recording.path (%s), or mount a writable volume over its directory with extraVolumeMounts (the router would exit at start)" $k $path $.Values.recording.path) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- if not (or .Values.discovery.enabled .Values.router.workerUrls .Values.adminToken.value .Values.adminToken.existingSecret (hasKey .Values.router.config "models") (hasKey .Values.router.config "mock-workers") (hasKey .Values.router.config "mockWorkers")) }}
