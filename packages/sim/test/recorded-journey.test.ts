@@ -316,3 +316,72 @@ describe('replay --observed on requests that failed live', () => {
     );
   });
 });
+
+describe('fit on the router’s request lines', () => {
+  /** The fit-probe scenario on one rank, as the router records it. */
+  function loneLines(): Record<string, unknown>[] {
+    const plan = buildWorkload('fit-probe', { singles: 16, maxTokens: 1500, gapMs: 800 }, 1);
+    const { records } = simulatePlan(plan, {
+      policy: { method: 'round_robin' },
+      profile: model(),
+      seed: 1,
+    });
+    return [...records]
+      .sort((a, b) => a.endMs - b.endMs)
+      .map((r) => ({
+        timestamp: r.arrivalMs,
+        input_length: r.inputTokens,
+        output_length: r.outputTokens,
+        hash_ids: Array.from({ length: Math.ceil(r.inputTokens / 512) }, (_, i) => r.id * 100 + i),
+        rank: r.rank,
+        reason: r.reason,
+        cached_tokens: r.cachedTokens,
+        ttft_ms: r.ttftMs,
+        e2e_ms: r.endMs - r.arrivalMs,
+        status: 200,
+        stream: true,
+      }));
+  }
+
+  it('without the start line, leaves out what it leaves out with it', async () => {
+    const lines = loneLines();
+    const t = (lines.at(-1)!.timestamp as number) + 2000;
+    // What the router also writes: a 500 in 3 ms, a 499 without ttft_ms, a non-streamed
+    // answer (its first byte is the whole response), one without a cached-token count.
+    const extra = [
+      { ...lines[0]!, timestamp: t, status: 500, ttft_ms: 3, e2e_ms: 3.2 },
+      { ...lines[1]!, timestamp: t + 900, status: 499, ttft_ms: undefined, e2e_ms: 40 },
+      { ...lines[2]!, timestamp: t + 1800, stream: false, ttft_ms: 900, e2e_ms: 900 },
+      { ...lines[3]!, timestamp: t + 2700, cached_tokens: undefined },
+    ];
+    const all = [...lines, ...extra].map((l) => JSON.stringify(l));
+    const start = JSON.stringify({ event: 'start', block_tokens: 512, ranks: 1 });
+    writeFileSync(join(dir, 'with-start.jsonl'), `${[start, ...all].join('\n')}\n`);
+    writeFileSync(join(dir, 'no-start.jsonl'), `${all.join('\n')}\n`);
+    const fit = (f: string) =>
+      cli(['fit', '--trace', f, '--chunked-prefill-size', '512', '--out', `${f}.json`]);
+    const a = await fit('with-start.jsonl');
+    const b = await fit('no-start.jsonl');
+    expect(a.code, a.stderr).toBe(0);
+    expect(b.code, b.stderr).toBe(0);
+    expect(b.stdout).toMatch(
+      new RegExp(
+        `^${lines.length} requests used \\(2 failed or unmeasured and 2 not observed left out\\)$`,
+        'm',
+      ),
+    );
+    expect(readFileSync(join(dir, 'no-start.jsonl.json'), 'utf8')).toBe(
+      readFileSync(join(dir, 'with-start.jsonl.json'), 'utf8').replace('with-start', 'no-start'),
+    );
+  });
+
+  it('on a recording with no request lines says so', async () => {
+    writeFileSync(join(dir, 'empty.jsonl'), `${JSON.stringify({ ...START, ranks: 1 })}\n`);
+    writeFileSync(join(dir, 'zero.jsonl'), '');
+    for (const f of ['empty.jsonl', 'zero.jsonl']) {
+      const out = await cli(['fit', '--trace', f, '--out', 'x.json']);
+      expect(out.code).toBe(2);
+      expect(out.stderr).toMatch(new RegExp(`${f}: the trace has no request lines`));
+    }
+  });
+});

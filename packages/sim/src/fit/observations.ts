@@ -49,10 +49,15 @@ export interface Observations {
   sampleRate?: number;
 }
 
-function fromRecordedTrace(text: string, path: string): Observations {
+function fromRecordedTrace(text: string, path: string, withoutStart = false): Observations {
   let trace: ReturnType<typeof parseTrace>;
   try {
-    trace = parseTrace(text, path);
+    // Without the start line the block size is unknown; the fit reads no block ids.
+    trace = parseTrace(
+      text,
+      path,
+      withoutStart ? { recordedLines: true, blockTokens: 2 ** 30 } : {},
+    );
   } catch (e) {
     if (e instanceof TraceFormatError) throw new ObservationFormatError(e.message);
     throw e;
@@ -99,6 +104,22 @@ const firstLine = (text: string) => {
   return '';
 };
 
+/** A request line the router wrote: Mooncake's fields with the router's status and stream. */
+function routerLine(raw: string): boolean {
+  try {
+    const o = JSON.parse(raw) as Record<string, unknown>;
+    return (
+      typeof o === 'object' &&
+      o !== null &&
+      Array.isArray(o.hash_ids) &&
+      typeof o.status === 'number' &&
+      typeof o.stream === 'boolean'
+    );
+  } catch {
+    return false;
+  }
+}
+
 /** Reads one file of any of the formats; failed requests (no TTFT, not ok) are skipped and counted. */
 export function readObservations(path: string): Observations {
   let text: string;
@@ -107,7 +128,12 @@ export function readObservations(path: string): Observations {
   } catch (e) {
     throw new ObservationFormatError(`${path}: cannot read (${(e as Error).message})`);
   }
-  if (/"event"\s*:\s*"start"/.test(firstLine(text))) return fromRecordedTrace(text, path);
+  const first = firstLine(text);
+  if (/"event"\s*:\s*"start"/.test(first)) return fromRecordedTrace(text, path);
+  // The router's request lines without their event lines (the docs' pure Mooncake file): read
+  // them as a recording, or a missing cached_tokens would read as 0, a non-streamed answer's
+  // whole time as its TTFT, and a failed request (a 500 in ~3 ms) as a fast lone prefill.
+  if (routerLine(first)) return fromRecordedTrace(text, path, true);
   const requests: ObservedRequest[] = [];
   let skipped = 0;
   let validate = false;

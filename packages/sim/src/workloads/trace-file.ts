@@ -91,6 +91,11 @@ export interface ReadTraceOptions {
   skipInvalid?: boolean;
   /** Keep at most this many requests (0: all). */
   limit?: number;
+  /**
+   * Read the lines as the router's even without a start line (a recording its events were
+   * taken out of): written at completion, so put in timestamp order rather than refused.
+   */
+  recordedLines?: boolean;
 }
 
 type Obj = Record<string, unknown>;
@@ -451,7 +456,7 @@ class TraceParser {
       this.bad(parsed);
       return true;
     }
-    if (this.start === undefined) {
+    if (!this.recorded) {
       if (parsed.timestamp < this.lastTs) {
         this.bad(`timestamp ${parsed.timestamp} goes back in time (previous ${this.lastTs})`);
         return true;
@@ -505,7 +510,7 @@ class TraceParser {
 
   /** Whether the lines need putting in timestamp order (a recording: written at completion). */
   get recorded(): boolean {
-    return this.start !== undefined;
+    return this.start !== undefined || this.opts.recordedLines === true;
   }
 
   finish(): TraceHead {

@@ -100,6 +100,11 @@ export const command: Subcommand = {
         throw e;
       }
     }
+    if (requests.length + skipped + unobserved === 0) {
+      // Not a shortage of lone requests: there is nothing at all to fit (a recording of no
+      // traffic, its start line alone, or an empty file); say so, as replay and sweep do.
+      throw new UsageError(`${inputs.join(', ')}: the trace has no request lines`);
+    }
     let fit: ReturnType<typeof fitProfile>;
     try {
       fit = fitProfile(requests, {
