@@ -844,6 +844,107 @@ describe('alert rules and dashboard', () => {
     expect(r.status).toBe(0);
   });
 
+  it('with several router replicas, each rank counts once and a rank’s load is the replicas’ sum', () => {
+    const dash = JSON.parse(readFileSync(dashboardFile, 'utf8')) as {
+      panels: { title: string; targets: { expr: string; legendFormat?: string }[] }[];
+    };
+    const query = (title: string, legend?: string) => {
+      const p = dash.panels.find((x) => x.title === title);
+      const t = p?.targets.find((x) => legend === undefined || x.legendFormat?.startsWith(legend));
+      if (!t) throw new Error(`no dashboard query ${title} / ${legend}`);
+      return t.expr.replaceAll('$__rate_interval', '1m').replaceAll('$job', 'kvroute');
+    };
+    // Two replicas (r1, r2) of fleet kvroute, each reporting the same two ranks; another fleet.
+    const rank = (instance: string, r: number, job = 'kvroute') =>
+      `namespace="llm",job="${job}",instance="${instance}",rank="${r}",worker="llm/sglang-${r}",model="m"`;
+    const input_series = [
+      ...['r1', 'r2'].flatMap((i) => [
+        { series: `kvroute_router_rank_healthy{${rank(i, 0)},url="llm/sglang-0"}`, values: '1x30' },
+        { series: `kvroute_router_rank_healthy{${rank(i, 1)},url="llm/sglang-1"}`, values: '1x30' },
+        { series: `kvroute_router_rank_ejected{${rank(i, 0)}}`, values: '0x30' },
+        { series: `kvroute_router_in_flight_requests{${rank(i, 0)}}`, values: '40x30' },
+        { series: `kvroute_router_in_flight_requests{${rank(i, 1)}}`, values: '1x30' },
+        { series: `kvroute_router_affinity_entries{${rank(i, 0)}}`, values: '7x30' },
+      ]),
+      // Only r2 ejected rank 1.
+      { series: `kvroute_router_rank_ejected{${rank('r1', 1)}}`, values: '0x30' },
+      { series: `kvroute_router_rank_ejected{${rank('r2', 1)}}`, values: '1x30' },
+      { series: `kvroute_router_rank_healthy{${rank('o1', 0, 'other')},url="x"}`, values: '1x30' },
+    ];
+    writeFileSync(
+      join(work, 'predictions-2.yaml'),
+      YAML.stringify({
+        groups: [
+          {
+            name: 'p',
+            rules: [
+              {
+                record: 'kvroute:predicted_hit_ratio',
+                expr: 'vector(0.6)',
+                labels: { namespace: 'llm', job: 'kvroute' },
+              },
+              {
+                record: 'kvroute:predicted_hit_ratio',
+                expr: 'vector(0.9)',
+                labels: { namespace: 'llm', job: 'other' },
+              },
+            ],
+          },
+        ],
+      }),
+    );
+    const r = promtoolTest('replicas', [alertsFile, join(work, 'predictions-2.yaml')], {
+      interval: '1m',
+      input_series,
+      promql_expr_test: [
+        {
+          expr: query('Healthy ranks'),
+          eval_time: '5m',
+          exp_samples: [{ labels: '{}', value: 2 }],
+        },
+        {
+          expr: query('Admission queue, ejected ranks, rejections', 'ranks ejected'),
+          eval_time: '5m',
+          exp_samples: [{ labels: '{}', value: 1 }],
+        },
+        {
+          expr: query('Affinity table', 'entries'),
+          eval_time: '5m',
+          exp_samples: [
+            { labels: '{instance="r1"}', value: 7 },
+            { labels: '{instance="r2"}', value: 7 },
+          ],
+        },
+        {
+          expr: query('Hit rate: observed vs predicted', 'predicted'),
+          eval_time: '5m',
+          exp_samples: [
+            { labels: 'kvroute:predicted_hit_ratio{namespace="llm",job="kvroute"}', value: 0.6 },
+          ],
+        },
+      ],
+      alert_rule_test: [
+        {
+          eval_time: '25m',
+          alertname: 'KvrouteQueueing',
+          exp_alerts: [
+            {
+              exp_labels: { severity: 'warning', namespace: 'llm', job: 'kvroute', rank: '0' },
+              exp_annotations: {
+                summary:
+                  'kvroute rank 0 holds 80 requests in flight on average, from all router replicas',
+                description:
+                  'Requests are queueing at rank 0: add ranks, lower load, or check whether affinity concentrates traffic on it.',
+              },
+            },
+          ],
+        },
+      ],
+    });
+    expect(r.out).toContain('SUCCESS');
+    expect(r.status).toBe(0);
+  });
+
   it('every dashboard query is valid PromQL (promtool) over metrics the router exports', async () => {
     const dash = JSON.parse(readFileSync(dashboardFile, 'utf8')) as {
       panels: { title: string; targets: { expr: string }[] }[];
