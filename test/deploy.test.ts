@@ -420,6 +420,13 @@ describe('Helm chart', () => {
           config: { models: [{ model: 'llama', 'worker-urls': ['http://w0:30000'] }] },
         },
       },
+      // The same groups under the flag's name and its camelCase key.
+      { router: { config: { 'model-group': ['llama=http://w0:30000'] } } },
+      {
+        router: {
+          config: { modelGroups: [{ model: 'llama', 'worker-urls': ['http://w0:30000'] }] },
+        },
+      },
     ];
     for (const way of ways) {
       const ms = render({ ...off, ...way });

@@ -107,8 +107,8 @@ would repeat the key), and a router without any way to find workers.
 {{- end }}
 {{- end }}
 {{- end }}
-{{- if not (or .Values.discovery.enabled .Values.router.workerUrls .Values.adminToken.value .Values.adminToken.existingSecret (hasKey .Values.router.config "models") (hasKey .Values.router.config "mock-workers") (hasKey .Values.router.config "mockWorkers")) }}
-{{- fail "no workers: with discovery.enabled=false give router.workerUrls (or models: in router.config), or an admin token (adminToken.value or .existingSecret) to add workers through POST /ranks; the router would exit with \"no workers\"" }}
+{{- if not (or .Values.discovery.enabled .Values.router.workerUrls .Values.adminToken.value .Values.adminToken.existingSecret (hasKey .Values.router.config "models") (hasKey .Values.router.config "model-group") (hasKey .Values.router.config "modelGroups") (hasKey .Values.router.config "mock-workers") (hasKey .Values.router.config "mockWorkers")) }}
+{{- fail "no workers: with discovery.enabled=false give router.workerUrls (or model groups in router.config: models, model-group or modelGroups), or an admin token (adminToken.value or .existingSecret) to add workers through POST /ranks; the router would exit with \"no workers\"" }}
 {{- end }}
 {{- end -}}
 
