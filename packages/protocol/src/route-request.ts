@@ -44,7 +44,7 @@ export function buildRouteRequest(
     inputIds: items
       ? concatIds(items.map((p) => tokenizer.encodePrompt(p)))
       : tokenizer.encodePrompt(parsed.prompt),
-    maxTokens: (parsed.maxTokens ?? DEFAULT_MAX_TOKENS[parsed.kind]) * (items?.length ?? 1),
+    maxTokens: outputTokens(parsed, items?.length ?? 1),
     maxTokensDefaulted: parsed.maxTokens === undefined,
   };
   if (hints.routingKey !== undefined) out.routingKey = hints.routingKey;
@@ -55,6 +55,21 @@ export function buildRouteRequest(
   if (hints.bootstrapRoom !== undefined) out.bootstrapRoom = hints.bootstrapRoom;
   if (parsed.model !== undefined) out.model = parsed.model;
   return out;
+}
+
+/**
+ * The output tokens a request holds: each item's own limit where a batch gives one per item
+ * (an item without one counts the kind's default), else the request's limit times its items.
+ */
+function outputTokens(parsed: ParsedRequest, items: number): number {
+  const fallback = DEFAULT_MAX_TOKENS[parsed.kind];
+  const each = parsed.itemMaxTokens;
+  if (each !== undefined) {
+    let sum = 0;
+    for (const t of each) sum += t ?? fallback;
+    return sum;
+  }
+  return (parsed.maxTokens ?? fallback) * items;
 }
 
 function concatIds(parts: Uint32Array[]): Uint32Array {

@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
+  approximateTokenizer,
+  buildRouteRequest,
   DEFAULT_MAX_TOKENS,
   kindForPath,
   ProtocolError,
@@ -338,6 +340,11 @@ describe('/generate', () => {
     });
     expect(r.itemMaxTokens).toEqual([2, 7]);
     expect(r.maxTokens).toBe(7);
+    // Load accounting holds each item's own limit: 2 + 3 + the default, and 2 + 7.
+    expect(buildRouteRequest(q, approximateTokenizer).maxTokens).toBe(
+      5 + DEFAULT_MAX_TOKENS.generate,
+    );
+    expect(buildRouteRequest(r, approximateTokenizer).maxTokens).toBe(9);
     const none = parseGenerateRequest({ text: ['a', 'b'], sampling_params: [{}, {}] });
     expect(none.itemMaxTokens).toEqual([undefined, undefined]);
     expect(none.maxTokens).toBeUndefined();
