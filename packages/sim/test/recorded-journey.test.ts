@@ -385,3 +385,24 @@ describe('fit on the router’s request lines', () => {
     }
   });
 });
+
+describe('a recording whose ranks changed', () => {
+  it('warns when request lines name ranks beyond the start line’s, with a count', async () => {
+    const rows = recordUnder(agentLines(6), { method: 'round_robin', ranks: 3 });
+    // A fourth rank was added while recording: the start line still says 3.
+    rows.forEach((r, i) => {
+      if (i >= 30) r.line.rank = 3;
+    });
+    const file = join(dir, 'grown.jsonl');
+    write(file, [{ ...START, method: 'round_robin', options: {}, ranks: 3 }], rows);
+    for (const args of [['--observed'], ['--policies', 'round_robin']]) {
+      const out = await cli(['replay', '--trace', file, '--profile-file', PROFILE_FILE, ...args]);
+      expect(out.code, out.stderr).toBe(0);
+      expect(out.stderr).toMatch(
+        /^warning: 10 request line\(s\) name a rank up to 3, beyond the 3 rank\(s\) replayed .*--ranks 4/m,
+      );
+    }
+    const fine = await cli(['replay', '--trace', file, '--ranks', '4', '--observed']);
+    expect(fine.stderr).not.toMatch(/warning/);
+  });
+});

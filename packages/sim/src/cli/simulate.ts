@@ -81,6 +81,7 @@ export function compare(
   const n = input.policies.length;
   try {
     const built = buildWorkload(input.scenario, input.scenarioOptions, input.seed);
+    for (const w of built.warnings ?? []) io.stderr.write(`warning: ${w}\n`);
     const added: ClusterEvent[] = [...(input.switches ?? [])];
     if (input.recordedSwitches) {
       for (const s of built.recorded?.switches ?? []) {

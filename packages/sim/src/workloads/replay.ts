@@ -259,6 +259,23 @@ export const replay: ScenarioDefinition = {
     }
     const blockTokens = trace.blockTokens;
     const ranks = ranksOpt > 0 ? ranksOpt : (trace.start?.ranks ?? 16);
+    const warnings: string[] = [];
+    // Ranks added while recording (the router's POST /ranks) are not in the start line: the
+    // replay runs on the start's ranks, so requests the router sent to a later one land elsewhere.
+    let beyond = 0;
+    let top = -1;
+    for (let i = 0; i < trace.table.length; i++) {
+      const r = trace.table.observed(i)?.rank;
+      if (r !== undefined && r >= ranks) {
+        beyond++;
+        top = Math.max(top, r);
+      }
+    }
+    if (beyond > 0) {
+      warnings.push(
+        `${beyond} request line(s) name a rank up to ${top}, beyond the ${ranks} rank(s) replayed (ranks added while recording are not in the start line, nor are ranks removed): the replay routes them among ranks 0..${ranks - 1}; --ranks ${top + 1} replays with that many`,
+      );
+    }
     // Reports show what the replay used, not the "from the trace" zeros.
     o.blockTokens = blockTokens;
     o.ranks = ranks;
@@ -291,6 +308,7 @@ export const replay: ScenarioDefinition = {
       requests,
       events: [],
       skippedLines: trace.skipped,
+      ...(warnings.length > 0 ? { warnings } : {}),
       ...(trace.start
         ? {
             recorded: {

@@ -66,6 +66,8 @@ export interface WorkloadPlan {
   options?: Record<string, unknown>;
   /** Replay: trace lines skipped with skipInvalid. */
   skippedLines?: number;
+  /** What the commands print on stderr about the plan (e.g. a recording the replay cannot follow). */
+  warnings?: string[];
   /** Replay of a trace the router recorded: how it was recorded and what it observed. */
   recorded?: RecordedTrace;
 }

@@ -178,6 +178,7 @@ async function runObserved(
   let result: ReturnType<typeof replayObserved>;
   try {
     const plan = buildWorkload(REPLAY_SCENARIO, scenarioOptions, flags.seed);
+    for (const w of plan.warnings ?? []) io.stderr.write(`warning: ${w}\n`);
     const engine: { engine?: RankOverrides } = engineOptions(flags.profile, flags.engine);
     result = replayObserved(plan, {
       profile: flags.profile,

@@ -386,6 +386,7 @@ export const command: Subcommand = {
       // A recorded trace holds what the router observed: replaying it under the setting it was
       // recorded with says how far this sweep's predictions can be trusted.
       const plan = buildWorkload(scenario, flags.scenarioOptions, flags.seed);
+      for (const w of plan.warnings ?? []) io.stderr.write(`warning: ${w}\n`);
       if (plan.recorded !== undefined && plan.recorded.start.method !== undefined) {
         const engine: { engine?: RankOverrides } = engineOptions(flags.profile, flags.engine);
         const c = confidenceOf(
