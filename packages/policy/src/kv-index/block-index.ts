@@ -351,6 +351,11 @@ export class KvBlockIndex implements KvIndexView {
     }
   }
 
+  /** Blocks dropped past maxBlocksPerRank so far (stats() without the walk over ranks). */
+  get capacityEvictions(): number {
+    return this.counts.capacityEvictions;
+  }
+
   totalBlocks(): number {
     let n = 0;
     for (const r of this.ranks) n += r.byHash.size;
