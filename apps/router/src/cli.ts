@@ -1,11 +1,12 @@
 // The kvroute-router command: config from flags/env/YAML, optional embedded mock workers
 // (--mock-workers N), then build and listen. The effective config is logged once at start,
 // with the admin token redacted.
+import { hostname } from 'node:os';
 import type { FastifyInstance } from 'fastify';
 import { helpText, type RouterConfig, redactConfig, resolveConfig } from './config.ts';
 import { redactUrlCredentials } from './credentials.ts';
 import { RouterConfigError } from './errors.ts';
-import { loggerOptions, startupMessage } from './logging.ts';
+import { type LogFormat, loggerOptions, resolveLogFormat, startupMessage } from './logging.ts';
 import { buildRouter, dispatcherConfig } from './router.ts';
 
 export interface RunningRouter {
@@ -156,6 +157,34 @@ export async function startRouter(
   };
 }
 
+/**
+ * The log format a failed start reports in: the configuration's, or, when the configuration
+ * itself is what failed, the --log-format flag or KVROUTE_LOG_FORMAT (else auto).
+ */
+function startupLogFormat(argv: readonly string[], env: NodeJS.ProcessEnv): LogFormat {
+  try {
+    return resolveConfig(argv, env).logFormat;
+  } catch {
+    let format: string | undefined = env.KVROUTE_LOG_FORMAT;
+    argv.forEach((a, i) => {
+      if (a === '--log-format') format = argv[i + 1];
+      else if (a.startsWith('--log-format=')) format = a.slice('--log-format='.length);
+    });
+    return format === 'json' || format === 'pretty' ? format : 'auto';
+  }
+}
+
+/** A fatal error as one line in the shape of the router's JSON logs (pino's, level 60). */
+export function fatalLogLine(msg: string): string {
+  return JSON.stringify({
+    level: 60,
+    time: Date.now(),
+    pid: process.pid,
+    hostname: hostname(),
+    msg,
+  });
+}
+
 export async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<void> {
   if (argv.includes('--help') || argv.includes('-h')) {
     console.log(helpText());
@@ -165,8 +194,10 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Pro
   try {
     running = await startRouter(argv, env);
   } catch (err) {
+    const message =
+      err instanceof RouterConfigError ? err.message : `kvroute-router: ${(err as Error).message}`;
     console.error(
-      err instanceof RouterConfigError ? err.message : `kvroute-router: ${(err as Error).message}`,
+      resolveLogFormat(startupLogFormat(argv, env)) === 'json' ? fatalLogLine(message) : message,
     );
     process.exitCode = 1;
     return;

@@ -125,4 +125,25 @@ describe('kvroute-router CLI', () => {
     expect(process.exitCode).toBe(1);
     expect(err.mock.calls[0]![0]).toContain('--prefix-window: expected a number');
   });
+
+  it('reports a failed start as a JSON log line when logs are JSON, plain text when pretty', async () => {
+    const err = vi.spyOn(console, 'error').mockImplementation(() => {});
+    const line = (i: number) => String(err.mock.calls[i]![0]);
+    // A config error, the format from the environment (the chart's KVROUTE_LOG_FORMAT).
+    await main(['--prefix-window', 'x'], { KVROUTE_LOG_FORMAT: 'json' });
+    expect(JSON.parse(line(0))).toMatchObject({
+      level: 60,
+      msg: expect.stringContaining('--prefix-window: expected a number'),
+    });
+    // A start that fails after the config resolved: the trace file cannot be opened.
+    const argv = ['--mock-workers', '1', '--port', '0', '--log-level', 'silent'];
+    await main([...argv, '--log-format', 'json', '--record-trace', '/nonexistent/dir/t.jsonl'], {});
+    expect(process.exitCode).toBe(1);
+    expect(JSON.parse(line(1))).toMatchObject({
+      level: 60,
+      msg: expect.stringMatching(/^kvroute-router: record trace \/nonexistent\/dir\/t\.jsonl/),
+    });
+    await main(['--prefix-window=x', '--log-format=pretty'], { KVROUTE_LOG_FORMAT: 'json' });
+    expect(line(2)).toMatch(/^kvroute-router: --prefix-window: expected a number/);
+  });
 });
