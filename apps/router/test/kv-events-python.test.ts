@@ -91,6 +91,7 @@ function collect(zmq: Awaited<ReturnType<typeof loadZmq>>, endpoint: string, rep
       batch: (batch, replayed) => got.push({ batch, replayed }),
       reset: () => {},
       warn: () => {},
+      info: () => {},
     },
   );
   stream.start();

@@ -6,11 +6,14 @@ import {
   type KvCacheEvent,
   type KvEventBatch,
 } from '@kvroute/protocol/kv-events';
-import { afterEach, describe, expect, it } from 'vitest';
+import { Packr } from 'msgpackr';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { Publisher, Router } from 'zeromq';
 import { resolveConfig } from '../src/config.ts';
 import { KvEventStream, loadZmq } from '../src/kv-events/subscriber.ts';
 import { buildRouter } from '../src/router.ts';
+import { startFakeWorker } from './helpers/fake-worker.ts';
+import { NO_ACTIVE_CHECKS } from './helpers/router.ts';
 
 const cleanups: (() => Promise<unknown> | unknown)[] = [];
 afterEach(async () => {
@@ -61,9 +64,13 @@ async function fakeEngine() {
     async resend(seq: number, payload: Buffer): Promise<void> {
       await pub.send([Buffer.alloc(0), encodeSeq(seq), payload]);
     },
+    /** The publisher thread stops answering replays (its PUB socket stays connected). */
+    closeReplay() {
+      router.close();
+    },
     close() {
       pub.close();
-      router.close();
+      if (!router.closed) router.close();
     },
   };
   cleanups.push(() => engine.close());
@@ -85,18 +92,32 @@ const zmq = await loadZmq();
 function collect(endpoint: string, replayEndpoint?: string) {
   const got: { batch: KvEventBatch; replayed: boolean }[] = [];
   const resets: string[] = [];
+  const warns: string[] = [];
   const stream = new KvEventStream(
     zmq,
     { endpoint, replayEndpoint, topic: '', replayTimeoutMs: 1000 },
     {
       batch: (batch, replayed) => got.push({ batch, replayed }),
       reset: (why) => resets.push(why),
-      warn: () => {},
+      warn: (cause, m) => warns.push(`${cause}: ${m}`),
+      info: () => {},
     },
   );
   stream.start();
   cleanups.push(() => stream.close());
-  return { stream, got, resets };
+  return { stream, got, resets, warns };
+}
+
+/** A stream connected to `e` that applied batches 0..n-1 (each a block chained to the last). */
+async function inSequence(e: Awaited<ReturnType<typeof fakeEngine>>, n: number, replay = true) {
+  const s = collect(e.endpoint, replay ? e.replayEndpoint : undefined);
+  await until(() => s.stream.connected, 'connect');
+  await sleep(100);
+  for (let i = 0; i < n; i++) {
+    await e.publish(i, [stored(i + 1, i === 0 ? null : i, [2 * i, 2 * i + 1])]);
+  }
+  await until(() => s.got.length === n, `${n} batches`);
+  return s;
 }
 
 describe('KvEventStream', () => {
@@ -196,6 +217,240 @@ describe('KvEventStream', () => {
     expect(s.resets).toEqual(['restart']);
     expect(s.stream.counters.restarts).toBe(1);
     expect(s.stream.lastSeq).toBe(0);
+  });
+});
+
+describe('KvEventStream: sequences that do not follow', () => {
+  it('skips a byte-identical duplicate of the last batch instead of clearing the rank', async () => {
+    const e = await fakeEngine();
+    const s = await inSequence(e, 2);
+    await e.resend(1, e.buffer[1]!.payload);
+    await e.publish(2, [stored(3, 2, [4, 5])]);
+    await until(() => s.got.length === 3, 'the next batch');
+    expect(s.resets).toEqual([]);
+    expect(s.stream.counters).toMatchObject({ restarts: 0, skippedBatches: 1, gaps: 0 });
+    expect(s.stream.lastSeq).toBe(2);
+  });
+
+  it('asks the replay before taking a sequence that goes back for a restart: a stray is skipped', async () => {
+    const e = await fakeEngine();
+    const s = await inSequence(e, 3);
+    // Not in the publisher's buffer: its replay still holds seq 2 as applied.
+    await e.resend(1, encodeKvEventBatch({ ts: 1, events: [stored(99, null, [9, 9])] }));
+    await e.publish(3, [stored(4, 3, [6, 7])]);
+    await until(() => s.got.length === 4, 'the next batch');
+    expect(s.resets).toEqual([]);
+    expect(s.stream.counters).toMatchObject({ restarts: 0, skippedBatches: 1, gaps: 0 });
+    expect(s.got.map((g) => g.batch.events.length)).toEqual([1, 1, 1, 1]);
+    expect(s.warns.some((w) => /^sequence: .*seq 1 after 2 skipped/.test(w))).toBe(true);
+  });
+
+  it('skips an absurd jump instead of counting it as missed and clearing at the next batch', async () => {
+    const e = await fakeEngine();
+    const s = await inSequence(e, 2);
+    await e.resend(2 ** 53 - 10, encodeKvEventBatch({ ts: 1, events: [] }));
+    await e.publish(2, [stored(3, 2, [4, 5])]);
+    await until(() => s.got.length === 3, 'the next batch');
+    expect(s.resets).toEqual([]);
+    expect(s.stream.counters).toMatchObject({
+      missedBatches: 0,
+      gaps: 0,
+      restarts: 0,
+      skippedBatches: 1,
+    });
+    expect(s.stream.lastLossAt).toBe(0);
+    expect(s.stream.lastSeq).toBe(2);
+  });
+
+  it('without a replay endpoint, takes a sequence back near 0 for a restart and skips others', async () => {
+    const e = await fakeEngine();
+    const s = collect(e.endpoint);
+    await until(() => s.stream.connected, 'connect');
+    await sleep(100);
+    await e.publish(2000, [stored(1, null, [1, 2])]);
+    await e.publish(2001, [stored(2, 1, [3, 4])]);
+    await until(() => s.got.length === 2, 'two batches');
+    await e.resend(1500, encodeKvEventBatch({ ts: 1, events: [] }));
+    await e.publish(0, [{ type: 'AllBlocksCleared' }]);
+    await until(() => s.got.length === 3, 'after the restart');
+    expect(s.resets).toEqual(['restart']);
+    expect(s.stream.counters).toMatchObject({ restarts: 1, skippedBatches: 1 });
+    expect(s.stream.lastSeq).toBe(0);
+  });
+
+  it('catches a publisher that restarted while the stream was quiet when probed', async () => {
+    const e = await fakeEngine();
+    const s = await inSequence(e, 3);
+    const heard = s.stream.lastHeardAt;
+    await sleep(5);
+    // Same publisher: the probe is answered, nothing changes.
+    s.stream.probe();
+    await until(() => s.stream.lastHeardAt > heard, 'the probe answered');
+    expect(s.resets).toEqual([]);
+    // The engine restarted (its new buffer holds only its own seq 0) and published nothing
+    // this stream saw.
+    e.buffer.length = 0;
+    e.buffer.push({
+      seq: 0,
+      payload: encodeKvEventBatch({ ts: 2, events: [stored(7, null, [8, 9])] }),
+    });
+    s.stream.probe();
+    await until(() => s.got.length === 4, "the new publisher's history");
+    expect(s.resets).toEqual(['restart']);
+    expect(s.got[3]).toMatchObject({ replayed: true });
+    expect(s.stream.lastSeq).toBe(0);
+  });
+
+  it('counts a batch with a NaN timestamp as a decode error naming the field and seq', async () => {
+    const e = await fakeEngine();
+    const s = await inSequence(e, 1);
+    await e.resend(1, new Packr({ useRecords: false }).pack([Number.NaN, []]));
+    await e.publish(2, [stored(2, 1, [2, 3])]);
+    await until(() => s.got.length === 2, 'the next batch');
+    expect(s.stream.counters).toMatchObject({ decodeErrors: 1, gaps: 0 });
+    expect(s.warns.some((w) => /seq 1: .*EventBatch\.ts .*NaN/.test(w))).toBe(true);
+  });
+});
+
+/** A router on fake workers, subscribed to these engines, with a short staleness window. */
+async function eventsRouter(engines: Awaited<ReturnType<typeof fakeEngine>>[], stale = '300ms') {
+  const workers = await Promise.all(engines.map(() => startFakeWorker()));
+  for (const w of workers) cleanups.push(() => w.close());
+  const app = buildRouter(
+    resolveConfig([
+      '--worker-urls',
+      ...workers.map((w) => w.url),
+      ...NO_ACTIVE_CHECKS,
+      '--kv-events-endpoints',
+      ...engines.map((e) => e.endpoint),
+      '--kv-events-replay-endpoints',
+      ...engines.map((e) => e.replayEndpoint),
+      '--kv-events-stale',
+      stale,
+    ]),
+  );
+  cleanups.push(() => app.close());
+  const warn = vi.spyOn(app.log, 'warn');
+  const info = vi.spyOn(app.log, 'info');
+  await app.ready();
+  const feed = app.kvroute.kvEvents;
+  if (!feed) throw new Error('no KV events feed');
+  return { app, feed, warn, info };
+}
+
+describe('KV event feed: liveness replicas agree on, logs, metrics', () => {
+  it('keeps a rank live on every replica while its publisher answers, whatever each one routed', async () => {
+    const e = await fakeEngine();
+    const a = await eventsRouter([e]);
+    const b = await eventsRouter([e]);
+    await until(() => a.feed.isLive(0) && b.feed.isLive(0), 'both replicas live');
+    await e.publish(0, [
+      stored(
+        1,
+        null,
+        Array.from({ length: 16 }, (_, i) => i),
+      ),
+    ]);
+    await until(() => a.feed.index.blocks(0) === 1 && b.feed.index.blocks(0) === 1, 'indexed');
+    // A routes a request whose prefill stores no block (a full hit): no batch follows it.
+    const res = await a.app.inject({
+      method: 'POST',
+      url: '/v1/chat/completions',
+      payload: { model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 },
+    });
+    expect(res.statusCode).toBe(200);
+    await sleep(900); // three staleness windows without a batch
+    expect([a.feed.isLive(0), b.feed.isLive(0)]).toEqual([true, true]);
+    // The publisher thread dies (its socket stays up): both replicas stop trusting the rank.
+    e.closeReplay();
+    await until(() => !a.feed.isLive(0) && !b.feed.isLive(0), 'both replicas not live');
+  });
+
+  it('exports every per-rank counter and index op from 0, before the first event', async () => {
+    const e = await fakeEngine();
+    const { app, feed } = await eventsRouter([e]);
+    await until(() => feed.isLive(0), 'live');
+    const metrics = (await app.inject({ method: 'GET', url: '/metrics' })).body;
+    for (const name of [
+      'batches',
+      'replayed_batches',
+      'gaps',
+      'missed_batches',
+      'restarts',
+      'decode_errors',
+      'disconnects',
+      'skipped_batches',
+    ]) {
+      expect(metrics).toMatch(new RegExp(`kvroute_kv_events_${name}_total\\{rank="0"\\} 0\n`));
+    }
+    for (const op of ['stored', 'orphan', 'capacity_eviction', 'block_size_mismatch']) {
+      expect(metrics).toMatch(new RegExp(`kvroute_kv_index_events_total\\{op="${op}"\\} 0\n`));
+    }
+    expect(metrics).toMatch(/kvroute_kv_index_rank_scores_total\{source="learned"\} 0\n/);
+  });
+
+  it("refuses one engine's other block size for its rank only, and says so", async () => {
+    const good = await fakeEngine();
+    const odd = await fakeEngine();
+    const { feed, warn } = await eventsRouter([good, odd]);
+    await until(() => feed.isLive(0) && feed.isLive(1), 'live');
+    // An empty BlockStored of size 7, then real blocks of 8: neither changes the index's 16.
+    await odd.publish(0, [
+      {
+        type: 'BlockStored',
+        blockHashes: [],
+        parentBlockHash: null,
+        tokenIds: [],
+        blockSize: 7,
+        loraId: null,
+        medium: 'GPU',
+      },
+      stored(2, null, [1, 2, 3, 4, 5, 6, 7, 8]),
+    ]);
+    await good.publish(0, [
+      stored(
+        1,
+        null,
+        Array.from({ length: 16 }, (_, i) => i),
+      ),
+    ]);
+    await until(() => feed.index.blocks(0) === 1, 'the 16-token block indexed');
+    expect(feed.blockSize).toBe(16);
+    expect(feed.index.blocks(1)).toBe(0);
+    expect([feed.isLive(0), feed.isLive(1)]).toEqual([true, false]);
+    const lines = warn.mock.calls.map((c) => `${(c[0] as { cause?: string }).cause} ${c[1]}`);
+    expect(
+      lines.some((l) => /^block_size .*rank 1's engine reports block_size 8.* 16/.test(l)),
+    ).toBe(true);
+  });
+
+  it('logs what turns precise routing off: an endpoint never reached, a restart', async () => {
+    const e = await fakeEngine();
+    const gone = await fakeEngine();
+    gone.close(); // a typo'd port: nothing listens there
+    const { feed, warn, info } = await eventsRouter([e, gone]);
+    expect(info).toHaveBeenCalledWith(
+      expect.objectContaining({ streams: 2, blockSize: 16 }),
+      expect.stringMatching(/^kv-events on: 2 streams \(tcp:.*replay on, block size 16/),
+    );
+    await until(() => feed.isLive(0), 'live');
+    const causes = () => warn.mock.calls.map((c) => (c[0] as { cause?: string }).cause);
+    await until(() => causes().includes('unconnected'), 'the unconnected warning');
+    const line = warn.mock.calls.find((c) => (c[0] as { cause?: string }).cause === 'unconnected');
+    expect(line?.[0]).toMatchObject({ rank: 1, endpoint: gone.endpoint });
+    expect(String(line?.[1])).toMatch(/not connected for \d+ s .*wrong endpoint or port/);
+    await e.publish(0, [
+      stored(
+        1,
+        null,
+        Array.from({ length: 16 }, (_, i) => i),
+      ),
+    ]);
+    await until(() => feed.index.blocks(0) === 1, 'indexed');
+    e.buffer.length = 0;
+    await e.publish(0, [{ type: 'AllBlocksCleared' }]);
+    await until(() => causes().includes('restart'), 'the restart warning');
+    expect(feed.index.blocks(0)).toBe(0);
   });
 });
 

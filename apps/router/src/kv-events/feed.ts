@@ -3,20 +3,30 @@
 // dispatcher as DispatchContext.kvIndex. cache_aware then scores the ranks this feed calls
 // live by their real cached prefix and falls back to its learned index for the others.
 //
-// Live (per rank): the SUB socket is connected, no batch was lost for good in the last
-// staleMs, and no request routed to the rank has waited more than staleMs without any batch
-// arriving from it (every prefill stores blocks, so silence after traffic means the stream is
-// broken: events off on the engine, a wrong endpoint, a dead publisher thread).
+// Live (per rank): the worker is healthy, the SUB socket is connected, no live batch was lost
+// for good in the last staleMs, the engine's block size is the index's, and, with a replay
+// endpoint, the publisher was heard from in the last staleMs (a batch, or a replay answered:
+// a stream quiet for staleMs / 3 is probed, see KvEventStream.probe). Every input is something
+// every replica subscribed to the same streams observes alike, so replicas agree on which
+// ranks are live; none is this replica's own traffic. (Waiting for a batch after each request
+// this replica routed made replicas disagree: a full prefix hit, or a new tail shorter than a
+// block, stores nothing, so an agent's pause between turns turned a healthy rank off on one
+// replica only.) A dead publisher is still caught: a dead engine or host by the socket (ZMTP
+// heartbeats, see subscriber.ts), a dead publisher thread by its replay endpoint not answering.
 // A rank whose worker turns unhealthy is forgotten (it may come back restarted, empty).
 //
 // Endpoints: --kv-events-endpoints lists one per worker (in --worker-urls order), or
 // --kv-events-endpoint gives a template where {host} is the worker URL's host. A DP-aware
 // worker's rank r uses the port plus r, as vLLM and SGLang bind one publisher per DP rank.
+//
+// Problems that turn precise routing off for a rank are logged (warn, info for connects), at
+// most one line per stream and cause per LOG_INTERVAL_MS, with the count suppressed.
 import { KvBlockIndex, type KvIndexView } from '@kvroute/policy';
 import type { KvEventBatch } from '@kvroute/protocol/kv-events';
 import { offsetEndpointPort } from '@kvroute/protocol/kv-events';
 import type { FastifyBaseLogger } from 'fastify';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { LogLimiter } from '../log-limiter.ts';
 import type { RankTable, Worker } from '../rank-table.ts';
 import { KvEventStream, loadZmq, type Zmq } from './subscriber.ts';
 
@@ -42,12 +52,14 @@ interface RankFeed {
   rank: number;
   worker: Worker;
   stream: KvEventStream;
-  /** Wall ms of the oldest dispatch to this rank not yet followed by a batch; 0 = none. */
-  waitingSince: number;
+  /** Wall ms the stream was created (for "never connected"). */
+  since: number;
   wasHealthy: boolean;
 }
 
 const LAG_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
+/** One log line per stream and cause per interval at most. */
+const LOG_INTERVAL_MS = 30_000;
 
 /** Applies one decoded batch of a rank's stream to the index (the ingest path the bench times). */
 export function applyKvEventBatch(index: KvBlockIndex, rank: number, batch: KvEventBatch): void {
@@ -79,6 +91,7 @@ export class KvEventsFeed implements KvIndexView {
   private timer: NodeJS.Timeout | undefined;
   private readonly lag: Histogram;
   private zmq: Zmq | undefined;
+  private readonly limiter: LogLimiter;
 
   constructor(
     private readonly settings: KvEventsSettings,
@@ -90,6 +103,7 @@ export class KvEventsFeed implements KvIndexView {
     methodStats: () => Record<string, number> | undefined,
     private readonly now: () => number = Date.now,
   ) {
+    this.limiter = new LogLimiter(LOG_INTERVAL_MS, now);
     this.index = new KvBlockIndex({
       maxBlocksPerRank: settings.maxBlocksPerRank,
       ...(settings.blockSize === undefined ? {} : { blockSize: settings.blockSize }),
@@ -115,10 +129,11 @@ export class KvEventsFeed implements KvIndexView {
         registers: [registry],
         collect(this: Counter<'rank'> | Gauge<'rank'>) {
           this.reset();
+          // Counters too from 0 on, so increase() and rate() see a rank's first event.
           for (const f of feeds.values()) {
             const v = read(f);
             if (this instanceof Gauge) this.set({ rank: String(f.rank) }, v);
-            else if (v > 0) this.inc({ rank: String(f.rank) }, v);
+            else this.inc({ rank: String(f.rank) }, v);
           }
         },
       });
@@ -156,6 +171,11 @@ export class KvEventsFeed implements KvIndexView {
         'reconnects',
         'Disconnects of the SUB socket (it reconnects with backoff)',
       ],
+      [
+        'kvroute_kv_events_skipped_batches_total',
+        'skippedBatches',
+        'Live batches skipped: duplicates of the last one, and batches out of sequence the publisher did not confirm',
+      ],
     ];
     for (const [name, key, help] of streamCounters) {
       perRank(name, help, (f) => f.stream.counters[key], 'counter');
@@ -190,7 +210,7 @@ export class KvEventsFeed implements KvIndexView {
           ['capacity_eviction', s.capacityEvictions],
           ['block_size_mismatch', s.blockSizeMismatches],
         ];
-        for (const [op, v] of rows) if (v > 0) this.inc({ op }, v);
+        for (const [op, v] of rows) this.inc({ op }, v);
       },
     });
     new Counter({
@@ -201,10 +221,8 @@ export class KvEventsFeed implements KvIndexView {
       collect() {
         this.reset();
         const m = methodStats();
-        const ev = m?.eventsRankScores ?? 0;
-        const fb = m?.fallbackRankScores ?? 0;
-        if (ev > 0) this.inc({ source: 'events' }, ev);
-        if (fb > 0) this.inc({ source: 'learned' }, fb);
+        this.inc({ source: 'events' }, m?.eventsRankScores ?? 0);
+        this.inc({ source: 'learned' }, m?.fallbackRankScores ?? 0);
       },
     });
   }
@@ -216,27 +234,43 @@ export class KvEventsFeed implements KvIndexView {
   isLive(rank: number): boolean {
     const f = this.feeds.get(rank);
     if (!f?.stream.connected || !f.worker.healthy) return false;
+    const s = f.stream;
     const now = this.now();
     const stale = this.settings.staleMs;
-    if (f.stream.lastLossAt > 0 && now - f.stream.lastLossAt < stale) return false;
-    return f.waitingSince === 0 || now - f.waitingSince <= stale;
+    if (s.lastLossAt > 0 && now - s.lastLossAt < stale) return false;
+    if (this.index.blockSizeMismatch(rank) !== undefined) return false;
+    return s.opts.replayEndpoint === undefined || now - s.lastHeardAt <= stale;
   }
 
   matchKeys(blockKeys: readonly number[], ranks: readonly number[], out: number[]): void {
     this.index.matchKeys(blockKeys, ranks, out);
   }
 
-  /** The proxy routed a request to `rank`: its stream should speak up within staleMs. */
-  noteDispatch(rank: number): void {
-    const f = this.feeds.get(rank);
-    if (f && f.waitingSince === 0) f.waitingSince = this.now();
-  }
+  /**
+   * The proxy routed a request to `rank`. Deliberately nothing: liveness must not depend on
+   * one replica's own requests (see the header), only on the streams every replica sees.
+   */
+  noteDispatch(_rank: number): void {}
 
   /** Streams for every rank now in the table (call after workers are added). */
   async start(): Promise<void> {
     this.zmq = await loadZmq();
     this.sync();
-    this.timer ??= setInterval(() => this.sync(), 1_000);
+    const n = this.feeds.size;
+    const first = this.feeds.values().next().value?.stream.opts;
+    this.log.info(
+      {
+        streams: n,
+        blockSize: this.index.blockSize,
+        staleMs: this.settings.staleMs,
+        endpoint: first?.endpoint,
+        replayEndpoint: first?.replayEndpoint,
+      },
+      `kv-events on: ${n} stream${n === 1 ? '' : 's'} (${first ? `${first.endpoint}${n > 1 ? ', ...' : ''}` : 'none yet'}), ${first?.replayEndpoint ? 'replay on' : 'no replay endpoint'}, block size ${this.index.blockSize ?? 'from the first event'}, stale after ${this.settings.staleMs} ms`,
+    );
+    // Fine enough to probe a quiet stream before staleMs runs out.
+    const tick = Math.max(10, Math.min(1_000, Math.floor(this.settings.staleMs / 4)));
+    this.timer ??= setInterval(() => this.sync(), tick);
     this.timer.unref();
   }
 
@@ -266,8 +300,12 @@ export class KvEventsFeed implements KvIndexView {
       if (existing && existing.worker !== slot.worker) this.drop(existing);
       const f = this.feeds.get(rank);
       if (f) {
-        if (f.wasHealthy && !f.worker.healthy) this.index.clearRank(rank);
+        if (f.wasHealthy && !f.worker.healthy) {
+          this.index.clearRank(rank);
+          this.note('info', f, 'unhealthy', 'worker unhealthy: the rank is forgotten');
+        }
         f.wasHealthy = f.worker.healthy;
+        this.watch(f);
         continue;
       }
       const eps = this.endpointsFor(slot.worker);
@@ -283,7 +321,8 @@ export class KvEventsFeed implements KvIndexView {
         {
           batch: (b, replayed) => this.apply(rank, b, replayed),
           reset: () => this.index.clearRank(rank),
-          warn: (m) => this.log.warn(m),
+          warn: (cause, m) => this.note('warn', this.feeds.get(rank), cause, m),
+          info: (cause, m) => this.note('info', this.feeds.get(rank), cause, m),
         },
         this.now,
       );
@@ -291,7 +330,7 @@ export class KvEventsFeed implements KvIndexView {
         rank,
         worker: slot.worker,
         stream,
-        waitingSince: 0,
+        since: this.now(),
         wasHealthy: slot.worker.healthy,
       });
       this.index.resize(Math.max(this.index.numRanks, rank + 1));
@@ -305,11 +344,56 @@ export class KvEventsFeed implements KvIndexView {
     void f.stream.close();
   }
 
+  /** Once per tick per rank: probes a quiet publisher, reports an endpoint never reached. */
+  private watch(f: RankFeed): void {
+    const s = f.stream;
+    const now = this.now();
+    const stale = this.settings.staleMs;
+    if (s.connected) {
+      if (now - s.lastHeardAt >= stale / 3) s.probe();
+      return;
+    }
+    const down = s.disconnectedAt > 0 ? s.disconnectedAt : f.since;
+    if (now - down >= stale) {
+      this.note(
+        'warn',
+        f,
+        'unconnected',
+        `kv-events ${s.opts.endpoint}: not connected for ${Math.round((now - down) / 1000)} s (engine down, events off, or a wrong endpoint or port?); the rank is scored by the learned index`,
+      );
+    }
+  }
+
+  /** A rate-limited log line about one rank's stream. */
+  private note(level: 'warn' | 'info', f: RankFeed | undefined, cause: string, msg: string): void {
+    const endpoint = f?.stream.opts.endpoint;
+    const suppressed = this.limiter.take(`${endpoint} ${cause}`);
+    if (suppressed < 0) return;
+    this.log[level]({ rank: f?.rank, endpoint, cause, suppressed }, msg);
+  }
+
   private apply(rank: number, batch: KvEventBatch, replayed: boolean): void {
-    const f = this.feeds.get(rank);
-    if (f) f.waitingSince = 0;
     if (!replayed) this.lag.observe(Math.max(0, this.now() / 1000 - batch.ts));
-    applyKvEventBatch(this.index, rank, batch);
+    const index = this.index;
+    const evictions = index.capacityEvictions;
+    applyKvEventBatch(index, rank, batch);
+    if (index.capacityEvictions !== evictions) {
+      this.note(
+        'warn',
+        this.feeds.get(rank),
+        'capacity',
+        `kv-events: rank ${rank} holds more than --kv-events-max-blocks ${index.maxBlocksPerRank} blocks: its oldest are dropped (removals were lost, or the bound is below the engine's pool)`,
+      );
+    }
+    const bad = index.blockSizeMismatch(rank);
+    if (bad !== undefined) {
+      this.note(
+        'warn',
+        this.feeds.get(rank),
+        'block_size',
+        `kv-events: rank ${rank}'s engine reports block_size ${bad}, the router indexes ${index.blockSize} (--kv-events-block-size): its blocks are refused and the rank is scored by the learned index`,
+      );
+    }
   }
 
   /** Counters of one rank's stream (tests, admin). */
