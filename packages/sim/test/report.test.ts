@@ -454,6 +454,22 @@ describe('HTML', () => {
     // Heatmap cells are labelled with their values.
     expect(html).toContain('>800<');
   });
+
+  it('shows the current and reference settings in the HTML table, as the text table does', async () => {
+    const grid = [sweepCell(64, 1024, 900, 500, 0.8), sweepCell(128, 1024, 800, 450, 0.7)];
+    const current = { method: 'round_robin', options: {}, result: policyReport('round_robin') };
+    const report = {
+      ...sweepReport(grid, grid[1]!),
+      current,
+      reference: policyReport('cache_aware', { ttftMs: { p50: 70, p90: 600, p99: 700, mean: 80 } }),
+    };
+    const html = await renderSweepHtml(report);
+    expect(html).toMatch(/<tr class="extra"><td>round_robin<\/td>.*<td>current<\/td><\/tr>/);
+    expect(html).toMatch(
+      /<tr class="extra"><td>cache_aware \(defaults\)<\/td>.*<td>700<\/td>.*<td>reference<\/td><\/tr>/,
+    );
+    expect(html).toMatch(/<tr class="best"><td>prefix_match<\/td><td>128<\/td>.*<td>best<\/td>/);
+  });
 });
 
 describe('TTFT chart axis', () => {

@@ -46,6 +46,7 @@ th:first-child, td:first-child { text-align: left; }
 .meta { color: #555; font-size: 0.9rem; }
 .chart { margin: 1rem 0; overflow-x: auto; }
 .best { font-weight: bold; background: #eef7ee; }
+.extra td { color: #555; background: #f6f6f6; }
 `;
 
 /** The page shell every HTML report shares; `style` is the report's own CSS. */
@@ -135,7 +136,9 @@ export async function renderSweepHtml(report: SweepReport): Promise<string> {
     `<h2>Router config</h2>\n<pre>${escapeHtml(report.routerConfig)}</pre>`,
     '<h2>Grid</h2>',
     ...heatmaps,
-    htmlTable(header, rows, (i) => (i === bestIndex ? 'best' : '')),
+    htmlTable(header, rows, (i) =>
+      i === bestIndex ? 'best' : i >= report.grid.length ? 'extra' : '',
+    ),
     ...(report.rejected.length > 0
       ? [
           `<p class="meta">${report.rejected.length} setting(s) left out, refused by the method, e.g. ${escapeHtml(settingLabel(report.rejected[0]!))}: ${escapeHtml(report.rejected[0]!.error)}</p>`,

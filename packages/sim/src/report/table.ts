@@ -78,8 +78,9 @@ export function sweepOptionColumns(report: SweepReport): string[] {
 
 /**
  * The sweep grid's columns: the method, one column per swept option
- * (`-` where the cell's method does not read it), the metrics. The text table marks the best
- * row, and the reference and current settings as extra rows.
+ * (`-` where the cell's method does not read it), the metrics, and which row is the best, the
+ * current setting (`--current`) and the recommended default (`reference`), the last two as
+ * extra rows after the grid, in the text table and the HTML one alike.
  */
 export function sweepColumns(report: SweepReport, target: 'text' | 'html'): Columns {
   const text = target === 'text';
@@ -94,7 +95,7 @@ export function sweepColumns(report: SweepReport, target: 'text' | 'html'): Colu
     'req/s',
     'tok/s',
     'imbalance',
-    ...(text ? ['chosen'] : []),
+    'chosen',
   ];
   const row = (c: SweepCell, label: string, mark: string) => [
     label,
@@ -106,14 +107,16 @@ export function sweepColumns(report: SweepReport, target: 'text' | 'html'): Colu
     fmtNum(c.result.throughputRps, 3),
     fmtInt(c.result.throughputTokPerS),
     fmtNum(c.result.imbalance, 2),
-    ...(text ? [mark] : []),
+    mark,
   ];
-  const rows = report.grid.map((c) => row(c, c.method, isBestCell(report, c) ? '<- best' : ''));
-  if (text && report.current !== undefined) {
+  const rows = report.grid.map((c) =>
+    row(c, c.method, isBestCell(report, c) ? (text ? '<- best' : 'best') : ''),
+  );
+  if (report.current !== undefined) {
     const c = report.current;
     rows.push(row(c, c.method, 'current'));
   }
-  if (text && report.reference !== undefined) {
+  if (report.reference !== undefined) {
     const ref = report.reference;
     const cell: SweepCell = { method: ref.policy, options: {}, result: ref };
     rows.push(row(cell, `${ref.policy} (defaults)`, 'reference'));
