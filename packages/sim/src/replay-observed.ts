@@ -303,6 +303,6 @@ export function confidenceOf(r: ObservedReplayResult): Confidence {
     hitRatePt: hit,
     ttftP50: p50,
     ttftP99: p99,
-    text: `Confidence: on the setting the trace was recorded with (${r.policyLabel}, ${r.compared.requests} requests) the prediction was off by ${pt} hit rate, ${rel(p50)} TTFT p50, ${rel(p99)} TTFT p99.`,
+    text: `Confidence: on the setting the trace was recorded with (${r.policyLabel}, ${r.compared.requests} requests) the prediction was off by ${pt} hit rate, ${rel(p50)} TTFT p50, ${rel(p99)} TTFT p99. These errors are over what the router measured (hit rate: ${r.compared.hitRate} requests whose worker reported cached tokens; TTFT: ${r.compared.ttft} streamed requests), as replay --observed compares them; the grid's and the router config's predictions are over all ${r.compared.requests + r.compared.failedLive} requests, first-token times of non-streamed ones included, so they differ from replay --observed's predicted column for the same setting.`,
   };
 }

@@ -406,3 +406,32 @@ describe('a recording whose ranks changed', () => {
     expect(fine.stderr).not.toMatch(/warning/);
   });
 });
+
+describe('the sweep’s predictions and its Confidence line', () => {
+  it('say which requests each covers', async () => {
+    const rows = recordUnder(agentLines(7), { method: 'prefix_match', ranks: 3 });
+    rows.forEach((r, i) => {
+      if (i % 4 === 0) r.line.stream = false;
+    });
+    const file = join(dir, 'mixed-stream.jsonl');
+    write(file, [{ ...START, method: 'prefix_match', options: {}, ranks: 3 }], rows);
+    const out = await cli([
+      'sweep',
+      '--trace',
+      file,
+      '--profile-file',
+      PROFILE_FILE,
+      '--policy',
+      'round_robin',
+      '--jobs',
+      '1',
+    ]);
+    expect(out.code, out.stderr).toBe(0);
+    expect(out.stdout).toMatch(
+      /These errors are over what the router measured \(hit rate: 40 requests whose worker reported cached tokens; TTFT: 30 streamed requests\).*over all 40 requests/,
+    );
+    expect(out.stdout).toMatch(
+      /^# predicted: .* over every request \(a non-streamed one's first token too/m,
+    );
+  });
+});

@@ -460,7 +460,7 @@ function assemblePoint(spec: SweepSpec, results: readonly CellResult[]): SweepRe
   ];
   const header = [
     `kvroute-sim sweep: best ${spec.objective}${spec.hitRateWithin !== undefined ? ` with hit rate within ${spec.hitRateWithin} points of the best` : ''} of ${grid.length} settings on ${spec.scenario}, ${last.ranks} ranks, profile ${spec.profile}, seed ${String(spec.seed)}`,
-    `predicted: hit rate ${fmtPct(best.result.hitRate)}, TTFT p50 ${fmtMs(best.result.ttftMs.p50)} ms, p99 ${fmtMs(best.result.ttftMs.p99)} ms, ${fmtInt(best.result.throughputTokPerS)} tok/s`,
+    `predicted: hit rate ${fmtPct(best.result.hitRate)}, TTFT p50 ${fmtMs(best.result.ttftMs.p50)} ms, p99 ${fmtMs(best.result.ttftMs.p99)} ms, ${fmtInt(best.result.throughputTokPerS)} tok/s, over every request (a non-streamed one's first token too, which a router cannot measure: replay --observed compares only what it measured)`,
   ];
   const worse = worseThanCurrent(best, current, spec.objective);
   if (worse !== undefined) header.push(`WARNING: ${worse}`);
