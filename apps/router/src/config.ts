@@ -162,10 +162,10 @@ export interface RouterConfig extends PdSettings {
   kvEventsEndpoints: string[];
   kvEventsReplayEndpoints: string[];
   kvEventsTopic: string;
-  /** A rank silent this long after a request, or this long after a lost batch, is not live. */
+  /** A rank that lost a batch this recently, or (with a replay endpoint) whose publisher is silent this long, is not live. */
   kvEventsStaleMs: number;
   kvEventsMaxBlocks: number;
-  /** The engines' KV block size, known before the first event (the first event may correct it). */
+  /** The engines' KV block size; an engine reporting another has its blocks refused for its rank. */
   kvEventsBlockSize: number;
   /**
    * Worker groups keyed by model (YAML `models:`, or --model-group): each its own workers,
@@ -923,7 +923,7 @@ export const OPTIONS: readonly OptionSpec[] = [
     key: 'kvEventsStaleMs',
     kind: 'duration',
     min: 1,
-    help: 'A rank whose events stay silent this long after a request, or lost a batch this recently, falls back to the learned index (default 10s)',
+    help: 'A rank falls back to the learned index when it lost a batch this recently, its endpoint stays unconnected this long, or (with a replay endpoint) its publisher is not heard from this long (default 10s)',
   },
   {
     flag: 'kv-events-max-blocks',
@@ -937,7 +937,7 @@ export const OPTIONS: readonly OptionSpec[] = [
     key: 'kvEventsBlockSize',
     kind: 'int',
     min: 1,
-    help: "The engines' KV block size (vLLM --block-size, SGLang --page-size) before the first event says it; the first event of another size replaces it (default 16)",
+    help: "The engines' KV block size (vLLM --block-size, SGLang --page-size); an engine whose events report another size has its blocks refused for its rank, with a warning (default 16)",
   },
   {
     flag: 'log-level',
