@@ -246,12 +246,6 @@ export class KvEventsFeed implements KvIndexView {
     this.index.matchKeys(blockKeys, ranks, out);
   }
 
-  /**
-   * The proxy routed a request to `rank`. Deliberately nothing: liveness must not depend on
-   * one replica's own requests (see the header), only on the streams every replica sees.
-   */
-  noteDispatch(_rank: number): void {}
-
   /** Streams for every rank now in the table (call after workers are added). */
   async start(): Promise<void> {
     this.zmq = await loadZmq();

@@ -83,7 +83,7 @@ export interface ProxyContext {
   /** Current request limits (the model's context is learned from the workers). */
   limits(): RequestLimits;
   /** The events-fed cache index (--kv-events-endpoint), passed to every decision. */
-  kvIndex?: (KvIndexView & { noteDispatch(rank: number): void }) | undefined;
+  kvIndex?: KvIndexView | undefined;
   /** The metrics' `worker` label for a worker: never its credentials (see router.ts). */
   workerLabel(worker: Worker): string;
   /** With --otel: where the request spans go (tracing.ts); undefined = no OTel call at all. */
@@ -431,7 +431,6 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         }
         const worker = slot.worker;
         const rank = decision.rank;
-        kvIndex?.noteDispatch(rank);
         const rankLabel = String(rank);
 
         // The client's bytes, except routed_dp_rank: a DP worker gets the router's choice
