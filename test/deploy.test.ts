@@ -1081,6 +1081,8 @@ describe('Dockerfiles', () => {
       expect(runtime).toContain(img.probe);
       expect(runtime).toMatch(new RegExp(`^EXPOSE ${img.port}$`, 'm'));
       expect(runtime).toContain(`ENTRYPOINT ["node", "/app/${img.bundle}"`);
+      // The environment beats a mounted config file: the image sets only defaults below it.
+      expect(runtime).not.toMatch(/^ENV .*KVROUTE_(HOST|PORT)=/m);
     },
   );
 
@@ -1124,11 +1126,24 @@ describe('Dockerfiles', () => {
           child.once('exit', (code) => reject(new Error(`exited ${code}: ${out}`)));
         });
         // The HEALTHCHECK's node -e script, pointed at this port.
-        const script = health[2]!.replace(/process\.env\.KVROUTE_PORT|30001/, String(port));
-        const probe = spawnSync(health[0]!, [health[1]!, script], {
-          encoding: 'utf8',
-          timeout: 20_000,
-        });
+        let script = health[2]!.replace(/process\.env\.KVROUTE_PORT|30001/, String(port));
+        const check = (s: string) =>
+          spawnSync(health[0]!, [health[1]!, s], { encoding: 'utf8', timeout: 20_000 });
+        if (script.includes("'/proc/net/'")) {
+          // The router's check probes every listening socket of the container (whatever port
+          // --port, KVROUTE_PORT or the config file chose): give it a socket table holding
+          // this router alone, then one holding only a port where nothing answers.
+          const table = (p: number) =>
+            `  sl  local_address rem_address   st\n   0: 00000000:${p.toString(16).toUpperCase().padStart(4, '0')} 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000 0 1\n`;
+          const only = (p: number) => {
+            const net = mkdtempSync(join(work, 'proc-net-'));
+            writeFileSync(join(net, 'tcp'), table(p));
+            return script.replace("'/proc/net/'", JSON.stringify(`${net}/`));
+          };
+          expect(check(only(9)).status).toBe(1);
+          script = only(port);
+        }
+        const probe = check(script);
         expect(probe.status, probe.stderr).toBe(0);
       } finally {
         child.kill('SIGTERM');

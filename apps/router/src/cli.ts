@@ -1,9 +1,11 @@
 // The kvroute-router command: config from flags/env/YAML, optional embedded mock workers
 // (--mock-workers N), then build and listen. The effective config is logged once at start,
 // with the admin token redacted.
+import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import type { FastifyInstance } from 'fastify';
-import { helpText, type RouterConfig, redactConfig, resolveConfig } from './config.ts';
+import { parse as parseYaml } from 'yaml';
+import { helpText, parseArgs, type RouterConfig, redactConfig, resolveConfig } from './config.ts';
 import { redactUrlCredentials } from './credentials.ts';
 import { RouterConfigError } from './errors.ts';
 import { type LogFormat, loggerOptions, resolveLogFormat, startupMessage } from './logging.ts';
@@ -63,10 +65,53 @@ async function startMockWorkers(
 /** The listen(2) backlog of the main listener (see startRouter). */
 export const LISTEN_BACKLOG = 4096;
 
-export async function startRouter(
+/**
+ * KVROUTE_DEFAULT_HOST and KVROUTE_DEFAULT_PORT: defaults below every other source, used only
+ * where no flag, KVROUTE_HOST / KVROUTE_PORT or config file key sets host / port. The router
+ * image sets them (0.0.0.0, 30000): as KVROUTE_HOST / KVROUTE_PORT they would beat the file
+ * and silently override `host:` and `port:` in a mounted config. Returns the environment the
+ * configuration is resolved from.
+ */
+export function withImageDefaults(
   argv: readonly string[],
   env: NodeJS.ProcessEnv,
+  readFile: (path: string) => string = (p) => readFileSync(p, 'utf8'),
+): NodeJS.ProcessEnv {
+  const defaults = [
+    ['host', 'KVROUTE_HOST', env.KVROUTE_DEFAULT_HOST],
+    ['port', 'KVROUTE_PORT', env.KVROUTE_DEFAULT_PORT],
+  ] as const;
+  if (defaults.every(([, , value]) => value === undefined)) return env;
+  let cli: ReturnType<typeof parseArgs>;
+  try {
+    cli = parseArgs(argv);
+  } catch {
+    return env; // resolveConfig reports it
+  }
+  let file: object | undefined;
+  const path = cli.configFile ?? env.KVROUTE_CONFIG;
+  if (path !== undefined) {
+    try {
+      const parsed: unknown = parseYaml(readFile(path));
+      if (parsed && typeof parsed === 'object') file = parsed;
+    } catch {
+      // resolveConfig reports an unreadable or invalid file
+    }
+  }
+  const out = { ...env };
+  for (const [key, name, value] of defaults) {
+    if (value === undefined || env[name] !== undefined || cli.values.has(key)) continue;
+    if (file && key in file) continue;
+    out[name] = value;
+  }
+  return out;
+}
+
+export async function startRouter(
+  argv: readonly string[],
+  startEnv: NodeJS.ProcessEnv,
 ): Promise<RunningRouter> {
+  const env = withImageDefaults(argv, startEnv);
   let config = resolveConfig(argv, env);
   const resolvedAtStart = config;
   const mocks = config.mockWorkers > 0 ? await startMockWorkers(config) : undefined;

@@ -1,6 +1,9 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { main, startRouter } from '../src/cli.ts';
+import { main, startRouter, withImageDefaults } from '../src/cli.ts';
 import { spawnRouterSource } from './helpers/router.ts';
 
 /** Starts the router in-process on a free port, quiet, with the given flags. */
@@ -124,6 +127,32 @@ describe('kvroute-router CLI', () => {
     await main(['--prefix-window', 'x'], {});
     expect(process.exitCode).toBe(1);
     expect(err.mock.calls[0]![0]).toContain('--prefix-window: expected a number');
+  });
+
+  it('the image defaults (KVROUTE_DEFAULT_HOST/PORT) give way to a config file, a flag and the environment', async () => {
+    const defaults = { KVROUTE_DEFAULT_HOST: '0.0.0.0', KVROUTE_DEFAULT_PORT: '30000' };
+    const file = (text: string) => () => text;
+    expect(withImageDefaults([], defaults, file(''))).toMatchObject({
+      KVROUTE_HOST: '0.0.0.0',
+      KVROUTE_PORT: '30000',
+    });
+    const env = withImageDefaults(['--config', 'r.yaml'], defaults, file('host: 127.0.0.1\n'));
+    expect(env.KVROUTE_HOST).toBeUndefined();
+    expect(env.KVROUTE_PORT).toBe('30000');
+    const flags = withImageDefaults(['--port=8080'], { ...defaults, KVROUTE_HOST: '::' });
+    expect(flags.KVROUTE_HOST).toBe('::');
+    expect(flags.KVROUTE_PORT).toBeUndefined();
+    // The whole start: the file's host and port win over the image's defaults.
+    const dir = mkdtempSync(join(tmpdir(), 'kvroute-cfg-'));
+    const cfg = join(dir, 'router.yaml');
+    writeFileSync(cfg, 'host: 127.0.0.1\nport: 0\nmock-workers: 1\nlog-level: silent\n');
+    const running = await startRouter(['--config', cfg, '--mock-time-scale', '0'], defaults);
+    try {
+      expect(running.config.host).toBe('127.0.0.1');
+      expect(running.config.port).toBe(0);
+    } finally {
+      await running.close(50);
+    }
   });
 
   it('reports a failed start as a JSON log line when logs are JSON, plain text when pretty', async () => {
