@@ -310,7 +310,15 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     policy: () => describe(policy.defaultGroup.dispatcher),
     groups: () =>
       policy.multiModel
-        ? policy.groups.map((g) => ({ ...describe(g.dispatcher), group: g.name }))
+        ? policy.groups.map((g) => ({
+            ...describe(g.dispatcher),
+            group: g.name,
+            // The group's own ranks, so a replay of it knows those that served none of its
+            // recorded requests.
+            ranks: Array.from({ length: table.size }, (_, r) => r).filter(
+              (r) => !g.outside?.has(r) && table.slot(r)?.worker.removed !== true,
+            ),
+          }))
         : [],
     ranks: () => table.size,
     tokenizer: tokenizer.kind,

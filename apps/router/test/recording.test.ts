@@ -655,6 +655,28 @@ describe('recorded trace on mock workers', () => {
   });
 });
 
+describe('a recording of worker groups', () => {
+  it("names each group's policy and ranks on the start line", async () => {
+    const [a, b, c] = await mockWorkers(3);
+    const dir = mkdtempSync(join(tmpdir(), 'kvroute-rec-groups-'));
+    cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
+    const path = join(dir, 'trace.jsonl');
+    const { app } = await router([
+      '--model-group',
+      `llama=${a},${b};method=round_robin`,
+      `qwen=${c};default`,
+      '--record-trace',
+      path,
+    ]);
+    await app.close();
+    const start = readLines(path)[0]!;
+    expect(start.groups).toEqual([
+      { group: 'llama', method: 'round_robin', options: {}, ranks: [0, 1] },
+      expect.objectContaining({ group: 'qwen', method: 'cache_aware', ranks: [2] }),
+    ]);
+  });
+});
+
 describe('request lines', () => {
   const secret = Buffer.from('0123456789abcdef0123456789abcdef');
   // The line as JSON.stringify writes it from an object (what the recorder wrote before its

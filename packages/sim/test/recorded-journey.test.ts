@@ -175,6 +175,31 @@ describe('a recording of a router with worker groups', () => {
     }
   });
 
+  it("takes a group's ranks from the start line when the router wrote them, idle ones included", () => {
+    const listed = join(dir, 'groups-ranks.jsonl');
+    write(
+      listed,
+      [
+        {
+          ...START,
+          method: 'prefix_match',
+          options: {},
+          ranks: 5,
+          groups: [
+            { group: 'llama', method: 'prefix_match', options: {}, ranks: [0, 1] },
+            // Rank 4 is qwen's too, though none of its recorded requests went there.
+            { group: 'qwen', method: 'round_robin', options: {}, ranks: [2, 3, 4] },
+          ],
+        },
+      ],
+      [...llama, ...qwen],
+    );
+    expect(buildWorkload('replay', { file: listed, group: 'qwen' }, 1).ranks).toBe(3);
+    expect(buildWorkload('replay', { file: listed, group: 'llama' }, 1).ranks).toBe(2);
+    // Without the list, only the ranks the group's lines went to are known.
+    expect(buildWorkload('replay', { file, group: 'qwen' }, 1).ranks).toBe(2);
+  });
+
   it('refuses to replay or sweep all groups as one, naming them', async () => {
     const a = await cli(['replay', '--trace', file, '--observed', '--profile-file', PROFILE_FILE]);
     expect(a.code).toBe(2);

@@ -62,6 +62,8 @@ export interface PolicyDescription {
   method: string;
   options: Record<string, unknown>;
   group?: string;
+  /** With worker groups, on the start line: the group's rank indexes. */
+  ranks?: number[];
 }
 
 export interface RecorderContext {

@@ -35,6 +35,8 @@ export interface TraceGroup {
   group: string;
   method: string;
   options: Record<string, unknown>;
+  /** The group's rank indexes when the file opened (routers that write them). */
+  ranks?: number[];
 }
 
 /** A `policy_switch` event: from `timestamp` on, the router routed with this setting. */
@@ -152,7 +154,19 @@ function parseStart(o: Obj): TraceStart | string {
       if (g.options !== undefined && !isObj(g.options)) {
         return `start: group ${g.group}: options must be an object, got ${show(g.options)}`;
       }
-      groups.push({ group: g.group, method: g.method, options: (g.options as Obj) ?? {} });
+      const group: TraceGroup = {
+        group: g.group,
+        method: g.method,
+        options: (g.options as Obj) ?? {},
+      };
+      if (g.ranks !== undefined) {
+        const r = g.ranks;
+        if (!Array.isArray(r) || !r.every((x) => Number.isInteger(x) && (x as number) >= 0)) {
+          return `start: group ${g.group}: ranks must be a list of rank indexes, got ${show(r)}`;
+        }
+        group.ranks = r as number[];
+      }
+      groups.push(group);
     }
     if (groups.length > 0) s.groups = groups;
   }

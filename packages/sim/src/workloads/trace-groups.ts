@@ -6,10 +6,11 @@
 // recorded policy and switches. The groups' ranks are disjoint and nothing else is shared, so
 // one group's replay is the same whatever the other groups' traffic was.
 //
-// The start line names each group's policy but not its ranks: a group's ranks are those its
-// requests were routed to in the recording (a rank of the group that served none of them is
-// not known). A line belongs to the group its `model` names; a line whose model is not a group
-// name (an alias, or none: the default group) belongs to the group that owns its rank.
+// The start line names each group's policy and its ranks. From a router that did not write
+// the ranks, a group's ranks are those its requests were routed to in the recording (a rank of
+// the group that served none of them is not known). A line belongs to the group its `model`
+// names; a line whose model is not a group name (an alias, or none: the default group) belongs
+// to the group that owns its rank.
 import type { PolicySwitch, TraceObserved, TraceStart, TraceTable } from './trace-file.ts';
 import { TraceFormatError } from './trace-file.ts';
 
@@ -34,6 +35,10 @@ export function assignGroups(
   const byName = new Map(groups.map((g, i) => [g.group, i]));
   const rowGroup = new Int32Array(table.length).fill(-1);
   const owner = new Map<number, number>();
+  // Ranks the start line gives a group are its own, whoever its lines name.
+  groups.forEach((g, i) => {
+    for (const r of g.ranks ?? []) owner.set(r, i);
+  });
   for (let i = 0; i < table.length; i++) {
     const o = table.observed(i);
     const g = o?.model !== undefined ? byName.get(o.model) : undefined;
@@ -47,10 +52,11 @@ export function assignGroups(
     const g = rank !== undefined ? owner.get(rank) : undefined;
     if (g !== undefined) rowGroup[i] = g;
   }
-  const ranks = groups.map(() => new Set<number>());
+  const ranks = groups.map((g) => new Set<number>(g.ranks ?? []));
   for (let i = 0; i < table.length; i++) {
     const g = rowGroup[i]!;
     const rank = table.observed(i)?.rank;
+    // A rank added to the group later is among those its lines went to.
     if (g >= 0 && rank !== undefined) ranks[g]!.add(rank);
   }
   return { rowGroup, ranks: ranks.map((s) => [...s].sort((a, b) => a - b)) };
