@@ -4,7 +4,7 @@
 // Nothing here may resolve TypeScript source or tsx.
 //
 // KVROUTE_TEST_NODE_BINARIES=/path/to/node22:/path/to/node24 also runs the installed CLIs
-// under those Node binaries (the package's engines range is >=20.18).
+// under those Node binaries (the package's engines range is ^20.19.0 || >=22.12.0).
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -106,7 +106,7 @@ describe('packed packages', () => {
       expect(m.version).toMatch(/^0\.\d+\.\d+$/);
       expect(m.license).toBe('Apache-2.0');
       expect(m.repository?.directory).toBe(t.dir);
-      expect(m.engines?.node).toBe('>=20.18');
+      expect(m.engines?.node).toBe('^20.19.0 || >=22.12.0');
       expect(t.files).toContain('LICENSE');
       expect(t.files).toContain('README.md');
       expect(readFileSync(join(root, t.dir, 'LICENSE'), 'utf8')).toBe(rootLicense);
