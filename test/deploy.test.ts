@@ -772,6 +772,10 @@ describe('alert rules and dashboard', () => {
         { series: `kvroute_router_queued_requests{${target('r1')}}`, values: '0x5 3x20' },
         { series: `kvroute_router_queued_requests{${target('r2')}}`, values: '0x25' },
         { series: `kvroute_router_queued_requests{${target('r3')}}`, values: '0x25' },
+        // r1's KV events: rank 1 (healthy) loses them at minute 2; rank 0 loses them when it
+        // is down anyway (no alert: it is not routed to).
+        { series: `kvroute_kv_events_live{${target('r1')},rank="0"}`, values: '1x5 0x15' },
+        { series: `kvroute_kv_events_live{${target('r1')},rank="1"}`, values: '1x2 0x18' },
         // Fleet kvroute: 90% hit rate for 2 hours, then 30%. Fleet other: 90% throughout.
         ...tokens('kvroute', '0+1000x200', '0+900x120 108000+300x80'),
         ...tokens('other', '0+1000x200', '0+900x200'),
@@ -798,6 +802,21 @@ describe('alert rules and dashboard', () => {
                 summary: 'kvroute rank 1 is ejected',
                 description:
                   'Outlier detection took rank 1 out of routing after repeated request failures; it comes back after its ejection time if it recovers.',
+              },
+            },
+          ],
+        },
+        { eval_time: '6m', alertname: 'KvrouteKvEventsNotLive', exp_alerts: [] },
+        {
+          eval_time: '10m',
+          alertname: 'KvrouteKvEventsNotLive',
+          exp_alerts: [
+            {
+              exp_labels: { severity: 'warning', ...fleet, instance: 'r1', rank: '1' },
+              exp_annotations: {
+                summary: 'kvroute router r1 routes rank 1 without its KV events',
+                description:
+                  "Rank 1 is healthy but its KV events have not been live for 5 minutes (endpoint not connected, batches lost, another block size, or a silent publisher: the router's log says which); it is routed from the router's learned index, less precisely.",
               },
             },
           ],
