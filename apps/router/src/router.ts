@@ -321,6 +321,11 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
           }))
         : [],
     ranks: () => table.size,
+    down: () => {
+      const out: number[] = [];
+      for (let r = 0; r < table.size; r++) if (table.slot(r)?.worker.removed) out.push(r);
+      return out;
+    },
     tokenizer: tokenizer.kind,
     registry: metrics.registry,
     log,
@@ -338,6 +343,12 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
         )
       : undefined;
 
+  // Workers added or removed (admin POST /ranks, discovery) mark the recording too.
+  const onRanks = table.onChange;
+  table.onChange = () => {
+    onRanks?.();
+    recorder.markRanks();
+  };
   // Hot reload (admin, SIGHUP) marks the recording where the policy changed.
   policy.events.on('policy_switch', (e) => {
     const to = describe(policy.find(e.group)?.dispatcher ?? policy.defaultGroup.dispatcher);

@@ -655,6 +655,58 @@ describe('recorded trace on mock workers', () => {
   });
 });
 
+describe('rank changes in a recording', () => {
+  it('writes a ranks event when a worker is added or removed, and the start line names removed ranks', async () => {
+    const [a, b, c] = await mockWorkers(3);
+    const dir = mkdtempSync(join(tmpdir(), 'kvroute-rec-ranks-'));
+    cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
+    const path = join(dir, 'trace.jsonl');
+    const { app, url } = await router([
+      '--worker-urls',
+      a!,
+      b!,
+      '--admin-token',
+      'admin-secret',
+      '--record-trace',
+      path,
+    ]);
+    const admin = (body: object) =>
+      app.inject({
+        method: 'POST',
+        url: '/ranks',
+        headers: { authorization: 'Bearer admin-secret', 'content-type': 'application/json' },
+        payload: JSON.stringify(body),
+      });
+    expect((await chat(url, 'sys', 'one')).status).toBe(200);
+    expect((await admin({ action: 'add', url: c })).statusCode).toBe(200);
+    expect((await chat(url, 'sys', 'two')).status).toBe(200);
+    expect((await admin({ action: 'remove', url: a })).statusCode).toBe(200);
+    expect((await chat(url, 'sys', 'three')).status).toBe(200);
+    // A new recording opens with the removed rank named.
+    const second = join(dir, 'second.jsonl');
+    const started = await app.inject({
+      method: 'POST',
+      url: '/trace_recording',
+      headers: { authorization: 'Bearer admin-secret', 'content-type': 'application/json' },
+      payload: JSON.stringify({ action: 'start', path: second }),
+    });
+    expect(started.statusCode, started.body).toBe(200);
+    await app.close();
+    const lines = readLines(path);
+    expect(lines[0]).toMatchObject({ event: 'start', ranks: 2 });
+    expect(lines[0]).not.toHaveProperty('down');
+    const events = lines.filter((l) => l.event === 'ranks');
+    expect(events.map((e) => [e.ranks, e.down])).toEqual([
+      [3, []],
+      [3, [0]],
+    ]);
+    // Each after the requests that finished before it, before those after it.
+    const order = lines.map((l) => (l.event as string | undefined) ?? 'request');
+    expect(order).toEqual(['start', 'request', 'ranks', 'request', 'ranks', 'request']);
+    expect(readLines(second)[0]).toMatchObject({ event: 'start', ranks: 3, down: [0] });
+  });
+});
+
 describe('a recording of worker groups', () => {
   it("names each group's policy and ranks on the start line", async () => {
     const [a, b, c] = await mockWorkers(3);

@@ -430,6 +430,59 @@ describe('a recording whose ranks changed', () => {
     const fine = await cli(['replay', '--trace', file, '--ranks', '4', '--observed']);
     expect(fine.stderr).not.toMatch(/warning/);
   });
+
+  it("replays the rank changes a router recorded: the count, and removed workers' ranks", async () => {
+    const rows = recordUnder(agentLines(8), { method: 'round_robin', ranks: 3 });
+    rows.forEach((r, i) => {
+      if (i >= 30) r.line.rank = 3;
+    });
+    const file = join(dir, 'ranks-events.jsonl');
+    // Rank 1's worker was gone when the file opened and came back (a new worker in its
+    // place) at 1 s; a fourth rank came at 1.2 s; rank 0's worker left at 2 s.
+    write(file, [{ ...START, method: 'round_robin', options: {}, ranks: 3, down: [1] }], rows, [
+      { event: 'ranks', timestamp: 1000, ranks: 3, down: [] },
+      { event: 'ranks', timestamp: 1200, ranks: 4, down: [] },
+      { event: 'ranks', timestamp: 2000, ranks: 4, down: [0] },
+    ]);
+    const plan = buildWorkload('replay', { file }, 1);
+    expect(plan.ranks).toBe(3);
+    expect(plan.events).toEqual([
+      { atMs: 0, kind: 'rank-down', rank: 1 },
+      { atMs: 1000, kind: 'rank-up', rank: 1 },
+      { atMs: 1200, kind: 'set-ranks', ranks: 4 },
+      { atMs: 2000, kind: 'rank-down', rank: 0 },
+    ]);
+    expect(plan.warnings ?? []).toEqual([]);
+    // At twice the speed, at half the times.
+    const fast = buildWorkload('replay', { file, speedup: 2 }, 1);
+    expect(fast.events.map((e) => e.atMs)).toEqual([0, 500, 600, 1000]);
+    // The replay runs them: no request goes to rank 1 before 1 s, or to rank 0 after 2 s.
+    const out = await cli([
+      'replay',
+      '--trace',
+      file,
+      '--profile-file',
+      PROFILE_FILE,
+      '--observed',
+    ]);
+    expect(out.code, out.stderr).toBe(0);
+    expect(out.stderr).not.toMatch(/warning/);
+    const { records } = simulatePlan(plan, {
+      policy: { method: 'round_robin' },
+      profile: model(),
+      seed: 1,
+    });
+    for (const r of records) {
+      if (r.arrivalMs < 1000) expect(r.rank, `request ${r.id}`).not.toBe(1);
+      if (r.arrivalMs > 2000) expect(r.rank, `request ${r.id}`).not.toBe(0);
+    }
+    // --ranks sets the count: the changes are not followed, and that is said.
+    const fixed = buildWorkload('replay', { file, ranks: 4 }, 1);
+    expect(fixed.events).toEqual([]);
+    expect(fixed.warnings?.join('\n')).toMatch(
+      /3 rank change\(s\) recorded .* not replayed with --ranks/,
+    );
+  });
 });
 
 describe('the sweep’s predictions and its Confidence line', () => {

@@ -73,6 +73,8 @@ export interface RecorderContext {
   groups?(): PolicyDescription[];
   /** Ranks routed to now. */
   ranks(): number;
+  /** Rank indexes not routable now because their worker was removed (ascending). */
+  down?(): number[];
   /** The routing tokenizer's kind (approximate or huggingface): what a token is. */
   tokenizer: string;
   registry: Registry;
@@ -156,6 +158,8 @@ export class TraceRecorder {
   /** Requests handed over this turn (room held in the writer's queue for each line). */
   private pending: RecordedRequest[] = [];
   private drainScheduled: NodeJS.Immediate | undefined;
+  /** The rank count and removed ranks last written (start line or `ranks` event). */
+  private lastRanks = '';
   private readonly recorded: Counter;
   private readonly dropped: Counter;
   private readonly errors: Counter;
@@ -346,6 +350,31 @@ export class TraceRecorder {
     writer.push(JSON.stringify(line));
   }
 
+  /**
+   * Marks a change of the router's ranks (a worker added or removed) in the recorded trace,
+   * if one runs and the count or the removed ranks differ from what the file last said, so a
+   * replay follows them.
+   */
+  markRanks(): void {
+    const writer = this.writer;
+    if (!this.active || !writer) return;
+    const ranks = this.ctx.ranks();
+    const down = this.ctx.down?.() ?? [];
+    const key = `${ranks}:${down.join(',')}`;
+    if (key === this.lastRanks) return;
+    this.lastRanks = key;
+    // Requests that finished before the change are written before it.
+    this.drain();
+    writer.push(
+      JSON.stringify({
+        event: 'ranks',
+        timestamp: Math.max(0, Math.round(performance.now() - this.originPerf)),
+        ranks,
+        down,
+      }),
+    );
+  }
+
   async close(): Promise<void> {
     await this.stop();
   }
@@ -362,6 +391,9 @@ export class TraceRecorder {
       ranks: this.ctx.ranks(),
       tokenizer: this.ctx.tokenizer,
     };
+    const down = this.ctx.down?.() ?? [];
+    if (down.length > 0) line.down = down;
+    this.lastRanks = `${line.ranks}:${down.join(',')}`;
     if (p.group !== undefined) line.group = p.group;
     const groups = this.ctx.groups?.() ?? [];
     if (groups.length > 0) line.groups = groups;

@@ -11,15 +11,17 @@ import { optBool, optInt, optPositive } from './options.ts';
 import { stream } from './random.ts';
 import { blockSeed, blockToken, tokenWriter } from './token-fill.ts';
 import {
+  type RankChange,
   readTraceTable,
   sessionLinks,
   sessionTailIds,
   TraceFormatError,
   type TraceLine,
+  type TraceStart,
   type TraceTable,
 } from './trace-file.ts';
 import { selectGroup } from './trace-groups.ts';
-import type { ScenarioDefinition, WorkloadRequest } from './types.ts';
+import type { ClusterEvent, ScenarioDefinition, WorkloadRequest } from './types.ts';
 
 export { TraceFormatError } from './trace-file.ts';
 
@@ -260,20 +262,31 @@ export const replay: ScenarioDefinition = {
     const blockTokens = trace.blockTokens;
     const ranks = ranksOpt > 0 ? ranksOpt : (trace.start?.ranks ?? 16);
     const warnings: string[] = [];
-    // Ranks added while recording (the router's POST /ranks) are not in the start line: the
-    // replay runs on the start's ranks, so requests the router sent to a later one land elsewhere.
+    // The router's rank changes (workers added or removed while recording: its `ranks`
+    // events) replay as cluster events, unless --ranks sets the count or one group is taken
+    // (a group's ranks are renumbered; its changes are not followed).
+    const follow = ranksOpt === 0 && picked.group === undefined && trace.start !== undefined;
+    const events = follow ? rankEvents(trace.start!, trace.rankChanges, ranks, speedup) : [];
+    if (!follow && trace.rankChanges.length > 0) {
+      warnings.push(
+        `${trace.rankChanges.length} rank change(s) recorded (workers added or removed) are not replayed ${ranksOpt > 0 ? 'with --ranks' : 'for one worker group'}: the replay keeps ${ranks} rank(s) throughout`,
+      );
+    }
+    let most = ranks;
+    for (const e of events) if (e.kind === 'set-ranks') most = Math.max(most, e.ranks!);
+    // A rank the lines name beyond every count the replay has: routed elsewhere.
     let beyond = 0;
     let top = -1;
     for (let i = 0; i < trace.table.length; i++) {
       const r = trace.table.observed(i)?.rank;
-      if (r !== undefined && r >= ranks) {
+      if (r !== undefined && r >= most) {
         beyond++;
         top = Math.max(top, r);
       }
     }
     if (beyond > 0) {
       warnings.push(
-        `${beyond} request line(s) name a rank up to ${top}, beyond the ${ranks} rank(s) replayed (ranks added while recording are not in the start line, nor are ranks removed): the replay routes them among ranks 0..${ranks - 1}; --ranks ${top + 1} replays with that many`,
+        `${beyond} request line(s) name a rank up to ${top}, beyond the ${most} rank(s) replayed (a router that did not record its rank changes, or --ranks): the replay routes them among ranks 0..${most - 1}; --ranks ${top + 1} replays with that many`,
       );
     }
     // Reports show what the replay used, not the "from the trace" zeros.
@@ -306,7 +319,7 @@ export const replay: ScenarioDefinition = {
       ranks,
       clients: [],
       requests,
-      events: [],
+      events,
       skippedLines: trace.skipped,
       ...(warnings.length > 0 ? { warnings } : {}),
       ...(trace.start
@@ -324,3 +337,34 @@ export const replay: ScenarioDefinition = {
     };
   },
 };
+
+/**
+ * A recording's rank changes as cluster events, at their replayed times: the count (ranks
+ * added come up cold; ranks past a smaller count are gone) and the ranks not routable (a
+ * removed worker's, until a new one takes its place). The start line's are at time 0.
+ */
+export function rankEvents(
+  start: TraceStart,
+  changes: readonly RankChange[],
+  ranks: number,
+  speedup: number,
+): ClusterEvent[] {
+  const events: ClusterEvent[] = [];
+  let count = ranks;
+  let down = new Set<number>();
+  const to = (atMs: number, n: number, next: readonly number[]) => {
+    if (n !== count) {
+      events.push({ atMs, kind: 'set-ranks', ranks: n });
+      // Ranks past the new count are gone, down or not; new ones come up healthy.
+      for (const r of down) if (r >= n) down.delete(r);
+      count = n;
+    }
+    const want = new Set(next);
+    for (const r of down) if (!want.has(r)) events.push({ atMs, kind: 'rank-up', rank: r });
+    for (const r of want) if (!down.has(r)) events.push({ atMs, kind: 'rank-down', rank: r });
+    down = want;
+  };
+  to(0, ranks, start.down ?? []);
+  for (const c of changes) to(c.timestamp / speedup, c.ranks, c.down);
+  return events;
+}

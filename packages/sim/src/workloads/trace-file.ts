@@ -22,6 +22,8 @@ export interface TraceStart {
   method?: string;
   options?: Record<string, unknown>;
   ranks?: number;
+  /** Rank indexes that were not routable when the file opened (workers removed). */
+  down?: number[];
   model?: string;
   /**
    * A router with worker groups (one per model): each group's policy when the file opened.
@@ -37,6 +39,16 @@ export interface TraceGroup {
   options: Record<string, unknown>;
   /** The group's rank indexes when the file opened (routers that write them). */
   ranks?: number[];
+}
+
+/**
+ * A `ranks` event: from `timestamp` on, the router had `ranks` ranks, of which `down` were not
+ * routable (workers added or removed at run time).
+ */
+export interface RankChange {
+  timestamp: number;
+  ranks: number;
+  down: number[];
 }
 
 /** A `policy_switch` event: from `timestamp` on, the router routed with this setting. */
@@ -78,6 +90,8 @@ export interface TraceFile {
   /** Present for recorded traces. */
   start?: TraceStart;
   switches: PolicySwitch[];
+  /** The router's rank changes, in timestamp order. */
+  rankChanges: RankChange[];
   /** In timestamp order. */
   lines: TraceLine[];
   /** Malformed lines skipped (skipInvalid) and event lines of kinds not read here. */
@@ -141,6 +155,11 @@ function parseStart(o: Obj): TraceStart | string {
     s.ranks = o.ranks;
   }
   if (typeof o.model === 'string') s.model = o.model;
+  if (o.down !== undefined && s.ranks !== undefined) {
+    const down = rankList(o.down, s.ranks, 'start');
+    if (typeof down === 'string') return down;
+    if (down.length > 0) s.down = down;
+  }
   if (o.groups !== undefined) {
     if (!Array.isArray(o.groups)) return `start: groups must be an array, got ${show(o.groups)}`;
     const groups: TraceGroup[] = [];
@@ -171,6 +190,27 @@ function parseStart(o: Obj): TraceStart | string {
     if (groups.length > 0) s.groups = groups;
   }
   return s;
+}
+
+/** A list of rank indexes below `ranks`, or why not. */
+function rankList(v: unknown, ranks: number, where: string): number[] | string {
+  if (!Array.isArray(v) || !v.every((r) => Number.isInteger(r) && r >= 0 && r < ranks)) {
+    return `${where}: down must be a list of rank indexes below ranks (${ranks}), got ${show(v)}`;
+  }
+  return v as number[];
+}
+
+function parseRankChange(o: Obj): RankChange | string {
+  if (!isNum(o.timestamp, 0)) {
+    return `ranks: timestamp must be a number >= 0, got ${show(o.timestamp)}`;
+  }
+  if (!Number.isInteger(o.ranks) || (o.ranks as number) < 1) {
+    return `ranks: ranks must be a whole number >= 1, got ${show(o.ranks)}`;
+  }
+  const ranks = o.ranks as number;
+  const down = o.down === undefined ? [] : rankList(o.down, ranks, 'ranks');
+  if (typeof down === 'string') return down;
+  return { timestamp: o.timestamp, ranks, down };
 }
 
 function parseSwitch(o: Obj): PolicySwitch | string {
@@ -405,6 +445,7 @@ function grown<T extends Uint32Array | Float64Array>(a: T, atLeast: number): T {
 interface TraceHead {
   start?: TraceStart;
   switches: PolicySwitch[];
+  rankChanges: RankChange[];
   skipped: number;
   blockTokens: number;
 }
@@ -417,6 +458,7 @@ class TraceParser {
   private start: TraceStart | undefined;
   private blockTokens: number;
   private readonly switches: PolicySwitch[] = [];
+  private readonly rankChanges: RankChange[] = [];
   private skipped = 0;
   private lastTs = 0;
   private lineNo = 0;
@@ -517,6 +559,10 @@ class TraceParser {
       const s = parseSwitch(o);
       if (typeof s === 'string') this.bad(s);
       else this.switches.push(s);
+    } else if (o.event === 'ranks') {
+      const c = parseRankChange(o);
+      if (typeof c === 'string') this.bad(c);
+      else this.rankChanges.push(c);
     } else {
       this.skipped++;
     }
@@ -529,9 +575,11 @@ class TraceParser {
 
   finish(): TraceHead {
     this.switches.sort((a, b) => a.timestamp - b.timestamp);
+    this.rankChanges.sort((a, b) => a.timestamp - b.timestamp);
     return {
       ...(this.start ? { start: this.start } : {}),
       switches: this.switches,
+      rankChanges: this.rankChanges,
       skipped: this.skipped,
       blockTokens: this.blockTokens,
     };
