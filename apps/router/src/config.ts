@@ -923,7 +923,7 @@ export const OPTIONS: readonly OptionSpec[] = [
     key: 'kvEventsStaleMs',
     kind: 'duration',
     min: 1,
-    help: 'A rank falls back to the learned index when it lost a batch this recently, its endpoint stays unconnected this long, or (with a replay endpoint) its publisher is not heard from this long (default 10s)',
+    help: 'A rank falls back to the learned index while its socket is not connected (warned after this long), when it lost a batch this recently, or (with a replay endpoint) when its publisher is not heard from this long (default 10s)',
   },
   {
     flag: 'kv-events-max-blocks',

@@ -21,6 +21,7 @@ async function responsesWorker(name: string): Promise<FakeWorker> {
   const w = await startFakeWorker();
   cleanups.push(() => w.close());
   let n = 0;
+  const held = new Set<string>();
   const json = (res: import('node:http').ServerResponse, status: number, obj: unknown) => {
     const text = JSON.stringify(obj);
     res.writeHead(status, { 'content-type': 'application/json' });
@@ -28,13 +29,14 @@ async function responsesWorker(name: string): Promise<FakeWorker> {
   };
   w.handlers.set('POST /v1/responses', (_q, res, body) => {
     const prev = body.previous_response_id;
-    if (typeof prev === 'string' && !w.handlers.has(`GET /v1/responses/${prev}`)) {
+    if (typeof prev === 'string' && !held.has(prev)) {
       json(res, 404, {
         error: { message: `Response ${prev} not found`, type: 'invalid_request_error' },
       });
       return;
     }
     const id = `resp_${name}_${++n}`;
+    held.add(id);
     const response = {
       id,
       object: 'response',
@@ -74,7 +76,11 @@ async function router(ws: FakeWorker[]): Promise<string> {
       'round_robin',
     ]),
   );
-  cleanups.push(() => app.close());
+  cleanups.push(async () => {
+    // A test's aborted client may leave its keep-alive connection behind.
+    app.server.closeAllConnections();
+    await app.close();
+  });
   await app.listen({ host: '127.0.0.1', port: 0 });
   return `http://127.0.0.1:${(app.server.address() as { port: number }).port}`;
 }
@@ -136,6 +142,52 @@ describe('Responses API follow-ups', () => {
     expect(retrieves).toBe(1);
   });
 
+  it('an id no worker holds is searched for once, and a client gone during the search is not served', async () => {
+    const ws = await Promise.all(['a', 'b', 'c'].map(responsesWorker));
+    const url = await router(ws);
+    // Unknown ids: the workers are asked (each answers 404), then the policy routes it and
+    // the engine answers 404. The second time the router does not ask again.
+    const lookups = () => ws.reduce((n, w) => n + w.received.length, 0);
+    let gets = 0;
+    for (const w of ws) {
+      w.handlers.set('GET /v1/responses/resp_gone', (_q, res) => {
+        gets++;
+        res.writeHead(404, { 'content-type': 'application/json' });
+        res.end('{"error":{"message":"not found"}}');
+      });
+    }
+    for (let i = 0; i < 2; i++) {
+      const r = await respond(url, { input: 'x', previous_response_id: 'resp_gone' }).catch(() => ({
+        status: 404,
+        id: '',
+      }));
+      expect(r.status).toBe(404);
+    }
+    expect(gets).toBe(3);
+    // A slow search: the client leaves before it ends, and no worker gets the request.
+    for (const w of ws) {
+      w.handlers.set('GET /v1/responses/resp_slow', (_q, res) => {
+        setTimeout(() => {
+          res.writeHead(404, { 'content-type': 'application/json' });
+          res.end('{"error":{"message":"not found"}}');
+        }, 400);
+      });
+    }
+    const before = lookups();
+    const gone = await request(`${url}/v1/responses`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', input: 'y', previous_response_id: 'resp_slow' }),
+      signal: AbortSignal.timeout(100),
+    }).then(
+      () => 'answered',
+      (e: Error) => e.name,
+    );
+    expect(gone).toBe('TimeoutError');
+    await new Promise((r) => setTimeout(r, 700));
+    expect(lookups()).toBe(before);
+  });
+
   it('retrieve, cancel and delete by id reach the holder; an id no worker holds is 404', async () => {
     const ws = await Promise.all(['a', 'b'].map(responsesWorker));
     const url = await router(ws);
@@ -154,5 +206,18 @@ describe('Responses API follow-ups', () => {
     const missing = await request(`${url}/v1/responses/resp_nowhere`);
     expect(missing.statusCode).toBe(404);
     await missing.body.dump();
+    // Deleted: the router forgets where it was (a follow-up naming it is looked for anew).
+    const home = ws.find((w) => w.handlers.has(`GET /v1/responses/${id}`))!;
+    home.handlers.set(`DELETE /v1/responses/${id}`, (_q, res) => {
+      home.handlers.delete(`GET /v1/responses/${id}`);
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ id, object: 'response', deleted: true }));
+    });
+    const del = await request(`${url}/v1/responses/${id}`, { method: 'DELETE' });
+    expect(del.statusCode).toBe(200);
+    await del.body.dump();
+    const after = await request(`${url}/v1/responses/${id}`);
+    expect(after.statusCode).toBe(404);
+    await after.body.dump();
   });
 });

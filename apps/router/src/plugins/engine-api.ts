@@ -211,7 +211,12 @@ export async function engineApiPlugin(app: FastifyInstance, opts: EngineApiOptio
   const homes = opts.state.responseHomes;
   const stored = forwardToOneWorker(opts.state, undefined, undefined, {
     first: (req) => homes.home((req.params as { id: string }).id),
-    found: (req, w) => homes.remember((req.params as { id: string }).id, w.url),
+    found: (req, w) => {
+      const id = (req.params as { id: string }).id;
+      // A deleted response is no longer anyone's.
+      if (req.method === 'DELETE') homes.forget(id);
+      else homes.remember(id, w.url);
+    },
   });
   app.get('/v1/responses/:id', stored);
   app.delete('/v1/responses/:id', stored);

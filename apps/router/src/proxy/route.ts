@@ -322,21 +322,6 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     // outside for it. A response no worker holds is left to the policy (the engine says 404).
     const previous =
       kind === 'responses' && ctx.responseHomes ? previousResponseId(raw) : undefined;
-    if (previous !== undefined) {
-      const homes = ctx.responseHomes!;
-      const home =
-        homes.home(previous) ??
-        (await homes.locate(
-          previous,
-          table.workers().filter((w) => w.healthy && !w.ejected && !w.removed),
-          ctx.agent,
-          config.workerApiKey !== undefined
-            ? { authorization: `Bearer ${config.workerApiKey}` }
-            : {},
-          config.health.timeoutMs,
-        ));
-      if (home !== undefined) outside = ranksNotOf(table.workers(), home, outside);
-    }
     // What the recorded line says (the last attempt's rank and outcome).
     const rec: Outcome | undefined = recorded ? { rank: -1, reason: '', status: 0 } : undefined;
     const routed = routeRequest.routedRank;
@@ -379,6 +364,23 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
     let lastFailure: { rank: number; workerRank: number; failure: AttemptFailure } | undefined;
     let retrying = false;
     try {
+      if (previous !== undefined) {
+        // Looked up under the request's deadline, with the client watched (the loop's first
+        // check answers 499 for a client that left meanwhile).
+        const homes = ctx.responseHomes!;
+        const home =
+          homes.home(previous) ??
+          (await homes.locate(
+            previous,
+            table.workers().filter((w) => w.healthy && !w.ejected && !w.removed),
+            ctx.agent,
+            config.workerApiKey !== undefined
+              ? { authorization: `Bearer ${config.workerApiKey}` }
+              : {},
+            config.health.timeoutMs,
+          ));
+        if (home !== undefined) outside = ranksNotOf(table.workers(), home, outside);
+      }
       for (let attemptNo = 0; ; attemptNo++) {
         if (clientGone) {
           if (rec) rec.status = 499;
