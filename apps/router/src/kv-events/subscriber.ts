@@ -197,10 +197,14 @@ export class KvEventStream {
   }
 
   private enqueue(task: () => Promise<void>): Promise<void> {
-    this.work = this.work.then(task).catch((err: unknown) => {
-      if (!this.closed)
-        this.sink.warn('internal', `kv-events ${this.opts.endpoint}: ${(err as Error).message}`);
-    });
+    // A task queued before close() runs after it: once closed, nothing more is done (no
+    // socket opened, no batch handed on for a rank that may now be another worker's).
+    this.work = this.work
+      .then(() => (this.closed ? undefined : task()))
+      .catch((err: unknown) => {
+        if (!this.closed)
+          this.sink.warn('internal', `kv-events ${this.opts.endpoint}: ${(err as Error).message}`);
+      });
     return this.work;
   }
 
@@ -365,7 +369,7 @@ export class KvEventStream {
     from: number,
     onBatch: (seq: number, payload: Buffer) => void,
   ): Promise<boolean> {
-    if (!this.opts.replayEndpoint) return false;
+    if (!this.opts.replayEndpoint || this.closed) return false;
     const endpoint = this.opts.replayEndpoint as string;
     if (!this.dealer) {
       this.dealer = new this.zmq.Dealer({
