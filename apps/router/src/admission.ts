@@ -139,19 +139,26 @@ export class Admission {
   }
 
   /**
-   * A slot among maxConcurrentRequests: true at once when one is free, else a promise that
-   * resolves when one frees up (FIFO) or rejects with 503 when the queue is full or the wait
-   * passes queueTimeoutMs. Pair every success with release(). `cancel` is called only when the
-   * request has to wait, for the signal that takes it out of the queue (its client left): the
-   * promise then rejects with the signal's reason and no slot is held.
+   * A slot among maxConcurrentRequests, taken at once when one is free and no one waits for
+   * one (true); false when the request has to wait (waitForSlot). Pair every slot with
+   * release().
    */
-  acquire(cancel?: () => AbortSignal): true | Promise<void> {
+  tryAcquire(): boolean {
     const max = this.config.maxConcurrentRequests;
     if (max <= 0 || (this.inFlight < max && this.queue.length === 0)) {
       this.inFlight++;
       return true;
     }
-    return this.enqueue('slot', cancel?.()).then(() => {
+    return false;
+  }
+
+  /**
+   * Waits in line for a slot: resolves when one frees up (FIFO), holding it; rejects with 503
+   * when the queue is full or the wait passes queueTimeoutMs, and with `signal`'s reason when
+   * it aborts (the client left), holding nothing.
+   */
+  waitForSlot(signal?: AbortSignal): Promise<void> {
+    return this.enqueue('slot', signal).then(() => {
       this.inFlight++;
     });
   }

@@ -239,8 +239,7 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
         startedAt: bodyFrom,
       });
       reserved = body.reserved;
-      const slot = admission.acquire(() => goneSignal(res));
-      if (slot !== true) await slot;
+      if (!admission.tryAcquire()) await admission.waitForSlot(goneSignal(res));
       admitted = true;
       budget.active++;
       if (ctx.handle) await ctx.handle(req, res, kind, route, body.raw);
