@@ -84,6 +84,12 @@ describe('/generate as SGLang', () => {
     // Each item is its own request to the internal dispatcher (round robin over 2 ranks).
     expect(items.map((i) => i.meta_info.dp_rank)).toEqual([0, 1, 0]);
 
+    // One rid for the batch: each item's is it with its index, as SGLang names them.
+    const one = await post(app, '/generate', { text: ['x', 'y'], rid: 'batch' });
+    expect((one.body as unknown as Json[]).map((i) => i.meta_info.id)).toEqual([
+      'batch_0',
+      'batch_1',
+    ]);
     const ids = await post(app, '/generate', { input_ids: [[1, 2, 3], [4]] });
     expect((ids.body as unknown as Json[]).map((i) => i.meta_info.prompt_tokens)).toEqual([3, 1]);
     const bad = await post(app, '/generate', { text: ['ok', ''] });

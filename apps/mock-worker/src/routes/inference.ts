@@ -249,7 +249,9 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
       case 'generate': {
         const rid = parsed.body.rid;
         if (Array.isArray(rid) && typeof rid[i] === 'string') return rid[i];
-        return i === 0 && parsed.rid !== undefined ? parsed.rid : hex();
+        if (parsed.rid === undefined) return hex();
+        // One id for a batch names its items as SGLang does: id_0, id_1, ...
+        return parsed.items !== undefined ? `${parsed.rid}_${i}` : parsed.rid;
       }
       case 'chat':
         return `chatcmpl-${hex()}`;
