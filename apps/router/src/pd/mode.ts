@@ -79,6 +79,12 @@ export interface PdDeps {
 }
 
 /** What one pair's attempt came to. */
+/** What the request's close listener can do to the pair in flight. */
+interface PairControl {
+  abort(): void;
+  clientGone?(): void;
+}
+
 type PairOutcome =
   | { kind: 'done' }
   | { kind: 'aborted' }
@@ -396,7 +402,9 @@ export function createPdMode(d: PdDeps): PdMode {
     );
     const prefillMs = firstByteTimeoutMs(config, promptTokens, 1, false);
 
-    let current: { abort(): void } | undefined;
+    // The pair in flight: abort() before the client has a byte; clientGone() at any time (mid
+    // stream it ends the decode as client-closed and aborts both upstream requests).
+    let current: PairControl | undefined;
     let timedOut = false;
     let clientGone = false;
     const timer = setTimeout(() => {
@@ -404,10 +412,15 @@ export function createPdMode(d: PdDeps): PdMode {
       current?.abort();
     }, config.requestTimeoutMs);
     const onEarlyClose = (): void => {
-      if (!res.writableFinished && !res.headersSent) {
+      if (res.writableFinished) return;
+      if (!res.headersSent) {
         clientGone = true;
         current?.abort();
+        return;
       }
+      // Left mid-stream: without this the decode call waits for a drain that never comes,
+      // holding its admission slot and decode load until the request timeout.
+      current?.clientGone?.();
     };
     res.on('close', onEarlyClose);
     let exP: Set<number> | undefined;
@@ -477,7 +490,7 @@ export function createPdMode(d: PdDeps): PdMode {
       pt: DispatchTicket,
       dt: DispatchTicket,
       attemptLeft: () => boolean,
-      setCurrent: (a: { abort(): void }) => void,
+      setCurrent: (a: PairControl) => void,
     ): Promise<PairOutcome> {
       const pslot = prefillTable.slot(pt.rank);
       const dslot = decodeTable.slot(dt.rank);
@@ -635,6 +648,10 @@ export function createPdMode(d: PdDeps): PdMode {
         abort: () => {
           prefill.fail({ kind: 'socket', detail: 'request aborted' });
           dcall.abort(new Error('request aborted'));
+        },
+        clientGone: () => {
+          prefill.fail({ kind: 'socket', detail: 'client closed the connection' });
+          dcall.clientGone();
         },
       });
       // A prefill that fails takes its decode with it: that decode would wait for KV in vain.

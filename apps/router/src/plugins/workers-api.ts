@@ -12,6 +12,7 @@
 import { describeError, getText } from '@kvroute/protocol';
 import type { FastifyInstance } from 'fastify';
 import { noRankLeft } from '../proxy/route.ts';
+import type { RankTable } from '../rank-table.ts';
 import type { RouterState } from '../state.ts';
 import { clientGuard } from './engine-api.ts';
 
@@ -85,17 +86,34 @@ export async function workersApiPlugin(
     reply.send({ object: 'list', data: [...byId.values()] });
   });
 
+  /** Whether `t` has a routable rank whose worker passed a check, and the counts. */
+  const side = (t: RankTable) => {
+    const ranks = t.info().filter((r) => r.healthy);
+    const checked = t.workers().filter((w) => w.everPassed && w.healthy && !w.ejected);
+    return { ready: ranks.length > 0 && checked.length > 0, ranks, checked, size: t.size };
+  };
   const readiness = () => {
-    const ranks = table.info().filter((r) => r.healthy);
-    const checked = table.workers().filter((w) => w.everPassed && w.healthy && !w.ejected);
-    const ready = ranks.length > 0 && checked.length > 0;
+    const p = side(table);
+    // With prefill/decode disaggregation a request needs both sides: the decode side too.
+    const pd = opts.state.pd;
+    const d = pd ? side(pd.decodeTable) : undefined;
+    const ready = p.ready && (d === undefined || d.ready);
     return {
       ready,
       body: {
         status: ready ? 'ok' : 'unavailable',
-        healthy_ranks: ranks.length,
-        ranks: table.size,
-        checked_workers: checked.length,
+        healthy_ranks: p.ranks.length,
+        ranks: p.size,
+        checked_workers: p.checked.length,
+        ...(d
+          ? {
+              decode: {
+                healthy_ranks: d.ranks.length,
+                ranks: d.size,
+                checked_workers: d.checked.length,
+              },
+            }
+          : {}),
       },
     };
   };
