@@ -1,6 +1,8 @@
 // Metrics of the PD mode, per role, registered beside the router's own. A pair's prefill and
 // decode are observed apart so an operator sees which side is slow or failing:
-//   kvroute_pd_requests_total{role,rank,status}      answers per side (status 'error' = no answer)
+//   kvroute_pd_requests_total{role,rank,status}      answers per side (status 'error' = no answer;
+//                                                     a decode's 'prefill-failed' = given up because
+//                                                     its prefill failed)
 //   kvroute_pd_ttft_seconds{role}                     prefill: send to its whole answer (it
 //                                                     generates one token); decode: send to first byte
 //   kvroute_pd_transfer_wait_seconds                  prefill answer to decode first byte, streams

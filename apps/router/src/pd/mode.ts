@@ -690,10 +690,15 @@ export function createPdMode(d: PdDeps): PdMode {
       }
       if (result.kind === 'failed') {
         dt.done('failed');
-        metrics.requests.inc({ role: 'decode', rank: dLabel, status: 'error' });
         // Which side broke: the prefill if its request failed too (give it a moment to say so).
         const r = prefillFailed ? undefined : await settlePrefill(100);
         const pf = prefillFailed ?? r?.failure;
+        // A decode given up because its prefill failed is counted as that, not as its own error.
+        metrics.requests.inc({
+          role: 'decode',
+          rank: dLabel,
+          status: pf ? 'prefill-failed' : 'error',
+        });
         if (pf) return { kind: 'retry', side: 'prefill', failure: pf };
         const f = result.failure;
         if (f.kind === 'connect') decodeHealth.reportConnectError(dw, f.detail);
