@@ -92,3 +92,33 @@ describe('PD mode readiness', () => {
     }
   });
 });
+
+describe('PD mode metrics', () => {
+  it("count a decode given up because its prefill failed as that, not as the decode's error", async () => {
+    cluster = await startPdCluster({
+      prefill: 1,
+      decode: 1,
+      worker: { timeScale: 0.05 },
+      // Every prefill request has its connection reset.
+      prefillWorker: { failRate: 1, failMode: 'reset' },
+      routerArgs: ['--max-retries', '0'],
+    });
+    const c = cluster;
+    const res = await fetch(`${c.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'm',
+        messages: [{ role: 'user', content: 'hi' }],
+        max_tokens: 4,
+      }),
+    });
+    expect(res.status).toBe(502);
+    await res.text();
+    const metrics = await (await fetch(`${c.url}/metrics`)).text();
+    expect(metrics).toMatch(
+      /^kvroute_pd_requests_total\{role="decode",rank="0",status="prefill-failed"\} 1$/m,
+    );
+    expect(metrics).not.toMatch(/role="decode",rank="0",status="error"/);
+  });
+});
