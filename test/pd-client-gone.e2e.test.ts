@@ -122,3 +122,35 @@ describe('PD mode metrics', () => {
     expect(metrics).not.toMatch(/role="decode",rank="0",status="error"/);
   });
 });
+
+describe('PD mode ejections', () => {
+  it('count the decode side in kvroute_router_ejections_total', async () => {
+    cluster = await startPdCluster({
+      prefill: 1,
+      decode: 2,
+      // The decode servers answer every request with a 500; at most half are ejected.
+      decodeWorker: { failRate: 1 },
+      routerArgs: ['--outlier-consecutive-failures', '2', '--outlier-max-ejected-percent', '50'],
+    });
+    const c = cluster;
+    for (let i = 0; i < 8; i++) {
+      const res = await fetch(`${c.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'm',
+          messages: [{ role: 'user', content: `hi ${i}` }],
+          max_tokens: 2,
+        }),
+      });
+      await res.text();
+    }
+    expect(c.router.kvroute.pd!.decodeOutlier.ejectionsTotal).toBeGreaterThanOrEqual(1);
+    const metrics = await (await fetch(`${c.url}/metrics`)).text();
+    const n = /^kvroute_router_ejections_total (\d+)$/m.exec(metrics);
+    expect(Number(n?.[1])).toBe(
+      c.router.kvroute.outlier.ejectionsTotal + c.router.kvroute.pd!.decodeOutlier.ejectionsTotal,
+    );
+    expect(Number(n?.[1])).toBeGreaterThanOrEqual(1);
+  });
+});

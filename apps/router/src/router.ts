@@ -218,7 +218,8 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     metrics.registry,
     table,
     admission,
-    () => outlier.ejectionsTotal,
+    // Both sides' ejections with --pd-disaggregation (the decode side has its own detector).
+    () => outlier.ejectionsTotal + (pd?.decodeOutlier.ejectionsTotal ?? 0),
   );
   const policySwitches = new Counter({
     name: 'kvroute_router_policy_switches_total',

@@ -103,6 +103,7 @@ export interface PdMode {
   readonly decodeTable: RankTable;
   readonly decodeDispatcher: Dispatcher;
   readonly decodeHealth: HealthMonitor;
+  readonly decodeOutlier: OutlierDetector;
   readonly metrics: PdMetrics;
   /** Bootstrap port per prefill URL (given, or read from its /get_server_info). */
   readonly bootstrapPorts: ReadonlyMap<string, number | null>;
@@ -776,6 +777,7 @@ export function createPdMode(d: PdDeps): PdMode {
     decodeTable,
     decodeDispatcher,
     decodeHealth,
+    decodeOutlier,
     metrics,
     bootstrapPorts,
     start,
