@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -21,6 +22,11 @@ DEFAULTS = {
     "llama-3.2-1b": {"max_total_tokens": 200000, "chunked_prefill_size": 8192, "context_length": 32768},
     "llama-3.1-8b": {"max_total_tokens": 200000, "chunked_prefill_size": 8192, "context_length": 32768},
 }
+
+# The simulator refuses a cost profile whose chunkedPrefillSize is below this
+# (MIN_CHUNKED_PREFILL_SIZE in packages/sim/src/cost/cost-model.ts), so the worker refuses it too:
+# a worker the simulator cannot model would make every validation run against it meaningless.
+MIN_CHUNKED_PREFILL_SIZE = 64
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-events-block-size", type=int, default=16, help="tokens per published block (default 16)")
     p.add_argument("--calibrate", action="store_true", help="measure prefill/decode times, write a cost profile, exit")
     p.add_argument("--out", help="--calibrate: profile file to write (kvroute-cost-profile/v1)")
-    p.add_argument("--calibrate-budget-s", type=float, default=60.0, help="--calibrate: stop measuring after this")
+    p.add_argument("--calibrate-budget-s", type=float, default=60.0,
+                   help="--calibrate: seconds to measure for; prefill gets 60%%, decode keeps the rest")
     return p
 
 
@@ -62,9 +69,48 @@ def _fail(msg: str) -> None:
     sys.exit(2)
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Every check that needs no torch, so bad flags fail in milliseconds, before anything is loaded."""
+    if not re.fullmatch(r"auto|cpu|cuda(:[0-9]+)?", args.device):
+        _fail(f"--device {args.device}: expected auto, cpu, cuda or cuda:N")
+    if args.threads is not None and args.threads < 1:
+        _fail(f"--threads must be >= 1, got {args.threads}")
+    if not 0 <= args.port <= 65535:
+        _fail(f"--port must be 0-65535 (0 picks a free port), got {args.port}")
+    for name in ("page_size", "max_running_requests"):
+        if getattr(args, name) <= 0:
+            _fail(f"--{name.replace('_', '-')} must be > 0")
+    for name in ("max_total_tokens", "context_length"):
+        v = getattr(args, name)
+        if v is not None and v <= 0:
+            _fail(f"--{name.replace('_', '-')} must be > 0, got {v}")
+    chunk = args.chunked_prefill_size
+    if chunk is not None and chunk < MIN_CHUNKED_PREFILL_SIZE:
+        _fail(f"--chunked-prefill-size must be >= {MIN_CHUNKED_PREFILL_SIZE} (the simulator's minimum), got {chunk}")
+    if args.calibrate:
+        if not args.out:
+            _fail("--calibrate needs --out FILE")
+        if not args.calibrate_budget_s > 0:
+            _fail(f"--calibrate-budget-s must be > 0 seconds, got {args.calibrate_budget_s:g}")
+        # Checked before measuring: a profile that cannot be written loses the whole run.
+        folder = os.path.dirname(os.path.abspath(args.out))
+        if os.path.isdir(args.out):
+            _fail(f"--out {args.out}: is a folder; give a file name")
+        if not os.path.isdir(folder):
+            _fail(f"--out {args.out}: folder {folder} does not exist")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            _fail(f"--out {args.out}: folder {folder} is not writable")
+        if os.path.exists(args.out) and not os.access(args.out, os.W_OK):
+            _fail(f"--out {args.out}: file is not writable")
+
+
 def build_engine(args: argparse.Namespace) -> "Engine":
     # torch is imported only once the flags are known to be good: it takes seconds.
-    import torch
+    try:
+        import torch
+    except ImportError as exc:
+        _fail(f"this worker needs torch, which {sys.executable} cannot import ({exc}); run it with a python3 "
+              f"that has torch (on Debian: apt-get install python3-torch, then /usr/bin/python3 -m kvroute_gpu_worker)")
 
     from .engine import Engine, EngineConfig
     from .model import LlamaModel
@@ -77,16 +123,19 @@ def build_engine(args: argparse.Namespace) -> "Engine":
     if device.startswith("cuda") and not torch.cuda.is_available():
         _fail(f"--device {device}: CUDA is not available in this torch ({torch.__version__})")
     dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
-    if args.threads:
+    if dtype is not None and device == "cpu":
+        # float16 matmul is missing on CPU in older torch (1.13: "addmm_impl_cpu_" not implemented
+        # for 'Half'); ask this torch rather than guess from its version.
+        try:
+            x = torch.ones(2, 2, dtype=dtype)
+            x @ x
+        except RuntimeError:
+            _fail(f"--dtype {args.dtype}: this torch ({torch.__version__}) cannot run it on CPU; use float32 or bfloat16")
+    if args.threads is not None:
         torch.set_num_threads(args.threads)
-    for name in ("page_size", "max_running_requests"):
-        if getattr(args, name) <= 0:
-            _fail(f"--{name.replace('_', '-')} must be > 0")
     cap = args.max_total_tokens or d["max_total_tokens"]
     chunk = args.chunked_prefill_size or d["chunked_prefill_size"]
     ctx = args.context_length or d["context_length"]
-    if cap <= 0 or chunk <= 0 or ctx <= 0:
-        _fail("--max-total-tokens, --chunked-prefill-size and --context-length must be > 0")
     try:
         model = LlamaModel(shape, device=device, dtype=dtype, seed=args.seed, attention=args.attention,
                            cudnn_sdpa=args.cudnn_sdpa)
@@ -114,31 +163,50 @@ def kv_events_publisher(raw: str, block_size: int):
         _fail(f"--kv-events-config: publisher must be \"zmq\", got {cfg.get('publisher')!r}")
     if block_size < 1:
         _fail("--kv-events-block-size must be >= 1")
+    for key in ("endpoint", "replay_endpoint", "topic"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], str):
+            _fail(f"--kv-events-config: {key} must be a string, got {cfg[key]!r}")
+    buffer_steps = cfg.get("buffer_steps", 10_000)
+    if isinstance(buffer_steps, bool) or not isinstance(buffer_steps, int) or buffer_steps < 1:
+        _fail(f"--kv-events-config: buffer_steps must be an integer >= 1, got {buffer_steps!r}")
+    import zmq
+
     from .kv_events import KvEventPublisher
 
-    return KvEventPublisher(cfg.get("endpoint", "tcp://*:5557"), cfg.get("replay_endpoint"),
-                            block_size=block_size, buffer_steps=int(cfg.get("buffer_steps", 10_000)),
-                            topic=cfg.get("topic", ""))
+    try:
+        return KvEventPublisher(cfg.get("endpoint", "tcp://*:5557"), cfg.get("replay_endpoint"),
+                                block_size=block_size, buffer_steps=buffer_steps, topic=cfg.get("topic", ""))
+    except zmq.ZMQError as exc:
+        _fail(f"--kv-events-config: cannot bind {cfg.get('endpoint', 'tcp://*:5557')}"
+              f"{' / ' + cfg['replay_endpoint'] if cfg.get('replay_endpoint') else ''}: {exc}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.calibrate and not args.out:
-        _fail("--calibrate needs --out FILE")
+    check_args(args)
     t0 = time.time()
     engine = build_engine(args)
     model = engine.model
     load_s = time.time() - t0
     if args.calibrate:
-        from .calibrate import calibrate
+        from .calibrate import TooFewPoints, calibrate
 
         print(f"calibrating {model.shape.name} on {model.device} ({model.dtype}, {model.attention})", file=sys.stderr,
               flush=True)
-        profile, details = calibrate(engine, args.calibrate_budget_s, log=lambda s: print(s, file=sys.stderr, flush=True))
+        base = args.out[:-5] if args.out.endswith(".json") else args.out
+        try:
+            profile, details = calibrate(engine, args.calibrate_budget_s,
+                                         log=lambda s: print(s, file=sys.stderr, flush=True))
+        except TooFewPoints as exc:
+            # Keep what was measured: on a slow device that is minutes of work.
+            with open(base + ".points.json", "w") as f:
+                json.dump({"error": str(exc), "points": exc.points}, f, indent=2)
+                f.write("\n")
+            _fail(f"--calibrate-budget-s {args.calibrate_budget_s:g}: {exc}; give a larger budget "
+                  f"(no profile written; the points measured are in {base}.points.json)")
         with open(args.out, "w") as f:
             json.dump(profile, f, indent=2)
             f.write("\n")
-        base = args.out[:-5] if args.out.endswith(".json") else args.out
         with open(base + ".points.json", "w") as f:
             json.dump(details, f, indent=2)
             f.write("\n")
@@ -175,7 +243,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "decode": "batched"}
     try:
         srv = WorkerServer((args.host, args.port), engine, name, server_info(engine, name, info))
-    except OSError as exc:
+    except (OSError, OverflowError) as exc:
         _fail(f"cannot listen on {args.host}:{args.port}: {exc}")
     engine.start()
     print(f"listening {srv.url}", flush=True)

@@ -33,6 +33,20 @@ PLANS = {
 }
 
 
+# Share of the budget prefill (warm-up included) may use; the rest is kept for decode, counted
+# from when prefill stops (a point that overruns the prefill share cannot eat into it), so a slow
+# device or a large shape still gets decode points instead of a prefill-only run.
+PREFILL_BUDGET_SHARE = 0.6
+
+
+class TooFewPoints(ValueError):
+    """The fit needs more points than were measured; ``points`` holds what was measured."""
+
+    def __init__(self, msg: str, points: Dict[str, List[Dict[str, Any]]]) -> None:
+        super().__init__(msg)
+        self.points = points
+
+
 def _sync(engine: Engine) -> None:
     if engine.model.device.type == "cuda":
         torch.cuda.synchronize()
@@ -65,19 +79,29 @@ def _measure(engine: Engine, plan: str, budget_s: float, seed: int, log) -> Dict
     t0 = time.time()
     out: Dict[str, List[Dict[str, Any]]] = {"prefill": [], "decode": []}
 
-    def over() -> bool:
-        return time.time() - t0 > budget_s
+    prefill_end = budget_s * PREFILL_BUDGET_SHARE
+    decode_end = budget_s
 
-    # Warm-up: first kernels, allocator, cuBLAS handles.
+    def over() -> bool:
+        return time.time() - t0 > decode_end
+
+    def prefill_over() -> bool:
+        return time.time() - t0 > prefill_end
+
+    # Warm-up: first kernels, allocator, cuBLAS handles. Its time counts against prefill's share.
     for n in (min(512, chunk), min(64, chunk)):
+        if prefill_over():
+            break
         _prefill_once(engine, _ids(rng, n))
     engine.cache.reset()
 
     for n in cold_ns:
-        if n > min(chunk, limit) or over():
+        if n > min(chunk, limit) or prefill_over():
             continue
         ms = []
         for _ in range(reps):
+            if ms and prefill_over():
+                break
             engine.cache.reset()
             dt, cached = _prefill_once(engine, _ids(rng, n))
             assert cached == 0
@@ -89,10 +113,12 @@ def _measure(engine: Engine, plan: str, budget_s: float, seed: int, log) -> Dict
     for c in cached_cs:
         c -= c % page
         for n in cached_ns:
-            if n > chunk or c + n > limit or over():
+            if n > chunk or c + n > limit or prefill_over():
                 continue
             ms = []
             for _ in range(reps):
+                if ms and prefill_over():
+                    break
                 engine.cache.reset()
                 prefix = _ids(rng, c)
                 # Prime the cache with the prefix (+1 token so all c tokens are matchable). Id 0 is
@@ -111,6 +137,7 @@ def _measure(engine: Engine, plan: str, budget_s: float, seed: int, log) -> Dict
     # plan: ~60 ms on an H200 against ~12 ms for a repeat), which a long-running worker pays
     # once per shape, not per step. Those first visits run untimed (`warmup_steps`); only
     # steps on already-seen shapes are timed.
+    decode_end = max(budget_s, time.time() - t0 + budget_s * (1 - PREFILL_BUDGET_SHARE))
     seen: set = set()
     for ctx, b in itertools.product(ctxs, batches):
         # Room for the untimed first visits: the prefill phase's mixed steps, a first step on
@@ -190,7 +217,7 @@ def fit_profile(points: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Dict[str, 
     pre = points["prefill"]
     dec = points["decode"]
     if len(pre) < 3 or len(dec) < 3:
-        raise ValueError(f"calibration: too few points to fit ({len(pre)} prefill, {len(dec)} decode; need 3 each)")
+        raise TooFewPoints(f"too few points to fit ({len(pre)} prefill, {len(dec)} decode; need 3 each)", points)
     # The cached-token column is what serving a hit costs beyond the attention over it: the
     # engine gathers the cached KV into the request's buffer (32 KiB per token for the 1B
     # shape), which a form without it charges to the floor and under-predicts on long hits.
