@@ -16,8 +16,8 @@ PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONPATH": PKG_DIR, "OMP_NUM_THREADS": "1"}
 
 
-def run_cli(*args, env=ENV):
-    return subprocess.run([sys.executable, "-m", "kvroute_gpu_worker", "--threads", "1", *args], env=env,
+def run_cli(*args, env=ENV, cwd=None):
+    return subprocess.run([sys.executable, "-m", "kvroute_gpu_worker", "--threads", "1", *args], env=env, cwd=cwd,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -104,7 +104,7 @@ def test_bad_flags_fail_before_anything_loads(args, needles, tmp_path, monkeypat
     (["--kv-events-config", '{"topic": 5}'], ["topic"]),
 ])
 def test_bad_flags_print_one_line(args, needles, tmp_path):
-    assert_one_line(run_cli(*args), *needles)
+    assert_one_line(run_cli(*args, cwd=tmp_path), *needles)
 
 
 def test_float16_on_cpu_is_refused_where_torch_cannot_run_it():
