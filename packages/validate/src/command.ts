@@ -2,8 +2,8 @@
 // with the endpoint's policy, and print predicted vs observed. Bad input exits 2 before any
 // request is sent; an unreachable target exits 1 naming the URL; an interrupted run (SIGINT)
 // still writes every output for what completed and exits 130.
-import { writeFileSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { accessSync, constants, mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import {
   type CliIo,
   createProgress,
@@ -118,7 +118,19 @@ export async function runValidate(
 
   // Everything that can be wrong with the input is checked before a request leaves.
   endpointUrl(opts.target, '/');
-  if (opts.profileFile !== undefined) backend.loadProfile({ profileFile: path(opts.profileFile) });
+  if (opts.profileFile !== undefined) {
+    try {
+      backend.loadProfile({ profileFile: path(opts.profileFile) });
+    } catch (err) {
+      throw new UsageError(
+        `--profile-file ${opts.profileFile}: ${(err as Error).message}`,
+        'validate',
+      );
+    }
+  }
+  // The reports are written after the run: a place they cannot go is found now, not after it.
+  if (opts.json !== undefined && opts.json !== '-') writableFor('json', path(opts.json));
+  if (opts.html !== undefined) writableFor('html', path(opts.html));
   if (opts.profile !== undefined) backend.loadProfile({ profile: opts.profile });
   if (opts.policyChosen) backend.checkPolicy(opts.policy);
   let plan: SimPlan;
@@ -326,9 +338,22 @@ export async function runValidate(
   }
   if (failed > 0 && firstError !== undefined) notes.push(`first error: ${firstError}`);
 
-  const simPlan = drive.interrupted
-    ? restrictPlan(seen, new Set(drive.observations.map((o) => o.id)))
-    : seen;
+  // The prediction covers the requests the observation does: those that answered, when some
+  // failed (a failed one's time and cache effect are not observed), and only those sent, when
+  // the run was interrupted.
+  if (failed > 0) {
+    const ok = drive.observations.length - failed;
+    notes.push(
+      `${failed} of ${drive.observations.length} requests failed: the prediction covers the ${ok} that succeeded, as the observation does`,
+    );
+  }
+  const simPlan =
+    drive.interrupted || failed > 0
+      ? restrictPlan(
+          seen,
+          new Set(drive.observations.filter((o) => failed === 0 || o.ok).map((o) => o.id)),
+        )
+      : seen;
   const predicted =
     planSize(simPlan) > 0
       ? backend.simulate(simPlan, {
@@ -424,3 +449,17 @@ export const command: Subcommand = {
     }
   },
 };
+
+/** A report file's folder exists (made if missing) and can be written; else a usage error. */
+function writableFor(flag: string, file: string): void {
+  const dir = dirname(file);
+  try {
+    mkdirSync(dir, { recursive: true });
+    accessSync(dir, constants.W_OK);
+  } catch (err) {
+    throw new UsageError(
+      `--${flag} ${file}: cannot write there (${(err as Error).message})`,
+      'validate',
+    );
+  }
+}

@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { CliIo } from '@kvroute/sim/cli';
@@ -59,6 +59,10 @@ function fakeBackend() {
     loadProfile(w) {
       if ('profile' in w && w.profile !== 'fake-profile') {
         throw new UsageError(`unknown profile '${w.profile}'`);
+      }
+      // What the simulator's loader throws for a file it cannot read: a plain Error.
+      if ('profileFile' in w && w.profileFile.endsWith('missing.json')) {
+        throw new Error(`cost profile ${w.profileFile}: cannot read`);
       }
       return PROFILE;
     },
@@ -443,7 +447,57 @@ describe('kvroute-sim validate (fake target, fake simulator)', () => {
     await expect(
       run(['--target', target.url, '--replay', 'missing.jsonl', '--profile', 'fake-profile']),
     ).rejects.toThrow(/cannot read/);
+    // A profile file that does not load is the user's input, not an internal error.
+    const badFile = run([
+      '--target',
+      target.url,
+      '--scenario',
+      'fake',
+      '--profile-file',
+      'missing.json',
+    ]);
+    await expect(badFile).rejects.toThrow(UsageError);
+    await expect(
+      run(['--target', target.url, '--scenario', 'fake', '--profile-file', 'missing.json']),
+    ).rejects.toThrow(/--profile-file missing.json: cost profile .*cannot read/);
+    // Reports that could not be written after the run are refused before it (a folder under
+    // a file cannot be made).
+    const dir = mkdtempSync(join(tmpdir(), 'kvroute-validate-out-'));
+    writeFileSync(join(dir, 'a-file'), '');
+    const under = join(dir, 'a-file', 'out');
+    for (const flag of ['--json', '--html']) {
+      await expect(
+        run([
+          '--target',
+          target.url,
+          '--scenario',
+          'fake',
+          '--profile',
+          'fake-profile',
+          flag,
+          under,
+        ]),
+      ).rejects.toThrow(`${flag} ${under}: cannot write there`);
+    }
     expect(target.bodies).toHaveLength(0);
+  });
+
+  it('when some requests fail, the prediction covers the ones that succeeded, and says so', async () => {
+    target = await startFakeTarget({ dpSize: 3, failStatus: 500, failFirst: 2 });
+    const { backend, calls } = fakeBackend();
+    const c = captureIo(mkdtempSync(join(tmpdir(), 'kvroute-validate-cmd-')));
+    const code = await runValidate(
+      ['--target', target.url, '--scenario', 'fake', '--profile', 'fake-profile', '--json', '-'],
+      c.io,
+      backend,
+    );
+    expect(code).toBe(0);
+    const report = JSON.parse(c.out()) as ValidateReport;
+    expect(report.requests.failed).toBe(2);
+    expect(calls[0]!.plan.clients.flat()).toHaveLength(4);
+    expect(report.notes.join('\n')).toContain(
+      '2 of 6 requests failed: the prediction covers the 4 that succeeded',
+    );
   });
 
   it('an interrupted run writes what completed and exits 130', async () => {

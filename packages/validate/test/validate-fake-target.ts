@@ -9,6 +9,8 @@ export interface FakeTargetOptions {
   firstChunkDelayMs?: number;
   /** Answer this status with an OpenAI error body instead of streaming. */
   failStatus?: number;
+  /** Only the first this many requests get failStatus (default: every one). */
+  failFirst?: number;
   /** Respond with a plain JSON body even when asked to stream. */
   ignoreStream?: boolean;
   /** Put this rank in an x-kvroute-rank header. */
@@ -81,7 +83,10 @@ export async function startFakeTarget(opts: FakeTargetOptions = {}): Promise<Fak
       bodies.push(body);
       headers.push(req.headers);
       paths.push(req.url ?? '');
-      if (opts.failStatus !== undefined) {
+      if (
+        opts.failStatus !== undefined &&
+        (opts.failFirst === undefined || bodies.length <= opts.failFirst)
+      ) {
         res.writeHead(opts.failStatus, { 'content-type': 'application/json' });
         res.end(
           JSON.stringify({
