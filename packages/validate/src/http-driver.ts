@@ -65,7 +65,11 @@ const API_REQUEST_KIND: Record<ApiKind, RequestKind> = {
   chat: 'chat',
 };
 
-/** Joins the target and an API path, so `http://h:1/v1` + `/v1/completions` is not doubled. */
+/**
+ * Joins the target and an API path. A target given as the OpenAI SDK's base URL (`.../v1`)
+ * stands for its server: `/v1/completions` is not doubled, and SGLang's own routes
+ * (`/generate`, `/get_server_info`) are the server's, not under `/v1`.
+ */
 export function endpointUrl(target: string, path: string): URL {
   let base: URL;
   try {
@@ -80,7 +84,7 @@ export function endpointUrl(target: string, path: string): URL {
     );
   }
   let prefix = base.pathname.replace(/\/+$/, '');
-  if (prefix.endsWith('/v1') && path.startsWith('/v1/')) prefix = prefix.slice(0, -3);
+  if (prefix.endsWith('/v1')) prefix = prefix.slice(0, -3);
   return new URL(`${base.origin}${prefix}${path}`);
 }
 

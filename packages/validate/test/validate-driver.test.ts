@@ -30,6 +30,12 @@ describe('endpointUrl', () => {
     expect(endpointUrl('http://h:1/', '/v1/completions').href).toBe('http://h:1/v1/completions');
     expect(endpointUrl('http://h:1/v1/', '/v1/completions').href).toBe('http://h:1/v1/completions');
     expect(endpointUrl('http://h:1/api', '/generate').href).toBe('http://h:1/api/generate');
+    // The OpenAI SDK's base URL names the server: its native routes are not under /v1.
+    expect(endpointUrl('http://h:1/v1', '/generate').href).toBe('http://h:1/generate');
+    expect(endpointUrl('http://h:1/v1/', '/get_server_info').href).toBe(
+      'http://h:1/get_server_info',
+    );
+    expect(endpointUrl('http://h:1/api/v1', '/generate').href).toBe('http://h:1/api/generate');
   });
   it('names a bad target', () => {
     expect(() => endpointUrl('localhost:3000', '/generate')).toThrow(
