@@ -38,6 +38,8 @@ interface TargetInfo {
   maxTotalNumTokens?: number;
   pageSize?: number;
   chunkedPrefillSize?: number;
+  /** The longest prompt plus output the target takes (SGLang's context_length). */
+  contextLength?: number;
   engine?: string;
 }
 
@@ -64,6 +66,8 @@ async function probeTarget(target: string): Promise<{ info: TargetInfo } | { err
   set('maxTotalNumTokens', intField(b, 'max_total_num_tokens'));
   set('pageSize', intField(b, 'page_size'));
   set('chunkedPrefillSize', intField(b, 'chunked_prefill_size'));
+  const ctx = intField(b, 'context_length');
+  if (ctx !== undefined) info.contextLength = ctx;
   const o = (typeof b === 'object' && b !== null ? b : {}) as Record<string, unknown>;
   if (typeof o.engine === 'string') info.engine = o.engine;
   if (typeof o.load_balance_method === 'string') info.loadBalanceMethod = o.load_balance_method;
@@ -166,6 +170,19 @@ export async function runValidate(
     return 1;
   }
   const info = probe.info;
+  // A prompt the target cannot take would be refused, every one of them: said now, not after
+  // a run of 400s.
+  if (info.contextLength !== undefined) {
+    const all = plan.mode === 'closed' ? plan.clients.flat() : plan.requests;
+    const over = all.filter((r) => r.inputIds.length >= info.contextLength!);
+    if (over.length > 0) {
+      const longest = Math.max(...over.map((r) => r.inputIds.length));
+      throw new UsageError(
+        `${over.length} of ${all.length} planned prompts are at or over the target's context length (${info.contextLength} tokens, its /get_server_info context_length; the longest is ${longest}): choose a scenario or options with shorter prompts, or a target with a longer context`,
+        'validate',
+      );
+    }
+  }
 
   // What the flags leave open, a kvroute worker says about itself (a single worker's
   // policy is its internal DP dispatcher; behind a router, pass --policy and --ranks).

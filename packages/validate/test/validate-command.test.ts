@@ -482,6 +482,32 @@ describe('kvroute-sim validate (fake target, fake simulator)', () => {
     expect(target.bodies).toHaveLength(0);
   });
 
+  it("a plan whose prompts the target's context cannot hold is refused before anything is sent", async () => {
+    // The fake plan's prompts are 10 tokens: a context of 10 refuses all six.
+    target = await startFakeTarget({ dpSize: 3, serverInfo: { context_length: 10 } });
+    const { backend } = fakeBackend();
+    const c = captureIo(tmpdir());
+    await expect(
+      runValidate(
+        ['--target', target.url, '--scenario', 'fake', '--profile', 'fake-profile'],
+        c.io,
+        backend,
+      ),
+    ).rejects.toThrow(
+      /6 of 6 planned prompts are at or over the target's context length \(10 tokens/,
+    );
+    expect(target.bodies).toHaveLength(0);
+    // A context that holds them: the run goes ahead.
+    await target.close();
+    target = await startFakeTarget({ dpSize: 3, serverInfo: { context_length: 11 } });
+    const ok = await runValidate(
+      ['--target', target.url, '--scenario', 'fake', '--profile', 'fake-profile', '--json', '-'],
+      captureIo(tmpdir()).io,
+      backend,
+    );
+    expect(ok).toBe(0);
+  });
+
   it('when some requests fail, the prediction covers the ones that succeeded, and says so', async () => {
     target = await startFakeTarget({ dpSize: 3, failStatus: 500, failFirst: 2 });
     const { backend, calls } = fakeBackend();
