@@ -3,10 +3,8 @@
 // policy would pick, from this router replica and from one that never saw the response.
 import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
-import { resolveConfig } from '../src/config.ts';
-import { buildRouter } from '../src/router.ts';
 import { type FakeWorker, startFakeWorker } from './helpers/fake-worker.ts';
-import { NO_ACTIVE_CHECKS } from './helpers/router.ts';
+import { listenRouter, NO_ACTIVE_CHECKS } from './helpers/router.ts';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -67,22 +65,10 @@ async function responsesWorker(name: string): Promise<FakeWorker> {
 }
 
 async function router(ws: FakeWorker[]): Promise<string> {
-  const app = buildRouter(
-    resolveConfig([
-      '--worker-urls',
-      ...ws.map((w) => w.url),
-      ...NO_ACTIVE_CHECKS,
-      '--load-balance-method',
-      'round_robin',
-    ]),
-  );
-  cleanups.push(async () => {
-    // A test's aborted client may leave its keep-alive connection behind.
-    app.server.closeAllConnections();
-    await app.close();
-  });
-  await app.listen({ host: '127.0.0.1', port: 0 });
-  return `http://127.0.0.1:${(app.server.address() as { port: number }).port}`;
+  const flags = ['--worker-urls', ...ws.map((w) => w.url), ...NO_ACTIVE_CHECKS];
+  // Round robin would send every next turn elsewhere: follow-ups must not follow it.
+  const { url } = await listenRouter([...flags, '--load-balance-method', 'round_robin'], cleanups);
+  return url;
 }
 
 async function respond(url: string, body: Record<string, unknown>) {

@@ -15,7 +15,7 @@ import {
   loadCostProfile,
 } from '../src/timeouts.ts';
 import { completionBody, startFakeWorker } from './helpers/fake-worker.ts';
-import { NO_ACTIVE_CHECKS } from './helpers/router.ts';
+import { listenRouter, NO_ACTIVE_CHECKS } from './helpers/router.ts';
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -108,8 +108,8 @@ describe('first-byte bound', () => {
         res.end(JSON.stringify(completionBody(body)));
       }, 800);
     });
-    const app = buildRouter(
-      resolveConfig([
+    const { url } = await listenRouter(
+      [
         '--worker-urls',
         w.url,
         ...NO_ACTIVE_CHECKS,
@@ -119,13 +119,11 @@ describe('first-byte bound', () => {
         '1',
         '--max-model-len',
         '4096',
-      ]),
+      ],
+      cleanups,
     );
-    cleanups.push(() => app.close());
-    await app.listen({ host: '127.0.0.1', port: 0 });
-    const port = (app.server.address() as { port: number }).port;
     const send = async (extra: Record<string, unknown>): Promise<number> => {
-      const res = await request(`http://127.0.0.1:${port}/v1/chat/completions`, {
+      const res = await request(`${url}/v1/chat/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify({
@@ -174,8 +172,8 @@ describe('first-byte bound', () => {
     });
     const prompt = 'x'.repeat(4000);
     const run = async (extra: string[]): Promise<number> => {
-      const app = buildRouter(
-        resolveConfig([
+      const { url } = await listenRouter(
+        [
           '--worker-urls',
           w.url,
           ...NO_ACTIVE_CHECKS,
@@ -184,12 +182,10 @@ describe('first-byte bound', () => {
           '--prefill-tokens-per-sec',
           '100000',
           ...extra,
-        ]),
+        ],
+        cleanups,
       );
-      cleanups.push(() => app.close());
-      await app.listen({ host: '127.0.0.1', port: 0 });
-      const port = (app.server.address() as { port: number }).port;
-      const res = await request(`http://127.0.0.1:${port}/v1/chat/completions`, {
+      const res = await request(`${url}/v1/chat/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify({

@@ -313,14 +313,9 @@ export class KvEventsFeed implements KvIndexView {
           topic: this.settings.topic,
         },
         {
-          // Only while this stream is still the rank's: a dropped one (its worker left, or the
-          // rank was renumbered) may finish a replay after, and must not write the rank.
-          batch: (b, replayed) => {
-            if (this.feeds.get(rank)?.stream === stream) this.apply(rank, b, replayed);
-          },
-          reset: () => {
-            if (this.feeds.get(rank)?.stream === stream) this.index.clearRank(rank);
-          },
+          // A dropped stream is closed first, and a closed stream hands on nothing.
+          batch: (b, replayed) => this.apply(rank, b, replayed),
+          reset: () => this.index.clearRank(rank),
           warn: (cause, m) => this.note('warn', this.feeds.get(rank), cause, m),
           info: (cause, m) => this.note('info', this.feeds.get(rank), cause, m),
         },

@@ -286,12 +286,16 @@ export class KvEventStream {
   }
 
   private restart(reason: 'restart' | 'reconnect'): void {
+    // Closed: the rank may be another worker's now (the feed dropped this stream).
+    if (this.closed) return;
     this.lastSeq = undefined;
     this.lastPayload = undefined;
     this.sink.reset(reason);
   }
 
   private apply(seq: number, payload: Buffer, replayed: boolean): void {
+    // A batch a task in flight at close() still received goes nowhere (see restart).
+    if (this.closed) return;
     let batch: KvEventBatch;
     try {
       batch = decodeKvEventBatch(payload);

@@ -373,9 +373,8 @@ export function createProxyHandler(ctx: ProxyContext): ProxyHandler {
             previous,
             table.workers().filter((w) => w.healthy && !w.ejected && !w.removed),
             ctx.agent,
-            config.workerApiKey !== undefined
-              ? { authorization: `Bearer ${config.workerApiKey}` }
-              : {},
+            // The workers' API key, as the health checks send it.
+            ctx.health.headers,
             config.health.timeoutMs,
           ));
         if (home !== undefined) outside = ranksNotOf(table.workers(), home, outside);
