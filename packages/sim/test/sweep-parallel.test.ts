@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { oddMethodsFirst } from '../src/cli/simulate.ts';
 import type { CellJob } from '../src/parallel/cell.ts';
+import { claimNext, claimRuns, closeClaims } from '../src/parallel/claims.ts';
 import { runCells } from '../src/parallel/pool.ts';
 import { runSimCli } from './helpers/cli.ts';
 
@@ -241,6 +242,36 @@ describe('the thread pool', () => {
     expect(oddMethodsFirst(methods.map(job))).toEqual([2, 4, 0, 1, 3]);
     expect(oddMethodsFirst(['cache_aware', 'cache_aware'].map(job))).toEqual([0, 1]);
     expect(oddMethodsFirst([])).toEqual([]);
+  });
+
+  it('groups the grid by prefix length, index order within a group', () => {
+    const job = (prefixLength: number, window: number): CellJob => ({
+      scenario: 'agentic',
+      scenarioOptions: {},
+      seed: 1,
+      profile: { name: 'h200-llama-3.1-8b' },
+      policy: { method: 'prefix_match', prefixLength, window },
+    });
+    // Windows outermost (as --window listed before --prefix-length may give): 0..3.
+    const jobs = [job(2048, 64), job(1024, 64), job(2048, 128), job(1024, 128)];
+    jobs.push({ ...jobs[0]!, policy: { method: 'cache_aware' } });
+    expect(oddMethodsFirst(jobs)).toEqual([4, 1, 3, 0, 2]);
+  });
+
+  it("gives each thread its own contiguous run of the order, then the others' runs", () => {
+    const state = claimRuns(7, 3);
+    // Runs of 3, 2 and 2 positions: [0, 3), [3, 5), [5, 7).
+    expect(Array.from(state)).toEqual([0, 3, 3, 5, 5, 7]);
+    expect([claimNext(state, 1), claimNext(state, 1), claimNext(state, 2)]).toEqual([3, 4, 5]);
+    // Thread 1's run is used up: it goes on with thread 2's, then thread 0's.
+    expect([claimNext(state, 1), claimNext(state, 1), claimNext(state, 0)]).toEqual([6, 0, 1]);
+    expect([claimNext(state, 2), claimNext(state, 2), claimNext(state, 0)]).toEqual([2, -1, -1]);
+    // More threads than positions: one run per position.
+    expect(Array.from(claimRuns(2, 4))).toEqual([0, 1, 1, 2]);
+    const closed = claimRuns(5, 2);
+    expect(claimNext(closed, 0)).toBe(0);
+    closeClaims(closed);
+    expect([claimNext(closed, 0), claimNext(closed, 1)]).toEqual([-1, -1]);
   });
 
   it('rejects with the error of a job that failed on a worker thread', async () => {

@@ -1,6 +1,6 @@
-// Runs grid cells on every core: this thread and worker_threads take cells from one queue,
-// whichever is free, and results come back in job order, so the output does not depend on
-// scheduling. With one worker (or one job) everything runs in this thread; every thread runs a
+// Runs grid cells on every core: this thread and worker_threads take cells in the claim
+// order, each from its own contiguous run of it and then from the others' (claims.ts), and
+// results come back in job order, so the output does not depend on scheduling. With one worker (or one job) everything runs in this thread; every thread runs a
 // cell through the same CellContext.
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -8,6 +8,7 @@ import { availableParallelism } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { CellContext, type CellJob, type CellResult } from './cell.ts';
+import { claimNext, claimRuns, closeClaims } from './claims.ts';
 import { CompareContext, type CompareJob, type CompareJobResult } from './compare-job.ts';
 
 /** What a worker runs: sweep cells or the policy comparison's simulations. */
@@ -38,8 +39,10 @@ export interface RunCellsOptions {
   onDone?(done: number, total: number): void;
   /**
    * The order threads take jobs in (a permutation of the job indexes; default: index order).
-   * Results still come back in job order, so the output does not depend on it; putting the
-   * longest jobs first keeps one thread from running a long job alone at the end.
+   * Each thread starts on its own contiguous run of it, so jobs that share per-thread work
+   * belong next to each other. Results still come back in job order, so the output does not
+   * depend on it; putting the longest jobs first keeps one thread from running a long job
+   * alone at the end.
    */
   order?: readonly number[];
 }
@@ -83,15 +86,15 @@ export async function runJobs<K extends JobKind>(
     return out;
   }
   const results: (JobKinds[K]['result'] | undefined)[] = new Array(jobs.length);
-  // Every thread claims its next job from one shared counter, itself: a worker that waited
-  // for this thread to hand it a job sat idle while this thread ran a cell of its own (two
-  // threads on a 16-cell replay grid kept 1.56-1.68 cores busy that way, 1.80-1.82 now).
-  const claim = new Int32Array(new SharedArrayBuffer(4));
-  let done = 0;
-  // This thread is one of the workers: it takes cells from the same queue while the threads
-  // start (a thread has to load the module graph first, which costs several small cells), so
-  // N jobs are this thread and N - 1 worker threads.
+  // Every thread claims its next job itself (claims.ts): a worker that waited for this thread
+  // to hand it a job sat idle while this thread ran a cell of its own (two threads on a
+  // 16-cell replay grid kept 1.56-1.68 cores busy that way, 1.80-1.82 with claiming).
+  // This thread is one of the workers: it takes cells while the threads start (a thread has
+  // to load the module graph first, which costs several small cells), so N jobs are this
+  // thread and N - 1 worker threads; this thread's run is the first.
   const here = opts.inThisThread ?? true;
+  const claim = claimRuns(jobs.length, workers);
+  let done = 0;
   const pool = Array.from({ length: here ? workers - 1 : workers }, () => startWorker());
   const runHere = jobRunners()[kind] as (job: JobKinds[K]['job']) => JobKinds[K]['result'];
   let settled = false;
@@ -100,7 +103,7 @@ export async function runJobs<K extends JobKind>(
       const fail = (err: unknown) => {
         settled = true;
         // No thread claims another job.
-        Atomics.store(claim, 0, jobs.length);
+        closeClaims(claim);
         reject(err);
       };
       const finished = () => {
@@ -113,8 +116,8 @@ export async function runJobs<K extends JobKind>(
       };
       const local = () => {
         if (settled) return;
-        const k = Atomics.add(claim, 0, 1);
-        if (k >= jobs.length) return;
+        const k = claimNext(claim, 0);
+        if (k < 0) return;
         const index = order[k]!;
         try {
           results[index] = runHere(jobs[index]!);
@@ -126,8 +129,7 @@ export async function runJobs<K extends JobKind>(
         // Between cells, let the threads' results, a progress bar and signals through.
         setImmediate(local);
       };
-      const batch: WorkerBatch = { kind, jobs, order, claim };
-      for (const w of pool) {
+      for (const [i, w] of pool.entries()) {
         w.on('message', (msg: { index: number; result?: unknown; error?: WorkerError }) => {
           if (settled) return;
           if (msg.error) {
@@ -141,6 +143,7 @@ export async function runJobs<K extends JobKind>(
         w.on('exit', (code) => {
           if (done < jobs.length) fail(new Error(`${kind} worker exited with code ${code}`));
         });
+        const batch: WorkerBatch = { kind, jobs, order, claim, self: here ? i + 1 : i };
         w.postMessage(batch);
       }
       if (here) setImmediate(local);
@@ -153,14 +156,15 @@ export async function runJobs<K extends JobKind>(
 }
 
 /**
- * What a worker is given: every job, the order jobs are taken in, and the counter all threads
- * claim positions in that order from.
+ * What a worker is given: every job, the order jobs are taken in, the claim state all threads
+ * claim positions in that order from (claims.ts), and which run is its own.
  */
 export interface WorkerBatch {
   kind: JobKind;
   jobs: readonly unknown[];
   order: readonly number[];
   claim: Int32Array;
+  self: number;
 }
 
 /** `order` checked to be a permutation of 0..n-1 (index order when absent). */
