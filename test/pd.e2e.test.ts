@@ -5,7 +5,7 @@
 
 import { spawnSync } from 'node:child_process';
 import { afterEach, describe, expect, it } from 'vitest';
-import { pdPrefillTokens } from './helpers/metrics.ts';
+import { metricSum, pdPrefillTokens } from './helpers/metrics.ts';
 import { type PdCluster, startPdCluster } from './helpers/pd-cluster.ts';
 import { formatAddedLatency, measureAddedLatency } from './helpers/pd-latency.ts';
 
@@ -178,6 +178,39 @@ describe('PD mode, SGLang style', () => {
     expect(prompted).toBeGreaterThan(0);
     // Four of five requests found the shared prefix cached on their prefill rank.
     expect(cached / prompted).toBeGreaterThan(0.5);
+  });
+
+  it("counts each answered pair in the router's request counter, under the prefill rank and reason", async () => {
+    cluster = await startPdCluster({ prefill: 2, decode: 2 });
+    const c = cluster;
+    const seen = new Map<string, number>();
+    for (let i = 0; i < 4; i++) {
+      const r = await post(c.url, '/v1/chat/completions', {
+        model: 'm',
+        messages: [{ role: 'user', content: prompt(i) }],
+        max_tokens: 4,
+        stream: i % 2 === 1,
+      });
+      expect(r.status).toBe(200);
+      const key = `rank="${r.headers['x-kvroute-rank']}",reason="${r.headers['x-kvroute-reason']}"`;
+      seen.set(key, (seen.get(key) ?? 0) + 1);
+    }
+    // Refused before routing: counted with rank "none", as the colocated proxy counts it.
+    expect((await post(c.url, '/v1/completions', { model: 'm', prompt: 'x', n: 2 })).status).toBe(
+      400,
+    );
+    const text = await (await fetch(`${c.url}/metrics`)).text();
+    // Request rates and the dashboard's 5xx ratio read this counter: a PD router that left
+    // its answered pairs out showed every refusal as the whole traffic.
+    for (const [labels, n] of seen) {
+      expect(text).toContain(
+        `kvroute_router_requests_total{route="/v1/chat/completions",${labels},status="200"} ${n}`,
+      );
+    }
+    expect(metricSum(text, 'kvroute_router_requests_total')).toBe(5);
+    expect(text).toContain(
+      'kvroute_router_requests_total{route="/v1/completions",rank="none",reason="none",status="400"} 1',
+    );
   });
 
   it('refuses requests it cannot pair, and the mock workers refuse requests without bootstrap data', async () => {

@@ -289,6 +289,8 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
         log,
         tokenizer,
         limits: () => limits,
+        countRequest: (route, rank, reason, status) =>
+          metrics.countRequest(route, rank, reason, status),
       })
     : undefined;
 

@@ -76,6 +76,12 @@ export interface PdDeps {
   log: FastifyBaseLogger;
   tokenizer: RoutingTokenizer;
   limits(): RequestLimits;
+  /**
+   * Counts a pair's answer to the client in the router's request counter (rank and reason:
+   * the prefill side's, as the answer's x-kvroute-rank says), so request rates and error
+   * ratios cover this mode too.
+   */
+  countRequest?(route: string, rank: string, reason: string, status: string): void;
 }
 
 /** What one pair's attempt came to. */
@@ -86,7 +92,8 @@ interface PairControl {
 }
 
 type PairOutcome =
-  | { kind: 'done' }
+  /** The client has its answer; status as the router's request counter gives it. */
+  | { kind: 'done'; status: string }
   | { kind: 'aborted' }
   | { kind: 'retry'; side: 'prefill' | 'decode'; failure: AttemptFailure };
 
@@ -429,7 +436,10 @@ export function createPdMode(d: PdDeps): PdMode {
     let last: { side: string; failure: AttemptFailure } | undefined;
     try {
       for (let attempt = 0; ; attempt++) {
-        if (clientGone) return;
+        if (clientGone) {
+          d.countRequest?.(route, 'none', 'none', '499');
+          return;
+        }
         if (timedOut) throw deadline();
         let pt: DispatchTicket;
         let dt: DispatchTicket;
@@ -456,7 +466,10 @@ export function createPdMode(d: PdDeps): PdMode {
           current = undefined;
         }
         if (out.kind !== 'retry') {
+          // A deadline is counted where it is answered (504), as the colocated proxy does.
           if (out.kind === 'aborted' && timedOut) throw deadline();
+          const status = out.kind === 'done' ? out.status : '499';
+          d.countRequest?.(route, String(pt.rank), pt.reason, status);
           return;
         }
         last = { side: out.side, failure: out.failure };
@@ -712,6 +725,16 @@ export function createPdMode(d: PdDeps): PdMode {
         rank: dLabel,
         status: result.end === 'client-closed' ? '499' : String(result.status),
       });
+      // What the client got: a stream cut mid-way is a 502 (504 on a timeout) whatever its
+      // status line said, as the colocated proxy counts it.
+      const answered =
+        result.end === 'complete'
+          ? String(result.status)
+          : result.end === 'client-closed'
+            ? '499'
+            : timedOut || result.failure?.kind === 'timeout'
+              ? '504'
+              : '502';
       if (result.end === 'complete') {
         if (result.status < 500) {
           decodeOutlier.success(dw);
@@ -721,7 +744,7 @@ export function createPdMode(d: PdDeps): PdMode {
         decodeOutlier.failure(dw, result.failure.detail);
       }
       await settlePrefill(1_000);
-      return { kind: 'done' };
+      return { kind: 'done', status: answered };
 
       /** Waits for the prefill at most `graceMs` (then aborts it); its accounting runs either way. */
       async function settlePrefill(graceMs = 0): Promise<PrefillResult> {
@@ -745,7 +768,7 @@ export function createPdMode(d: PdDeps): PdMode {
         });
         res.end(text);
       }
-      return { kind: 'done' };
+      return { kind: 'done', status: String(r.status ?? 502) };
     }
   }
 
