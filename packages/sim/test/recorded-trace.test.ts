@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { type CostProfileSpec, costModelFromSpec } from '../src/cost/cost-model.ts';
+import { getProfile } from '../src/cost/profiles.ts';
 import { readObservations } from '../src/fit/observations.ts';
 import { replayObserved } from '../src/replay-observed.ts';
 import { simulatePlan } from '../src/simulate.ts';
@@ -367,6 +368,27 @@ describe('fit --trace', () => {
         'm',
       ),
     );
+    // Timings do not measure the KV pool: taken from the base profile, and said so.
+    const base = getProfile('h200-llama-3.1-8b');
+    expect(fitted.kvCapacityTokens).toBe(base.kvCapacityTokens);
+    expect(out.stdout).toContain(
+      `note: the profile's KV pool (kvCapacityTokens ${base.kvCapacityTokens} per rank) is --base-profile h200-llama-3.1-8b's, not measured: pass --kv-capacity`,
+    );
+    expect(out.stdout).not.toContain('chunkedPrefillSize');
+    const told = await cli([
+      'fit',
+      '--trace',
+      'probe.jsonl',
+      '--chunked-prefill-size',
+      '512',
+      '--kv-capacity',
+      '300000',
+      '--out',
+      'told.json',
+    ]);
+    expect(told.code, told.stderr).toBe(0);
+    expect(told.stdout).not.toContain('KV pool');
+    expect(JSON.parse(readFileSync(join(dir, 'told.json'), 'utf8')).kvCapacityTokens).toBe(300000);
   });
 });
 

@@ -121,6 +121,19 @@ export const command: Subcommand = {
       if (e instanceof FitError) throw new UsageError(e.message);
       throw e;
     }
+    // Timings say nothing about the KV pool or the prefill chunk: a profile that takes them
+    // from the base profile predicts hit rates for that model's pool, not the user's.
+    const baseName = base.name;
+    if (kvRaw === undefined) {
+      notes.push(
+        `the profile's KV pool (kvCapacityTokens ${base.kvCapacityTokens} per rank) is --base-profile ${baseName}'s, not measured: pass --kv-capacity with your server's (SGLang: max_total_num_tokens in /get_server_info), since the predicted hit rate depends on it`,
+      );
+    }
+    if (chunkRaw === undefined) {
+      notes.push(
+        `chunkedPrefillSize ${base.chunkedPrefillSize} is --base-profile ${baseName}'s: pass --chunked-prefill-size with your server's (SGLang: chunked_prefill_size in /get_server_info)`,
+      );
+    }
     const text = `${JSON.stringify(fit.spec, null, 2)}\n`;
     const log = out === '-' ? io.stderr : io.stdout;
     const s = fit.spec;
