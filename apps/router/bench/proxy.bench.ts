@@ -50,6 +50,9 @@ request at 1 KB <= 2x nginx's, throughput >= 0.7x direct, CPU per extra KB <= 3 
                     none: kvroute and direct only)
   --method NAME     kvroute's --load-balance-method (default cache_aware)
   --latency         also the added-latency runs at 1 KB (fixed rate, one at a time)
+  --rate N          the fixed rate of the latency runs, requests/s (default: half the router's
+                    closed-loop throughput just measured; a rate the router cannot sustain
+                    measures its queue, not what it adds to a request)
   --variants LIST   also kvroute with record (--record-trace, every request) and/or shadow
                     (--shadow-profile), each its own process measured beside plain kvroute in the
                     same run; prints each one's cost in throughput and CPU per request
@@ -85,6 +88,7 @@ const values = parseBenchOptions(HELP, {
     'cpu-prof': { type: 'string' },
     baseline: { type: 'string' },
     'node-args': { type: 'string' },
+    rate: { type: 'string' },
     tsx: { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   },
@@ -101,6 +105,7 @@ if (!Number.isInteger(warmupRequests) || warmupRequests < 0) {
   process.exit(2);
 }
 const connections = positive('connections', values.connections);
+const fixedRate = values.rate !== undefined ? positive('rate', values.rate) : undefined;
 const sizes = values.sizes.split(',').map((v) => positive('sizes', v));
 const modes = values.modes.split(',').map((m) => {
   if (m !== 'plain' && m !== 'stream') {
@@ -795,7 +800,7 @@ try {
     console.log(
       `added latency at saturation: p50 ${(satRouted.latency.p50 - satDirect.latency.p50).toFixed(2)} ms, p99 ${(satRouted.latency.p99 - satDirect.latency.p99).toFixed(2)} ms (queueing: throughput ${(satRouted.requests.average / satDirect.requests.average).toFixed(2)}x direct)`,
     );
-    const rate = Math.max(50, Math.round(satRouted.requests.average / 2));
+    const rate = fixedRate ?? Math.max(50, Math.round(satRouted.requests.average / 2));
     const added: number[] = [];
     // The variants (--baseline, --node-args, --variants) at the same rate in the same rounds:
     // a change's effect on the tail, measured beside the router under one machine load.
