@@ -88,6 +88,12 @@ export interface Dispatcher {
   /** A decision without accounting (tests, previews, tools that measure key movement). */
   dispatch(request: RouteRequest, ranks: readonly RankState[], ctx?: DispatchContext): Decision;
   stats(): DispatcherStats;
+  /**
+   * The host renumbered its ranks (see Method.remapRanks): the method's learned state and the
+   * routing-key pins follow their workers. Tickets already open keep the index they were
+   * given.
+   */
+  remapRanks(moves: readonly number[], numRanks: number): void;
 }
 
 const OUTCOMES: ReadonlySet<string> = new Set<TicketOutcome>(['completed', 'aborted', 'failed']);
@@ -193,6 +199,27 @@ class Ticket implements DispatchTicket {
     this.#tracker.release(this.#claim);
     this.#method.complete?.(this.#decision, outcome);
     return true;
+  }
+}
+
+/** Each move a rank index below numRanks or -1, no two ranks moved to one index. */
+function checkMoves(moves: readonly number[], numRanks: number): void {
+  if (!Number.isInteger(numRanks) || numRanks < 0) {
+    throw new RangeError(`remapRanks: numRanks must be a whole number >= 0, got ${numRanks}`);
+  }
+  const taken = new Set<number>();
+  for (let old = 0; old < moves.length; old++) {
+    const to = moves[old];
+    if (to === -1) continue;
+    if (!Number.isInteger(to) || (to as number) < 0 || (to as number) >= numRanks) {
+      throw new RangeError(
+        `remapRanks: rank ${old} moves to ${String(to)}, not a rank of ${numRanks} or -1`,
+      );
+    }
+    if (taken.has(to as number)) {
+      throw new RangeError(`remapRanks: two ranks move to rank ${String(to)}`);
+    }
+    taken.add(to as number);
   }
 }
 
@@ -444,6 +471,11 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
       const tokens = requestTokens(promptLength(request), request.maxNewTokens);
       const claim = tracker.claim(decision.rank, tokens);
       return new Ticket(decision, tokens, tracker, claim, method);
+    },
+    remapRanks(moves, numRanks) {
+      checkMoves(moves, numRanks);
+      method.remapRanks?.(moves, numRanks);
+      affinity?.remap(moves);
     },
     stats() {
       const out: DispatcherStats = { decisions, reasons: Object.fromEntries(reasons) };

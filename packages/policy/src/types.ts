@@ -205,6 +205,14 @@ export interface Method {
    */
   complete?(decision: Decision, outcome: TicketOutcome): void;
   stats?(): Record<string, number>;
+  /**
+   * The host renumbered its ranks (a worker joined or left a table numbered by worker order,
+   * or a removed worker's ranks went to a new one): the rank that stood at index `old` now
+   * stands at `moves[old]`, or left (-1); indexes no move reaches hold new ranks, which start
+   * empty. Methods with per-rank learned state carry it over, so what they learned about a
+   * worker stays with that worker.
+   */
+  remapRanks?(moves: readonly number[], numRanks: number): void;
 }
 
 /**

@@ -79,6 +79,22 @@ export class RoutingKeyAffinity {
     return this.table.size;
   }
 
+  /**
+   * The host renumbered its ranks: each pin follows its rank to `moves[rank]`, and pins to a
+   * rank that left (-1) are dropped (the key is re-picked on its next request). Recency and
+   * age are kept.
+   */
+  remap(moves: readonly number[]): void {
+    const entries = this.table.dump();
+    this.table.clear();
+    const kept: typeof entries = [];
+    for (const [key, entry] of entries) {
+      const to = moves[entry.value] ?? -1;
+      if (to >= 0) kept.push([key, { ...entry, value: to }]);
+    }
+    this.table.load(kept);
+  }
+
   stats(): AffinityStats {
     return {
       size: this.table.size,

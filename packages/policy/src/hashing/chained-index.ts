@@ -42,6 +42,24 @@ export class ChainedPrefixIndex {
     return this.sets.length;
   }
 
+  /**
+   * The host renumbered its ranks: rank `old`'s keys now belong to `moves[old]`, or are
+   * forgotten where it left (-1); the index then tracks `numRanks` ranks, new ones empty.
+   * O(keys held), for a change of the rank set, never per request.
+   */
+  remap(moves: readonly number[], numRanks: number): void {
+    const sets: Map<number, true>[] = Array.from({ length: numRanks }, () => new Map());
+    for (let old = 0; old < this.sets.length; old++) {
+      const to = moves[old] ?? -1;
+      if (to >= 0 && to < numRanks) sets[to] = this.sets[old] as Map<number, true>;
+    }
+    this.sets = sets;
+    this.holders.clear();
+    for (let r = 0; r < sets.length; r++) {
+      for (const key of (sets[r] as Map<number, true>).keys()) this.addHolder(key, r);
+    }
+  }
+
   /** Forgets everything a rank held (it restarted, died, or was removed). */
   clear(rank: number): void {
     const set = this.sets[rank];

@@ -48,6 +48,18 @@ export class PendingPrefixes {
     this.ranks[rank]?.clear();
   }
 
+  /** The host renumbered its ranks (Method.remapRanks): each rank's sends follow it. */
+  remap(moves: readonly number[]): void {
+    const next: Map<number, number>[] = [];
+    for (let old = 0; old < this.ranks.length; old++) {
+      const to = moves[old] ?? -1;
+      if (to < 0) continue;
+      while (next.length <= to) next.push(new Map());
+      next[to] = this.ranks[old] as Map<number, number>;
+    }
+    this.ranks = next;
+  }
+
   size(): number {
     let n = 0;
     for (const m of this.ranks) n += m.size;

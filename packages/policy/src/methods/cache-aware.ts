@@ -175,6 +175,8 @@ const NAME = 'cache_aware';
 
 interface CacheAwareCore {
   readonly index: ChainedPrefixIndex;
+  /** Carries per-rank state over a renumbering of the host's ranks (Method.remapRanks). */
+  remap(moves: readonly number[], numRanks: number): void;
   /** Leading prompt tokens indexed (the option); none past it are read. */
   readonly maxPrefixTokens: number;
   /** The prompt's chained keys (memoized for the request last seen). */
@@ -315,10 +317,26 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
     return keys;
   }
 
+  /** The host renumbered its ranks: what was learned per rank follows its worker. */
+  function remap(moves: readonly number[], numRanks: number): void {
+    index.remap(moves, numRanks);
+    pending.remap(moves);
+    const old = fill.slice();
+    fill.length = numRanks;
+    fill.fill(0);
+    for (let r = 0; r < old.length; r++) {
+      const to = moves[r] ?? -1;
+      if (to >= 0 && to < numRanks) fill[to] = old[r] as number;
+    }
+    // Health is per worker: look again at every rank on the next decision.
+    syncedAt = -1;
+  }
+
   return {
     maxPrefixTokens,
     index,
     fill,
+    remap,
     held,
     sourceCounts,
     keysOf,
@@ -550,6 +568,9 @@ export const createCacheAware = defineMethod(
         counts.matchedTokens += decision.matchedTokens ?? 0;
         if (own) core.countSources(ctx);
         core.learn(ctx, decision);
+      },
+      remapRanks(moves: readonly number[], numRanks: number): void {
+        core.remap(moves, numRanks);
       },
       stats(): Record<string, number> {
         return {

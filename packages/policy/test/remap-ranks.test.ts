@@ -1,0 +1,81 @@
+// A host whose ranks renumber (service discovery numbers workers by URL, so a pod joining
+// before others in that order shifts their indexes): what a dispatcher learned about a rank
+// must follow the worker to its new index, not stay on the index for whoever stands there now.
+import { describe, expect, it } from 'vitest';
+import { ChainedPrefixIndex } from '../src/hashing/chained-index.ts';
+import { createDispatcher } from '../src/index.ts';
+import { makeRanks, prng, randomIds } from './helpers.ts';
+
+const rand = prng(7);
+const SYSTEM = randomIds(rand, 2048);
+const turn = (n: number) => [...SYSTEM, ...randomIds(rand, n)];
+
+describe('ChainedPrefixIndex.remap', () => {
+  it('moves each rank’s keys to its new index, forgets a rank that left, and starts new ones empty', () => {
+    const index = new ChainedPrefixIndex();
+    index.resize(3);
+    index.insert(0, [10, 11], 100);
+    index.insert(1, [20, 21, 22], 100);
+    index.insert(2, [10, 30], 100);
+    // Rank 0 moves to 2, rank 1 to 0, rank 2 left; rank 1 and 3 are new.
+    index.remap([2, 0, -1], 4);
+    expect(index.numRanks).toBe(4);
+    expect([0, 1, 2, 3].map((r) => index.size(r))).toEqual([3, 0, 2, 0]);
+    const ranks: number[] = [];
+    const counts: number[] = [];
+    index.matchHolders([10, 11], () => true, ranks, counts);
+    // Only the moved rank 0 holds key 10 now: rank 2's copy left with it.
+    expect(ranks).toEqual([2]);
+    expect(counts).toEqual([2]);
+    index.matchHolders([20, 21, 22], () => true, ranks, counts);
+    expect([ranks, counts]).toEqual([[0], [3]]);
+    const out = [0, 0, 0, 0];
+    index.match([20, 21], [0, 1, 2, 3], out);
+    expect(out).toEqual([2, 0, 0, 0]);
+  });
+});
+
+describe('Dispatcher.remapRanks', () => {
+  it('cache_aware: a learned prefix follows its worker to the worker’s new index', () => {
+    const d = createDispatcher({ method: 'cache_aware' });
+    const first = d.dispatch({ inputIds: turn(100) }, makeRanks(3));
+    // A worker joins first in the table's order: every rank moves up one.
+    d.remapRanks([1, 2, 3], 4);
+    const again = d.dispatch({ inputIds: turn(300) }, makeRanks(4));
+    expect(again).toEqual({ rank: first.rank + 1, reason: 'cache-hit', matchedTokens: 2048 });
+  });
+
+  it('cache_aware: what a worker that left had learned is forgotten, not handed to its successor', () => {
+    const d = createDispatcher({ method: 'cache_aware' });
+    const first = d.dispatch({ inputIds: turn(100) }, makeRanks(3));
+    const moves = [0, 1, 2].map((r) => (r === first.rank ? -1 : r < first.rank ? r : r - 1));
+    d.remapRanks(moves, 2);
+    const again = d.dispatch({ inputIds: turn(300) }, makeRanks(2));
+    expect(again.reason).toBe('cache-miss-least-load');
+  });
+
+  it('routing-key affinity: a pin follows its rank, and a pin to a rank that left is re-picked', () => {
+    const d = createDispatcher({ method: 'round_robin', affinity: 'routing_key' });
+    const ranks = makeRanks(3);
+    const a = d.dispatch({ routingKey: 'a' }, ranks, { nowMs: 0 });
+    const b = d.dispatch({ routingKey: 'b' }, ranks, { nowMs: 0 });
+    expect(a.rank).not.toBe(b.rank);
+    // a's rank moves to the end; b's rank leaves.
+    const moves = [0, 1, 2].map((r) => (r === a.rank ? 2 : r === b.rank ? -1 : a.rank < r ? 0 : 1));
+    d.remapRanks(moves, 3);
+    expect(d.dispatch({ routingKey: 'a' }, ranks, { nowMs: 1 })).toEqual({
+      rank: 2,
+      reason: 'affinity',
+    });
+    expect(d.dispatch({ routingKey: 'b' }, ranks, { nowMs: 1 }).reason).not.toBe('affinity');
+    expect(d.stats().affinity?.size).toBe(2);
+  });
+
+  it('refuses moves that are not a renumbering', () => {
+    const d = createDispatcher({ method: 'cache_aware' });
+    expect(() => d.remapRanks([0, 0], 2)).toThrow('two ranks move to rank 0');
+    expect(() => d.remapRanks([0, 2], 2)).toThrow('rank 1 moves to 2, not a rank of 2 or -1');
+    expect(() => d.remapRanks([0.5], 2)).toThrow('rank 0 moves to 0.5');
+    expect(() => d.remapRanks([], -1)).toThrow('numRanks must be a whole number');
+  });
+});
