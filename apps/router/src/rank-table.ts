@@ -15,8 +15,10 @@
 // every replica that sees the same pods gives each the same ranks, so the hash methods send a
 // prefix to the same worker from all of them. The price: an add or remove renumbers the
 // ranks after the changed worker's place, moving their share of hashed prefixes once (and,
-// until they finish, the in-flight counts still on those indexes stay there; learned
-// per-rank state such as cache_aware's index points at the old occupant until relearned).
+// until they finish, the in-flight counts still on those indexes stay there). Learned
+// per-rank state, such as cache_aware's prefix index and routing-key pins, is told of every
+// renumbering (onRenumber) and follows its worker, as it does when a removed worker's
+// tombstone goes to a new one in an unordered table (the new worker starts empty).
 import { createLoadTracker, type LoadTracker, type RankState } from '@kvroute/policy';
 
 export interface Worker {
@@ -83,6 +85,12 @@ export class RankTable {
   /** Called as a worker's ranks are added or removed, before anything can route to them. */
   onChange: (() => void) | undefined;
   /**
+   * Called when existing ranks changed index or occupant, before onChange: the rank that
+   * stood at index `old` now stands at `moves[old]`, or its worker left (-1); indexes no move
+   * reaches are new workers' ranks. Not called when ranks were only appended.
+   */
+  onRenumber: ((moves: readonly number[], numRanks: number) => void) | undefined;
+  /**
    * Ranks numbered by the sorted worker URLs (see the header) instead of by history. Set
    * before the first add (service discovery does).
    */
@@ -129,6 +137,12 @@ export class RankTable {
       return worker;
     }
     const free = this.slots.filter((s) => s.worker.removed);
+    if (free.length > 0 && this.onRenumber) {
+      // Tombstones the new worker takes over: what was learned there was its predecessor's.
+      const moves = this.slots.map((s) => s.rank);
+      for (const s of free.slice(0, dpSize)) moves[s.rank] = -1;
+      this.onRenumber(moves, this.slots.length + Math.max(0, dpSize - free.length));
+    }
     for (let dp = 0; dp < dpSize; dp++) {
       let slot = free.shift();
       if (slot) {
@@ -169,6 +183,8 @@ export class RankTable {
     const live = [...this.byUrl.values()].sort((a, b) =>
       a.url < b.url ? -1 : a.url > b.url ? 1 : 0,
     );
+    // Where each current rank was: its worker and DP rank, to tell the policy what moved.
+    const before = this.slots.map((s) => ({ worker: s.worker, dp: s.dpRank ?? 0 }));
     const external = new Map<string, number>();
     for (const s of this.slots)
       external.set(`${s.worker.url}#${s.dpRank ?? 0}`, s.externalRequests);
@@ -194,6 +210,12 @@ export class RankTable {
     this.tracker.resize(rank);
     for (const worker of live) this.refresh(worker);
     this.anyExternal = this.slots.some((s) => s.externalRequests > 0);
+    if (this.onRenumber) {
+      const moves = before.map(({ worker, dp }) =>
+        worker.removed ? -1 : (worker.ranks[dp] ?? -1),
+      );
+      if (moves.some((to, old) => to !== old)) this.onRenumber(moves, rank);
+    }
   }
 
   setHealthy(worker: Worker, healthy: boolean): void {

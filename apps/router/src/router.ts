@@ -304,6 +304,11 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
     policy.refreshRanks(owners);
   };
   table.onChange = refreshGroups;
+  // What a policy learned per rank (cache_aware's prefix index, routing-key pins) follows its
+  // worker when discovery renumbers the ranks or a new worker takes a removed one's place.
+  table.onRenumber = (moves, numRanks) => {
+    for (const g of policy.groups) g.dispatcher.remapRanks(moves, numRanks);
+  };
 
   const describe = (d: Dispatcher): PolicyDescription => ({
     method: d.method,

@@ -143,6 +143,8 @@ describe('Kubernetes service discovery', () => {
       'llm',
       '--health-check-interval-ms',
       '0',
+      // The test pins one request to a rank below.
+      '--allow-rank-override',
     ]);
     const app = buildRouter(config, { kubeConfig: kubeConfigFor(api.url) });
     cleanups.push(() => app.close());
@@ -173,10 +175,36 @@ describe('Kubernetes service discovery', () => {
     await until(() => urls().length === 2, 'the second pod to be added');
     expect(urls()).toEqual([`http://127.0.0.1:${port}`, `http://127.0.0.2:${port}`]);
 
+    // A prompt the second pod (rank 1, after the first by URL) serves: the policy learns it
+    // there. Then the first pod goes, the second becomes rank 0, and what the policy learned
+    // moves with it: the same prompt is a cache hit on rank 0 (it was a miss, the index still
+    // crediting rank 1, which no longer exists).
+    const prompt = {
+      messages: [{ role: 'user', content: 'Refactor the parser. '.repeat(200) }],
+      max_tokens: 4,
+    };
+    const chat = (headers: Record<string, string> = {}) =>
+      app.inject({
+        method: 'POST',
+        url: '/v1/chat/completions',
+        headers: { 'content-type': 'application/json', ...headers },
+        payload: prompt,
+      });
+    await until(
+      () => app.kvroute.table.worker(`http://127.0.0.2:${port}`)?.healthy === true,
+      'the second pod to be healthy',
+    );
+    const pinned = await chat({ 'x-data-parallel-rank': '1' });
+    expect(pinned.statusCode, pinned.body).toBe(200);
+    expect(pinned.headers['x-kvroute-rank']).toBe('1');
+
     // The first pod terminates (deletionTimestamp), then is deleted: removed at the first sign.
     api.send(events[2]);
     await until(() => urls().length === 1, 'the terminating pod to be removed');
     expect(urls()).toEqual([`http://127.0.0.2:${port}`]);
+    const again = await chat();
+    expect(again.headers['x-kvroute-rank']).toBe('0');
+    expect(again.headers['x-kvroute-reason']).toBe('cache-hit');
     api.send(events[3]);
     await new Promise((r) => setTimeout(r, 100));
     expect(urls()).toEqual([`http://127.0.0.2:${port}`]);

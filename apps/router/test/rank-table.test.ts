@@ -54,6 +54,50 @@ describe('RankTable', () => {
     }
   });
 
+  it('tells the policy where each rank went as an ordered table renumbers, so a learned prefix stays on its worker', () => {
+    const t = new RankTable();
+    t.ordered = true;
+    const d = createDispatcher({ method: 'cache_aware' });
+    const told: [readonly number[], number][] = [];
+    t.onRenumber = (moves, n) => {
+      told.push([moves, n]);
+      d.remapRanks(moves, n);
+    };
+    t.addWorker(url(5), 1, false);
+    t.addWorker(url(7), 2, true);
+    // Appended after the others: nothing moved, nothing to tell.
+    expect(told).toEqual([]);
+    // The policy learns a prompt on the DP server's second rank (rank 2).
+    const prompt = Array.from({ length: 3000 }, (_, i) => (i * 7919) % 32000);
+    d.begin({ inputIds: prompt, routedRank: 2 }, t.tracker).done();
+    // A pod that sorts first joins (every rank moves up one), then the pod at rank 1 leaves.
+    t.addWorker(url(1), 1, false);
+    t.removeWorker(url(5));
+    expect(told).toEqual([
+      [[1, 2, 3], 4],
+      [[0, -1, 1, 2], 3],
+    ]);
+    const again = d.begin({ inputIds: prompt }, t.tracker);
+    again.done();
+    expect(again.rank).toBe(2);
+    expect(again.reason).toBe('cache-hit');
+    expect(t.slot(2)?.worker.url).toBe(url(7));
+    expect(t.slot(2)?.dpRank).toBe(1);
+  });
+
+  it('tells the policy when a new worker takes a removed one’s place in a static table', () => {
+    const t = new RankTable();
+    const told: [readonly number[], number][] = [];
+    t.onRenumber = (moves, n) => told.push([moves, n]);
+    for (const i of [1, 2]) t.addWorker(url(i), 1, false);
+    t.removeWorker(url(1));
+    expect(told).toEqual([]);
+    // The newcomer takes rank 0: what was learned there was the removed worker's. Its second
+    // rank is a new one.
+    t.addWorker(url(3), 2, true);
+    expect(told).toEqual([[[-1, 1], 3]]);
+  });
+
   it('keeps a DP server’s ranks together in an ordered table, and health follows the worker', () => {
     const t = new RankTable();
     t.ordered = true;
