@@ -280,6 +280,21 @@ describe('PD mode, measured', () => {
     }
     expect(text).toMatch(/kvroute_pd_requests_total\{role="prefill",rank="\d+",status="200"\} \d+/);
     expect(text).toMatch(/kvroute_pd_requests_total\{role="decode",rank="\d+",status="200"\} \d+/);
+    // The decode side's own per-rank load and health (the prefill side is the main table's):
+    // one series per decode rank (2 servers x dp 2), idle and healthy once the pairs are done.
+    for (const gauge of [
+      'kvroute_pd_decode_in_flight_requests',
+      'kvroute_pd_decode_in_flight_tokens',
+      'kvroute_pd_decode_rank_healthy',
+    ]) {
+      const series = [...text.matchAll(new RegExp(`^${gauge}\\{rank="(\\d+)"\\} (\\S+)$`, 'gm'))];
+      expect(series.map((m) => m[1]).sort(), gauge).toEqual(['0', '1', '2', '3']);
+      const want = gauge.endsWith('healthy') ? '1' : '0';
+      expect(
+        series.map((m) => m[2]),
+        gauge,
+      ).toEqual([want, want, want, want]);
+    }
     const r = spawnSync('promtool', ['check', 'metrics'], { encoding: 'utf8', input: text });
     if (r.error)
       throw new Error(`promtool could not run (Debian package prometheus): ${r.error.message}`);

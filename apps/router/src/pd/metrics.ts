@@ -12,14 +12,49 @@
 //   kvroute_pd_prefill_cached_tokens_total{rank}      hit rate = cached / prompt
 //   kvroute_pd_prefill_without_cached_tokens_total    prefill answers that reported no cached count
 //   kvroute_pd_pair_retries_total{side}               pairs retried, by the side that failed
-import { Counter, Histogram, type Registry } from 'prom-client';
+//   kvroute_pd_decode_in_flight_requests{rank}        the decode side's load per rank (the
+//   kvroute_pd_decode_in_flight_tokens{rank}          prefill side is the router's main table,
+//   kvroute_pd_decode_rank_healthy{rank}              in kvroute_router_in_flight_* and
+//                                                     kvroute_router_rank_healthy)
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { RankInfo } from '../rank-table.ts';
 
 export type PdRole = 'prefill' | 'decode';
 
 const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
-export function createPdMetrics(registry: Registry) {
+/** `decodeRanks`: the decode table's ranks, read when metrics are scraped. */
+export function createPdMetrics(
+  registry: Registry,
+  decodeRanks: () => readonly RankInfo[] = () => [],
+) {
   const registers = [registry];
+  const perRank = (name: string, help: string, value: (r: RankInfo) => number) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: ['rank'] as const,
+      registers,
+      collect() {
+        this.reset();
+        for (const r of decodeRanks()) if (!r.removed) this.set({ rank: String(r.rank) }, value(r));
+      },
+    });
+  perRank(
+    'kvroute_pd_decode_in_flight_requests',
+    'Requests sent to a decode rank and not yet finished',
+    (r) => r.inFlightRequests,
+  );
+  perRank(
+    'kvroute_pd_decode_in_flight_tokens',
+    'Tokens (prompt + max new tokens) of in-flight requests per decode rank, as its policy sees them',
+    (r) => r.inFlightTokens,
+  );
+  perRank(
+    'kvroute_pd_decode_rank_healthy',
+    '1 when the decode rank is routable, 0 when marked down or ejected',
+    (r) => (r.healthy ? 1 : 0),
+  );
   const requests = new Counter({
     name: 'kvroute_pd_requests_total',
     help: 'Requests sent to each side of a prefill/decode pair, by rank and answer status',

@@ -152,7 +152,7 @@ export function createPdMode(d: PdDeps): PdMode {
   if (config.workerApiKey !== undefined) {
     decodeHealth.headers = { authorization: `Bearer ${config.workerApiKey}` };
   }
-  const metrics = createPdMetrics(d.registry);
+  const metrics = createPdMetrics(d.registry, () => decodeTable.info());
   const bootstrapPorts = new Map<string, number | null>();
   /** bootstrap_host per prefill worker: its URL's host, parsed once, not per request. */
   const bootstrapHosts = new WeakMap<Worker, string>();
