@@ -768,6 +768,9 @@ describe('alert rules and dashboard', () => {
         healthy('r2', 0, '1x5 0x15'),
         healthy('r2', 1, '1x5 0x15'),
         { series: `kvroute_router_rank_ejected{${target('r1')},rank="0"}`, values: '0x20' },
+        // r1 is a PD router: its decode rank 1 goes down at minute 5.
+        { series: `kvroute_pd_decode_rank_healthy{${target('r1')},rank="0"}`, values: '1x20' },
+        { series: `kvroute_pd_decode_rank_healthy{${target('r1')},rank="1"}`, values: '1x5 0x15' },
         { series: `kvroute_router_rank_ejected{${target('r1')},rank="1"}`, values: '0x5 1x15' },
         { series: `kvroute_router_queued_requests{${target('r1')}}`, values: '0x5 3x20' },
         { series: `kvroute_router_queued_requests{${target('r2')}}`, values: '0x25' },
@@ -785,6 +788,21 @@ describe('alert rules and dashboard', () => {
           eval_time: '10m',
           alertname: 'KvrouteWorkerDown',
           exp_alerts: [workerDown('r1', 0), workerDown('r2', 0), workerDown('r2', 1)],
+        },
+        { eval_time: '6m', alertname: 'KvroutePdDecodeRankDown', exp_alerts: [] },
+        {
+          eval_time: '10m',
+          alertname: 'KvroutePdDecodeRankDown',
+          exp_alerts: [
+            {
+              exp_labels: { severity: 'warning', ...fleet, instance: 'r1', rank: '1' },
+              exp_annotations: {
+                summary: 'kvroute decode rank 1 is down or ejected',
+                description:
+                  'The router has not sent decode work to decode rank 1 for 2 minutes: failed health checks or ejected after repeated request failures; its share of pairs goes to the other decode ranks.',
+              },
+            },
+          ],
         },
         // Per router: r1 still has a healthy worker; r2 has none; r3 has no rank at all.
         {
