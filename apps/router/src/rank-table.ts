@@ -14,11 +14,11 @@
 // with no tombstones. The numbering is then a function of the current worker set alone, and
 // every replica that sees the same pods gives each the same ranks, so the hash methods send a
 // prefix to the same worker from all of them. The price: an add or remove renumbers the
-// ranks after the changed worker's place, moving their share of hashed prefixes once (and,
-// until they finish, the in-flight counts still on those indexes stay there). Learned
-// per-rank state, such as cache_aware's prefix index and routing-key pins, is told of every
-// renumbering (onRenumber) and follows its worker, as it does when a removed worker's
-// tombstone goes to a new one in an unordered table (the new worker starts empty).
+// ranks after the changed worker's place, moving their share of hashed prefixes once. What
+// is counted or learned per rank follows its worker: in-flight load (open tickets release it
+// at the new index) and, through onRenumber, the policy's learned state such as cache_aware's
+// prefix index and routing-key pins. When a new worker takes a removed one's tombstone in an
+// unordered table, it starts there idle and empty.
 import { createLoadTracker, type LoadTracker, type RankState } from '@kvroute/policy';
 
 export interface Worker {
@@ -137,11 +137,13 @@ export class RankTable {
       return worker;
     }
     const free = this.slots.filter((s) => s.worker.removed);
-    if (free.length > 0 && this.onRenumber) {
-      // Tombstones the new worker takes over: what was learned there was its predecessor's.
+    if (free.length > 0) {
+      // Tombstones the new worker takes over: the load still counted there (requests of the
+      // removed worker, released later) and what was learned there were its predecessor's.
       const moves = this.slots.map((s) => s.rank);
       for (const s of free.slice(0, dpSize)) moves[s.rank] = -1;
-      this.onRenumber(moves, this.slots.length + Math.max(0, dpSize - free.length));
+      this.tracker.remap(moves, this.slots.length);
+      this.onRenumber?.(moves, this.slots.length + Math.max(0, dpSize - free.length));
     }
     for (let dp = 0; dp < dpSize; dp++) {
       let slot = free.shift();
@@ -207,15 +209,15 @@ export class RankTable {
       }
     }
     this.slots.length = rank;
-    this.tracker.resize(rank);
+    const moves = before.map(({ worker, dp }) => (worker.removed ? -1 : (worker.ranks[dp] ?? -1)));
+    const renumbered = moves.some((to, old) => to !== old);
+    // In-flight load moves with its worker (open tickets release it there), as does what the
+    // policy learned (onRenumber); health is then set for each index's occupant.
+    if (renumbered) this.tracker.remap(moves, rank);
+    else this.tracker.resize(rank);
     for (const worker of live) this.refresh(worker);
     this.anyExternal = this.slots.some((s) => s.externalRequests > 0);
-    if (this.onRenumber) {
-      const moves = before.map(({ worker, dp }) =>
-        worker.removed ? -1 : (worker.ranks[dp] ?? -1),
-      );
-      if (moves.some((to, old) => to !== old)) this.onRenumber(moves, rank);
-    }
+    if (renumbered) this.onRenumber?.(moves, rank);
   }
 
   setHealthy(worker: Worker, healthy: boolean): void {

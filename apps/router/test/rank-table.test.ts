@@ -67,16 +67,24 @@ describe('RankTable', () => {
     t.addWorker(url(7), 2, true);
     // Appended after the others: nothing moved, nothing to tell.
     expect(told).toEqual([]);
-    // The policy learns a prompt on the DP server's second rank (rank 2).
+    // The policy learns a prompt on the DP server's second rank (rank 2), which is still
+    // generating when the ranks renumber.
     const prompt = Array.from({ length: 3000 }, (_, i) => (i * 7919) % 32000);
-    d.begin({ inputIds: prompt, routedRank: 2 }, t.tracker).done();
+    const inFlight = d.begin({ inputIds: prompt, routedRank: 2 }, t.tracker);
+    const load = () => t.tracker.ranks.map((r) => r.inFlightRequests);
+    expect(load()).toEqual([0, 0, 1]);
     // A pod that sorts first joins (every rank moves up one), then the pod at rank 1 leaves.
     t.addWorker(url(1), 1, false);
+    expect(load()).toEqual([0, 0, 0, 1]);
     t.removeWorker(url(5));
     expect(told).toEqual([
       [[1, 2, 3], 4],
       [[0, -1, 1, 2], 3],
     ]);
+    // The request's load stayed with its worker, and finishing it releases it there.
+    expect(load()).toEqual([0, 0, 1]);
+    inFlight.done();
+    expect(load()).toEqual([0, 0, 0]);
     const again = d.begin({ inputIds: prompt }, t.tracker);
     again.done();
     expect(again.rank).toBe(2);
@@ -90,12 +98,24 @@ describe('RankTable', () => {
     const told: [readonly number[], number][] = [];
     t.onRenumber = (moves, n) => told.push([moves, n]);
     for (const i of [1, 2]) t.addWorker(url(i), 1, false);
+    // A request still running on worker 1 when it is removed.
+    const claim = t.tracker.claim(0, 100);
     t.removeWorker(url(1));
     expect(told).toEqual([]);
-    // The newcomer takes rank 0: what was learned there was the removed worker's. Its second
-    // rank is a new one.
+    // The newcomer takes rank 0: what was learned there was the removed worker's, and so is
+    // the load still counted there. Its second rank is a new one.
     t.addWorker(url(3), 2, true);
     expect(told).toEqual([[[-1, 1], 3]]);
+    expect(t.tracker.ranks.map((r) => [r.inFlightRequests, r.healthy])).toEqual([
+      [0, true],
+      [0, true],
+      [0, true],
+    ]);
+    // The removed worker's request finishing later drains nothing of the newcomer's.
+    const mine = t.tracker.claim(0, 5);
+    t.tracker.release(claim);
+    expect(t.tracker.ranks[0]).toMatchObject({ inFlightRequests: 1, inFlightTokens: 5 });
+    t.tracker.release(mine);
   });
 
   it('keeps a DP server’s ranks together in an ordered table, and health follows the worker', () => {

@@ -42,7 +42,10 @@ export interface LoadTrackerOptions {
 export interface LoadClaim {
   readonly rank: number;
   readonly tokens: number;
-  /** The rank slot's generation when claimed: a rank removed and added again is a new slot. */
+  /**
+   * The id of the rank slot claimed: unique per slot, so a rank removed and added again is a
+   * new slot, and a slot moved to another index by `remap` is found there.
+   */
   readonly generation: number;
 }
 
@@ -74,6 +77,13 @@ export interface LoadTracker {
   setHealthy(rank: number, healthy: boolean): void;
   /** Scale out (new healthy, idle ranks) or in (drops the highest ranks and their counters). */
   resize(numRanks: number): void;
+  /**
+   * The host renumbered its ranks (see Dispatcher.remapRanks): the rank at index `old` moves
+   * to `moves[old]` with its in-flight counters, and open claims on it are released there; a
+   * rank that left (-1) is dropped with its counters. Indexes no move reaches start idle.
+   * Health stays with the index: the host sets it for each index's new occupant.
+   */
+  remap(moves: readonly number[], numRanks: number): void;
 }
 
 function checkCount(numRanks: number): void {
@@ -100,9 +110,11 @@ export function createLoadTracker(numRanks: number, opts: LoadTrackerOptions = {
     return state;
   };
   const ranks: RankState[] = Array.from({ length: numRanks }, (_, i) => makeRank(i));
-  // Generation of each rank slot; bumped when the slot is dropped, so late completions for
-  // the old occupant cannot drain a new rank that took the same number.
-  const generations: number[] = new Array(numRanks).fill(0);
+  // The id of the slot at each index, unique for the tracker's life: a claim is released to
+  // the slot it was made on, wherever `remap` moved it, and never to a new slot that took a
+  // dropped one's number.
+  const generations: number[] = Array.from({ length: numRanks }, (_, i) => i);
+  let nextId = numRanks;
   const index = new LoadIndex(numRanks);
 
   const at = (rank: number, op: string): RankState => {
@@ -144,8 +156,12 @@ export function createLoadTracker(numRanks: number, opts: LoadTrackerOptions = {
       return { rank, tokens, generation: generations[rank] as number };
     },
     release(claim) {
-      const state = ranks[claim.rank];
-      if (!state || generations[claim.rank] !== claim.generation) return;
+      let at = claim.rank;
+      // The slot moved (remap) or is gone: find it, O(R) but only for claims that outlived a
+      // renumbering.
+      if (generations[at] !== claim.generation) at = generations.indexOf(claim.generation);
+      const state = at >= 0 ? ranks[at] : undefined;
+      if (!state) return;
       remove(state, claim.tokens);
     },
     setHealthy(rank, healthy) {
@@ -156,14 +172,45 @@ export function createLoadTracker(numRanks: number, opts: LoadTrackerOptions = {
     resize(n) {
       checkCount(n);
       if (n < ranks.length) {
-        for (let i = n; i < ranks.length; i++) generations[i] = (generations[i] as number) + 1;
         ranks.length = n;
+        generations.length = n;
       }
       for (let i = ranks.length; i < n; i++) {
         ranks.push(makeRank(i));
-        if (generations[i] === undefined) generations[i] = 0;
+        generations.push(nextId++);
       }
       index.resize(n);
+    },
+    remap(moves, n) {
+      checkCount(n);
+      const moved: { requests: number; tokens: number; id: number }[] = new Array(n);
+      for (let old = 0; old < ranks.length; old++) {
+        const to = moves[old] ?? -1;
+        if (to === -1) continue;
+        if (!Number.isInteger(to) || to < 0 || to >= n || moved[to] !== undefined) {
+          throw new RangeError(
+            `remap: rank ${old} moves to ${String(to)}, not a free rank of ${n} or -1`,
+          );
+        }
+        const state = ranks[old] as RankState;
+        moved[to] = {
+          requests: state.inFlightRequests,
+          tokens: state.inFlightTokens,
+          id: generations[old] as number,
+        };
+      }
+      if (n < ranks.length) ranks.length = n;
+      for (let i = ranks.length; i < n; i++) ranks.push(makeRank(i));
+      generations.length = n;
+      index.resize(n);
+      for (let i = 0; i < n; i++) {
+        const state = ranks[i] as RankState;
+        const m = moved[i];
+        state.inFlightRequests = m?.requests ?? 0;
+        state.inFlightTokens = m?.tokens ?? 0;
+        generations[i] = m?.id ?? nextId++;
+        index.set(i, state);
+      }
     },
   };
 }
