@@ -33,7 +33,7 @@ interface FakeApi {
   watching(): number;
 }
 
-async function fakeApiServer(): Promise<FakeApi> {
+async function fakeApiServer(list: { items: unknown[] } = podList): Promise<FakeApi> {
   const requests: URL[] = [];
   const watches = new Set<ServerResponse>();
   const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
@@ -52,7 +52,7 @@ async function fakeApiServer(): Promise<FakeApi> {
       return;
     }
     res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(JSON.stringify(podList));
+    res.end(JSON.stringify(list));
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   cleanups.push(async () => {
@@ -87,6 +87,19 @@ async function until(cond: () => boolean, what: string): Promise<void> {
     await new Promise((r) => setTimeout(r, 25));
   }
   throw new Error(`timed out waiting for ${what}`);
+}
+
+/** The fixture's Ready pod as pod `i`: its own name, uid and IP 127.0.0.i. */
+function readyPod(i: number): Record<string, unknown> {
+  const pod = structuredClone(podList.items[0]) as {
+    metadata: Record<string, unknown>;
+    status: Record<string, unknown>;
+  };
+  pod.metadata.name = `sglang-pod-${i}`;
+  pod.metadata.uid = `00000000-0000-4000-8000-00000000000${i}`;
+  pod.status.podIP = `127.0.0.${i}`;
+  pod.status.podIPs = [{ ip: `127.0.0.${i}` }];
+  return pod;
 }
 
 /** Mock workers on 127.0.0.1..n, all on one port (the pods' shared container port). */
@@ -219,6 +232,91 @@ describe('Kubernetes service discovery', () => {
     expect(res.json()).toMatchObject({ usage: { completion_tokens: 4 } });
     // Served by a discovered worker: the router reports ready.
     expect((await app.inject({ url: '/readiness' })).statusCode).toBe(200);
+  });
+
+  it('keeps every conversation on the pod that caches it when a pod joins first in URL order', async () => {
+    // Four pods (127.0.0.2-5, ranks 0-3) serve 24 agents' conversations; then pod 127.0.0.1
+    // joins, sorts first, and every other pod's rank moves up one. A conversation's next turn
+    // must still reach the pod that holds its history, as the worker's own cache count shows.
+    const port = await podWorkers(5);
+    const api = await fakeApiServer({ items: [2, 3, 4, 5].map(readyPod) });
+    const config = resolveConfig([
+      '--service-discovery',
+      '--selector',
+      'app=sglang',
+      '--service-discovery-port',
+      String(port),
+      '--service-discovery-namespace',
+      'llm',
+      '--health-check-interval-ms',
+      '0',
+    ]);
+    const app = buildRouter(config, { kubeConfig: kubeConfigFor(api.url) });
+    cleanups.push(() => app.close());
+    await app.ready();
+    const table = app.kvroute.table;
+    await until(() => api.watching() === 1, 'the watch to open');
+    expect(table.size).toBe(4);
+
+    const tools = (i: number) =>
+      `Agent ${i}. Tools: read_file(path), write_file(path, text), grep(pattern), run(cmd). `.repeat(
+        40,
+      );
+    const turns = (i: number, n: number) => {
+      const messages = [{ role: 'system', content: tools(i) }];
+      for (let t = 1; t <= n; t++) {
+        messages.push({
+          role: 'user',
+          content: `Step ${t} of agent ${i}: fix the next failing test.`,
+        });
+        if (t < n) messages.push({ role: 'assistant', content: `Done step ${t} for agent ${i}.` });
+      }
+      return messages;
+    };
+    const send = async (i: number, n: number) => {
+      const res = await app.inject({
+        method: 'POST',
+        url: '/v1/chat/completions',
+        headers: { 'content-type': 'application/json' },
+        payload: { messages: turns(i, n), max_tokens: 4 },
+      });
+      expect(res.statusCode, res.body).toBe(200);
+      const usage = res.json().usage as {
+        prompt_tokens: number;
+        prompt_tokens_details: { cached_tokens: number };
+      };
+      return {
+        pod: table.slot(Number(res.headers['x-kvroute-rank']))!.worker.url,
+        prompt: usage.prompt_tokens,
+        cached: usage.prompt_tokens_details.cached_tokens,
+      };
+    };
+    const agents = Array.from({ length: 24 }, (_, i) => i);
+    const before = [];
+    for (const i of agents) await send(i, 1);
+    for (const i of agents) before.push(await send(i, 2));
+    // The conversations are spread over the four pods, and their second turns hit.
+    expect(new Set(before.map((b) => b.pod)).size).toBe(4);
+
+    api.send({ type: 'ADDED', object: readyPod(1) });
+    await until(() => table.size === 5, 'the joining pod to be added');
+    expect(table.slot(0)?.worker.url).toBe(`http://127.0.0.1:${port}`);
+
+    let kept = 0;
+    let cached = 0;
+    let prompted = 0;
+    for (const i of agents) {
+      const after = await send(i, 3);
+      // Its whole previous turn cached (an engine never counts a prompt's last token as cached).
+      if (after.pod === before[i]!.pod && after.cached >= before[i]!.prompt - 1) kept++;
+      cached += after.cached;
+      prompted += after.prompt;
+    }
+    // A figure, not a gate: the worker-reported hit rate of the turns after the join.
+    console.log(
+      `after a pod joined first in URL order: ${kept} of ${agents.length} conversations stayed on their pod with their history cached; hit rate of their next turns ${((cached / prompted) * 100).toFixed(1)}%`,
+    );
+    expect(kept).toBe(agents.length);
   });
 
   it('checks a discovered pod as it is added: ready at start even with every check off', async () => {
