@@ -308,6 +308,8 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
   // worker when discovery renumbers the ranks or a new worker takes a removed one's place.
   table.onRenumber = (moves, numRanks) => {
     for (const g of policy.groups) g.dispatcher.remapRanks(moves, numRanks);
+    // The engines' KV event streams and their index follow their workers too.
+    kvEvents?.remap(moves, numRanks);
   };
 
   const describe = (d: Dispatcher): PolicyDescription => ({

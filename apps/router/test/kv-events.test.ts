@@ -7,10 +7,13 @@ import {
   type KvEventBatch,
 } from '@kvroute/protocol/kv-events';
 import { Packr } from 'msgpackr';
+import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { Publisher, Router } from 'zeromq';
 import { resolveConfig } from '../src/config.ts';
+import { KvEventsFeed } from '../src/kv-events/feed.ts';
 import { KvEventStream, loadZmq } from '../src/kv-events/subscriber.ts';
+import { RankTable } from '../src/rank-table.ts';
 import { buildRouter } from '../src/router.ts';
 import { startFakeWorker } from './helpers/fake-worker.ts';
 import { NO_ACTIVE_CHECKS } from './helpers/router.ts';
@@ -337,6 +340,67 @@ async function eventsRouter(engines: Awaited<ReturnType<typeof fakeEngine>>[], s
   if (!feed) throw new Error('no KV events feed');
   return { app, feed, warn, info };
 }
+
+describe('KV event feed: ranks that renumber', () => {
+  it('moves a stream and what it indexed with its worker, without reconnecting or replaying', async () => {
+    const engines = [await fakeEngine(), await fakeEngine(), await fakeEngine()];
+    // Pods by URL: A sorts first, then B, then C (as service discovery numbers them).
+    const urls = ['http://10.0.0.1:30000', 'http://10.0.0.3:30000', 'http://10.0.0.5:30000'];
+    const table = new RankTable();
+    table.ordered = true;
+    const quiet = { warn() {}, info() {}, error() {}, debug() {} };
+    const feed = new KvEventsFeed(
+      {
+        endpoints: engines.map((e) => e.endpoint),
+        replayEndpoints: engines.map((e) => e.replayEndpoint),
+        topic: '',
+        staleMs: 300,
+        maxBlocksPerRank: 1000,
+      },
+      table,
+      urls,
+      new Registry(),
+      quiet as unknown as ConstructorParameters<typeof KvEventsFeed>[4],
+      () => undefined,
+    );
+    cleanups.push(() => feed.close());
+    table.onRenumber = (moves, n) => feed.remap(moves, n);
+    table.addWorker(urls[1]!, 1, false);
+    table.addWorker(urls[2]!, 1, false);
+    await feed.start();
+    await until(() => feed.isLive(0) && feed.isLive(1), 'B and C live');
+    const c = engines[2]!;
+    const tokens = (from: number) => Array.from({ length: 16 }, (_, i) => from + i);
+    await c.publish(0, [stored(7, null, tokens(0))]);
+    await until(() => feed.index.blocks(1) === 1, "C's block at rank 1");
+    const streamC = feed.stream(1);
+    const replays = c.replays.length;
+
+    // A joins and sorts first: B moves to rank 1, C to rank 2, with C's block and stream.
+    table.addWorker(urls[0]!, 1, false);
+    expect(feed.stream(2)).toBe(streamC);
+    expect([0, 1, 2].map((r) => feed.index.blocks(r))).toEqual([0, 0, 1]);
+    const out = [0, 0, 0];
+    feed.index.match(tokens(0), [0, 1, 2], out);
+    expect(out).toEqual([0, 0, 16]);
+    feed.sync();
+    expect(feed.stream(2)).toBe(streamC);
+    await until(() => feed.isLive(0), "A's new stream live");
+    expect(feed.isLive(2)).toBe(true);
+    // C's next batch lands at its new rank; its stream never reconnected or asked to replay.
+    await c.publish(1, [stored(8, 7, tokens(16))]);
+    await until(() => feed.index.blocks(2) === 2, "C's next block at rank 2");
+    expect(c.replays.length).toBe(replays);
+    expect(streamC?.counters.reconnects).toBe(0);
+    expect(streamC?.disconnectedAt).toBe(0);
+
+    // B leaves: C moves down to rank 1 and keeps its blocks; B's stream is closed.
+    table.removeWorker(urls[1]!);
+    expect(feed.stream(1)).toBe(streamC);
+    expect(feed.index.blocks(1)).toBe(2);
+    expect(feed.stream(2)).toBeUndefined();
+  });
+});
 
 describe('KV event feed: liveness replicas agree on, logs, metrics', () => {
   it('keeps a rank live on every replica while its publisher answers, whatever each one routed', async () => {

@@ -4,6 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import { ChainedPrefixIndex } from '../src/hashing/chained-index.ts';
 import { createDispatcher } from '../src/index.ts';
+import { KvBlockIndex } from '../src/kv-index/block-index.ts';
 import { makeRanks, prng, randomIds } from './helpers.ts';
 
 const rand = prng(7);
@@ -32,6 +33,31 @@ describe('ChainedPrefixIndex.remap', () => {
     const out = [0, 0, 0, 0];
     index.match([20, 21], [0, 1, 2, 3], out);
     expect(out).toEqual([2, 0, 0, 0]);
+  });
+});
+
+describe('KvBlockIndex.remap', () => {
+  it('moves each rank’s blocks and liveness to its new index and drops a rank that left', () => {
+    const index = new KvBlockIndex();
+    const a = Array.from({ length: 32 }, (_, i) => i + 1);
+    const b = Array.from({ length: 32 }, (_, i) => 1000 + i);
+    index.store(0, [11, 12], null, a, 16);
+    index.store(1, [21], null, b, 16);
+    index.store(2, [11], null, a, 16);
+    index.setLive(0, true);
+    // Rank 0 moves to 1, rank 1 to 0, rank 2 left.
+    index.remap([1, 0, -1], 2);
+    expect([0, 1].map((r) => index.blocks(r))).toEqual([1, 2]);
+    expect([index.isLive(0), index.isLive(1)]).toEqual([false, true]);
+    const out = [0, 0];
+    index.match(a, [0, 1], out);
+    expect(out).toEqual([0, 32]);
+    index.match(b, [0, 1], out);
+    expect(out).toEqual([16, 0]);
+    // Removals follow the moved rank: rank 1's blocks are rank 0's old ones.
+    expect(index.remove(1, [12])).toBe(1);
+    index.match(a, [0, 1], out);
+    expect(out).toEqual([0, 16]);
   });
 });
 

@@ -49,6 +49,7 @@ export interface KvEventsSettings {
 }
 
 interface RankFeed {
+  /** The rank the stream's worker stands at now (remap moves it with its worker). */
   rank: number;
   worker: Worker;
   stream: KvEventStream;
@@ -87,7 +88,7 @@ export function kvEventsEnabled(s: KvEventsSettings): boolean {
 
 export class KvEventsFeed implements KvIndexView {
   readonly index: KvBlockIndex;
-  private readonly feeds = new Map<number, RankFeed>();
+  private feeds = new Map<number, RankFeed>();
   private timer: NodeJS.Timeout | undefined;
   private readonly lag: Histogram;
   private zmq: Zmq | undefined;
@@ -305,7 +306,16 @@ export class KvEventsFeed implements KvIndexView {
       const eps = this.endpointsFor(slot.worker);
       if (!eps) continue;
       const dp = slot.dpRank ?? 0;
-      const stream = new KvEventStream(
+      // The callbacks read the feed's rank, not this one: a renumbering (remap) moves the
+      // feed, with its stream and what it indexed, to its worker's new rank.
+      const feed: RankFeed = {
+        rank,
+        worker: slot.worker,
+        stream: undefined as unknown as KvEventStream,
+        since: this.now(),
+        wasHealthy: slot.worker.healthy,
+      };
+      feed.stream = new KvEventStream(
         zmq,
         {
           endpoint: offsetEndpointPort(eps.endpoint, dp),
@@ -314,23 +324,38 @@ export class KvEventsFeed implements KvIndexView {
         },
         {
           // A dropped stream is closed first, and a closed stream hands on nothing.
-          batch: (b, replayed) => this.apply(rank, b, replayed),
-          reset: () => this.index.clearRank(rank),
-          warn: (cause, m) => this.note('warn', this.feeds.get(rank), cause, m),
-          info: (cause, m) => this.note('info', this.feeds.get(rank), cause, m),
+          batch: (b, replayed) => this.apply(feed.rank, b, replayed),
+          reset: () => this.index.clearRank(feed.rank),
+          warn: (cause, m) => this.note('warn', feed, cause, m),
+          info: (cause, m) => this.note('info', feed, cause, m),
         },
         this.now,
       );
-      this.feeds.set(rank, {
-        rank,
-        worker: slot.worker,
-        stream,
-        since: this.now(),
-        wasHealthy: slot.worker.healthy,
-      });
+      this.feeds.set(rank, feed);
       this.index.resize(Math.max(this.index.numRanks, rank + 1));
-      stream.start();
+      feed.stream.start();
     }
+  }
+
+  /**
+   * The table renumbered its ranks (RankTable.onRenumber): each stream and what it indexed
+   * move with their worker to its new rank, without reconnecting or replaying; a rank whose
+   * worker left is dropped. Call before the next sync, which would otherwise see a moved
+   * worker's stream at the wrong rank and open a new one.
+   */
+  remap(moves: readonly number[], numRanks: number): void {
+    this.index.remap(moves, numRanks);
+    const next = new Map<number, RankFeed>();
+    for (const [old, f] of this.feeds) {
+      const to = moves[old] ?? -1;
+      if (to < 0 || to >= numRanks) {
+        void f.stream.close();
+        continue;
+      }
+      f.rank = to;
+      next.set(to, f);
+    }
+    this.feeds = next;
   }
 
   private drop(f: RankFeed): void {

@@ -128,6 +128,35 @@ export class KvBlockIndex implements KvIndexView {
     while (this.holders.length < words) this.holders.push(new Map());
   }
 
+  /**
+   * The host renumbered its ranks: rank `old`'s blocks, liveness and block-size state now
+   * belong to `moves[old]`, or are dropped where it left (-1); indexes no move reaches start
+   * empty and not live. O(blocks held), for a change of the rank set, never per request.
+   */
+  remap(moves: readonly number[], numRanks: number): void {
+    const ranks: RankBlocks[] = Array.from({ length: numRanks }, () => ({
+      byHash: new Map(),
+      dup: new Map(),
+      live: false,
+      badBlockSize: 0,
+    }));
+    for (let old = 0; old < this.ranks.length; old++) {
+      const to = moves[old] ?? -1;
+      if (to >= 0 && to < numRanks) ranks[to] = this.ranks[old] as RankBlocks;
+    }
+    this.ranks = ranks;
+    const words = Math.max(this.holders.length, Math.ceil(numRanks / 32));
+    this.holders = Array.from({ length: words }, () => new Map());
+    for (let r = 0; r < ranks.length; r++) {
+      const map = this.holders[r >>> 5] as Map<number, number>;
+      const bit = 1 << (r & 31);
+      // A key held more than once is one bit here; its extra count stays in the rank's dup.
+      for (const key of (ranks[r] as RankBlocks).byHash.values()) {
+        map.set(key, (map.get(key) ?? 0) | bit);
+      }
+    }
+  }
+
   private rankOf(rank: number): RankBlocks {
     if (!Number.isInteger(rank) || rank < 0) {
       throw new RangeError(`KvBlockIndex: rank must be an integer >= 0, got ${rank}`);
