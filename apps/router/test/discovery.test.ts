@@ -89,6 +89,29 @@ async function until(cond: () => boolean, what: string): Promise<void> {
   throw new Error(`timed out waiting for ${what}`);
 }
 
+/**
+ * A router discovering `app=sglang` pods in namespace llm through `api`, on the pods' shared
+ * `port`, with the periodic health checks off, plus `extra` flags.
+ */
+async function discoveringRouter(api: FakeApi, port: number, extra: string[] = []) {
+  const config = resolveConfig([
+    '--service-discovery',
+    '--selector',
+    'app=sglang',
+    '--service-discovery-port',
+    String(port),
+    '--service-discovery-namespace',
+    'llm',
+    '--health-check-interval-ms',
+    '0',
+    ...extra,
+  ]);
+  const app = buildRouter(config, { kubeConfig: kubeConfigFor(api.url) });
+  cleanups.push(() => app.close());
+  await app.ready();
+  return app;
+}
+
 /** The fixture's Ready pod as pod `i`: its own name, uid and IP 127.0.0.i. */
 function readyPod(i: number): Record<string, unknown> {
   const pod = structuredClone(podList.items[0]) as {
@@ -146,22 +169,8 @@ describe('Kubernetes service discovery', () => {
   it('lists and watches pods by label, adding and removing workers live', async () => {
     const api = await fakeApiServer();
     const port = await podWorkers(3);
-    const config = resolveConfig([
-      '--service-discovery',
-      '--selector',
-      'app=sglang',
-      '--service-discovery-port',
-      String(port),
-      '--service-discovery-namespace',
-      'llm',
-      '--health-check-interval-ms',
-      '0',
-      // The test pins one request to a rank below.
-      '--allow-rank-override',
-    ]);
-    const app = buildRouter(config, { kubeConfig: kubeConfigFor(api.url) });
-    cleanups.push(() => app.close());
-    await app.ready();
+    // The test pins one request to a rank below.
+    const app = await discoveringRouter(api, port, ['--allow-rank-override']);
     const urls = () =>
       app.kvroute.table
         .workers()
@@ -240,20 +249,7 @@ describe('Kubernetes service discovery', () => {
     // must still reach the pod that holds its history, as the worker's own cache count shows.
     const port = await podWorkers(5);
     const api = await fakeApiServer({ items: [2, 3, 4, 5].map(readyPod) });
-    const config = resolveConfig([
-      '--service-discovery',
-      '--selector',
-      'app=sglang',
-      '--service-discovery-port',
-      String(port),
-      '--service-discovery-namespace',
-      'llm',
-      '--health-check-interval-ms',
-      '0',
-    ]);
-    const app = buildRouter(config, { kubeConfig: kubeConfigFor(api.url) });
-    cleanups.push(() => app.close());
-    await app.ready();
+    const app = await discoveringRouter(api, port);
     const table = app.kvroute.table;
     await until(() => api.watching() === 1, 'the watch to open');
     expect(table.size).toBe(4);
@@ -322,22 +318,7 @@ describe('Kubernetes service discovery', () => {
   it('checks a discovered pod as it is added: ready at start even with every check off', async () => {
     const api = await fakeApiServer();
     const port = await podWorkers(1);
-    const config = resolveConfig([
-      '--service-discovery',
-      '--selector',
-      'app=sglang',
-      '--service-discovery-port',
-      String(port),
-      '--service-discovery-namespace',
-      'llm',
-      '--health-check-interval-ms',
-      '0',
-      '--generation-check-interval-ms',
-      '0',
-    ]);
-    const app = buildRouter(config, { kubeConfig: kubeConfigFor(api.url) });
-    cleanups.push(() => app.close());
-    await app.ready();
+    const app = await discoveringRouter(api, port, ['--generation-check-interval-ms', '0']);
     // No request has been served and no periodic check runs: the check on add is what passed.
     const ready = await app.inject({ url: '/readiness' });
     expect(ready.json()).toMatchObject({ status: 'ok', healthy_ranks: 1, checked_workers: 1 });
