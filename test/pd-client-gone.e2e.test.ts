@@ -12,6 +12,21 @@ afterEach(async () => {
   cluster = undefined;
 });
 
+/** A chat completion of one user message through the cluster's router. */
+function chat(
+  c: PdCluster,
+  content: string,
+  body: Record<string, unknown>,
+  signal?: AbortSignal,
+): Promise<Response> {
+  return fetch(`${c.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }], ...body }),
+    ...(signal ? { signal } : {}),
+  });
+}
+
 describe('PD mode, a client that leaves mid-stream', () => {
   it('gives back its admission slot and decode load at once', async () => {
     cluster = await startPdCluster({
@@ -24,17 +39,12 @@ describe('PD mode, a client that leaves mid-stream', () => {
     const c = cluster;
     const leave = async (i: number): Promise<void> => {
       const ac = new AbortController();
-      const res = await fetch(`${c.url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          model: 'm',
-          messages: [{ role: 'user', content: `a long answer, please ${i}` }],
-          max_tokens: 400,
-          stream: true,
-        }),
-        signal: ac.signal,
-      });
+      const res = await chat(
+        c,
+        `a long answer, please ${i}`,
+        { max_tokens: 400, stream: true },
+        ac.signal,
+      );
       expect(res.status).toBe(200);
       const reader = res.body!.getReader();
       await reader.read(); // the first events: the stream has started
@@ -43,15 +53,7 @@ describe('PD mode, a client that leaves mid-stream', () => {
     };
     await Promise.all([leave(1), leave(2)]);
     // Both slots are free again well within the queue timeout: a new request is served.
-    const res = await fetch(`${c.url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        model: 'm',
-        messages: [{ role: 'user', content: 'short' }],
-        max_tokens: 2,
-      }),
-    });
+    const res = await chat(c, 'short', { max_tokens: 2 });
     expect(res.status, await res.text()).toBe(200);
     const state = c.router.kvroute;
     for (let i = 0; i < 100; i++) {
@@ -104,15 +106,7 @@ describe('PD mode metrics', () => {
       routerArgs: ['--max-retries', '0'],
     });
     const c = cluster;
-    const res = await fetch(`${c.url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        model: 'm',
-        messages: [{ role: 'user', content: 'hi' }],
-        max_tokens: 4,
-      }),
-    });
+    const res = await chat(c, 'hi', { max_tokens: 4 });
     expect(res.status).toBe(502);
     await res.text();
     const metrics = await (await fetch(`${c.url}/metrics`)).text();
@@ -134,15 +128,7 @@ describe('PD mode ejections', () => {
     });
     const c = cluster;
     for (let i = 0; i < 8; i++) {
-      const res = await fetch(`${c.url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          model: 'm',
-          messages: [{ role: 'user', content: `hi ${i}` }],
-          max_tokens: 2,
-        }),
-      });
+      const res = await chat(c, `hi ${i}`, { max_tokens: 2 });
       await res.text();
     }
     expect(c.router.kvroute.pd!.decodeOutlier.ejectionsTotal).toBeGreaterThanOrEqual(1);

@@ -658,9 +658,7 @@ describe('recorded trace on mock workers', () => {
 describe('rank changes in a recording', () => {
   it('writes a ranks event when a worker is added or removed, and the start line names removed ranks', async () => {
     const [a, b, c] = await mockWorkers(3);
-    const dir = mkdtempSync(join(tmpdir(), 'kvroute-rec-ranks-'));
-    cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
-    const path = join(dir, 'trace.jsonl');
+    const path = tracePath();
     const { app, url } = await router([
       '--worker-urls',
       a!,
@@ -683,7 +681,7 @@ describe('rank changes in a recording', () => {
     expect((await admin({ action: 'remove', url: a })).statusCode).toBe(200);
     expect((await chat(url, 'sys', 'three')).status).toBe(200);
     // A new recording opens with the removed rank named.
-    const second = join(dir, 'second.jsonl');
+    const second = tracePath();
     const started = await app.inject({
       method: 'POST',
       url: '/trace_recording',
@@ -710,9 +708,7 @@ describe('rank changes in a recording', () => {
 describe('a recording of worker groups', () => {
   it("names each group's policy and ranks on the start line", async () => {
     const [a, b, c] = await mockWorkers(3);
-    const dir = mkdtempSync(join(tmpdir(), 'kvroute-rec-groups-'));
-    cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
-    const path = join(dir, 'trace.jsonl');
+    const path = tracePath();
     const { app } = await router([
       '--model-group',
       `llama=${a},${b};method=round_robin`,

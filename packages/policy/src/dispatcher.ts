@@ -11,6 +11,7 @@ import type { LoadIndex } from './load-index.ts';
 import { type LoadClaim, type LoadTracker, requestTokens } from './load-tracker.ts';
 import { isOptionKey } from './options.ts';
 import { scanLeast } from './pickers.ts';
+import { checkMoves } from './rank-moves.ts';
 import { methodNames, methodRegistry } from './registry.ts';
 import {
   type Decision,
@@ -199,27 +200,6 @@ class Ticket implements DispatchTicket {
     this.#tracker.release(this.#claim);
     this.#method.complete?.(this.#decision, outcome);
     return true;
-  }
-}
-
-/** Each move a rank index below numRanks or -1, no two ranks moved to one index. */
-function checkMoves(moves: readonly number[], numRanks: number): void {
-  if (!Number.isInteger(numRanks) || numRanks < 0) {
-    throw new RangeError(`remapRanks: numRanks must be a whole number >= 0, got ${numRanks}`);
-  }
-  const taken = new Set<number>();
-  for (let old = 0; old < moves.length; old++) {
-    const to = moves[old];
-    if (to === -1) continue;
-    if (!Number.isInteger(to) || (to as number) < 0 || (to as number) >= numRanks) {
-      throw new RangeError(
-        `remapRanks: rank ${old} moves to ${String(to)}, not a rank of ${numRanks} or -1`,
-      );
-    }
-    if (taken.has(to as number)) {
-      throw new RangeError(`remapRanks: two ranks move to rank ${String(to)}`);
-    }
-    taken.add(to as number);
   }
 }
 
@@ -473,7 +453,7 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
       return new Ticket(decision, tokens, tracker, claim, method);
     },
     remapRanks(moves, numRanks) {
-      checkMoves(moves, numRanks);
+      checkMoves('remapRanks', moves, numRanks);
       method.remapRanks?.(moves, numRanks);
       affinity?.remap(moves);
     },

@@ -8,6 +8,7 @@
 // which switched off cache_aware's overload spill). Hosts normally never call onDispatch and
 // onComplete themselves: Dispatcher.begin() returns a ticket that does both.
 import { LoadIndex } from './load-index.ts';
+import { checkMoves, remapByRank } from './rank-moves.ts';
 import type { RankState } from './types.ts';
 
 /**
@@ -182,23 +183,17 @@ export function createLoadTracker(numRanks: number, opts: LoadTrackerOptions = {
       index.resize(n);
     },
     remap(moves, n) {
-      checkCount(n);
-      const moved: { requests: number; tokens: number; id: number }[] = new Array(n);
-      for (let old = 0; old < ranks.length; old++) {
-        const to = moves[old] ?? -1;
-        if (to === -1) continue;
-        if (!Number.isInteger(to) || to < 0 || to >= n || moved[to] !== undefined) {
-          throw new RangeError(
-            `remap: rank ${old} moves to ${String(to)}, not a free rank of ${n} or -1`,
-          );
-        }
-        const state = ranks[old] as RankState;
-        moved[to] = {
-          requests: state.inFlightRequests,
-          tokens: state.inFlightTokens,
-          id: generations[old] as number,
-        };
-      }
+      checkMoves('remap', moves, n);
+      const moved = remapByRank(
+        ranks.map((s, i) => ({
+          requests: s.inFlightRequests,
+          tokens: s.inFlightTokens,
+          id: generations[i] as number,
+        })),
+        moves,
+        n,
+        () => undefined,
+      );
       if (n < ranks.length) ranks.length = n;
       for (let i = ranks.length; i < n; i++) ranks.push(makeRank(i));
       generations.length = n;

@@ -457,9 +457,9 @@ describe('kvroute-sim validate (fake target, fake simulator)', () => {
       'missing.json',
     ]);
     await expect(badFile).rejects.toThrow(UsageError);
-    await expect(
-      run(['--target', target.url, '--scenario', 'fake', '--profile-file', 'missing.json']),
-    ).rejects.toThrow(/--profile-file missing.json: cost profile .*cannot read/);
+    await expect(badFile).rejects.toThrow(
+      /--profile-file missing.json: cost profile .*cannot read/,
+    );
     // Reports that could not be written after the run are refused before it (a folder under
     // a file cannot be made).
     const dir = mkdtempSync(join(tmpdir(), 'kvroute-validate-out-'));

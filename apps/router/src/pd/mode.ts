@@ -81,7 +81,7 @@ export interface PdDeps {
    * the prefill side's, as the answer's x-kvroute-rank says), so request rates and error
    * ratios cover this mode too.
    */
-  countRequest?(route: string, rank: string, reason: string, status: string): void;
+  countRequest(route: string, rank: string, reason: string, status: string): void;
 }
 
 /** What one pair's attempt came to. */
@@ -437,7 +437,7 @@ export function createPdMode(d: PdDeps): PdMode {
     try {
       for (let attempt = 0; ; attempt++) {
         if (clientGone) {
-          d.countRequest?.(route, 'none', 'none', '499');
+          d.countRequest(route, 'none', 'none', '499');
           return;
         }
         if (timedOut) throw deadline();
@@ -469,7 +469,7 @@ export function createPdMode(d: PdDeps): PdMode {
           // A deadline is counted where it is answered (504), as the colocated proxy does.
           if (out.kind === 'aborted' && timedOut) throw deadline();
           const status = out.kind === 'done' ? out.status : '499';
-          d.countRequest?.(route, String(pt.rank), pt.reason, status);
+          d.countRequest(route, String(pt.rank), pt.reason, status);
           return;
         }
         last = { side: out.side, failure: out.failure };

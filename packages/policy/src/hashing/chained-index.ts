@@ -8,6 +8,8 @@
 // last, and a prefix that survives implies its parents survive (what the joint walk in
 // `match` relies on to stop at the first missing window).
 
+import { remapByRank } from '../rank-moves.ts';
+
 export class ChainedPrefixIndex {
   private sets: Map<number, true>[] = [];
   // Inverted: which ranks hold each key, so a match starts from the ranks holding the first
@@ -48,11 +50,7 @@ export class ChainedPrefixIndex {
    * O(keys held), for a change of the rank set, never per request.
    */
   remap(moves: readonly number[], numRanks: number): void {
-    const sets: Map<number, true>[] = Array.from({ length: numRanks }, () => new Map());
-    for (let old = 0; old < this.sets.length; old++) {
-      const to = moves[old] ?? -1;
-      if (to >= 0 && to < numRanks) sets[to] = this.sets[old] as Map<number, true>;
-    }
+    const sets = remapByRank(this.sets, moves, numRanks, () => new Map<number, true>());
     this.sets = sets;
     this.holders.clear();
     for (let r = 0; r < sets.length; r++) {

@@ -27,6 +27,7 @@
 // two blocks with equal tokens but different extra keys share a key (counted once per rank).
 
 import { blockKey, chainedBlockKeys, rootKey } from '../hashing/block-keys.ts';
+import { remapByRank } from '../rank-moves.ts';
 import type { KvIndexView } from '../types.ts';
 
 /** An engine's block hash: a safe integer, or a string for wider ints and byte hashes. */
@@ -67,6 +68,11 @@ interface RankBlocks {
   live: boolean;
   /** The other block size this rank's engine last reported (its blocks refused); 0 none. */
   badBlockSize: number;
+}
+
+/** A rank's blocks before any event: none, not live. */
+function emptyRank(): RankBlocks {
+  return { byHash: new Map(), dup: new Map(), live: false, badBlockSize: 0 };
 }
 
 export class KvBlockIndex implements KvIndexView {
@@ -117,9 +123,7 @@ export class KvBlockIndex implements KvIndexView {
 
   /** Tracks `numRanks` ranks; new ones start empty and not live, removed ones are dropped. */
   resize(numRanks: number): void {
-    while (this.ranks.length < numRanks) {
-      this.ranks.push({ byHash: new Map(), dup: new Map(), live: false, badBlockSize: 0 });
-    }
+    while (this.ranks.length < numRanks) this.ranks.push(emptyRank());
     while (this.ranks.length > numRanks) {
       this.clearRank(this.ranks.length - 1, false);
       this.ranks.pop();
@@ -134,16 +138,7 @@ export class KvBlockIndex implements KvIndexView {
    * empty and not live. O(blocks held), for a change of the rank set, never per request.
    */
   remap(moves: readonly number[], numRanks: number): void {
-    const ranks: RankBlocks[] = Array.from({ length: numRanks }, () => ({
-      byHash: new Map(),
-      dup: new Map(),
-      live: false,
-      badBlockSize: 0,
-    }));
-    for (let old = 0; old < this.ranks.length; old++) {
-      const to = moves[old] ?? -1;
-      if (to >= 0 && to < numRanks) ranks[to] = this.ranks[old] as RankBlocks;
-    }
+    const ranks = remapByRank(this.ranks, moves, numRanks, emptyRank);
     this.ranks = ranks;
     const words = Math.max(this.holders.length, Math.ceil(numRanks / 32));
     this.holders = Array.from({ length: words }, () => new Map());

@@ -8,6 +8,8 @@
 // Layout: per rank, a Map from window key to the host time it was last sent; insertion order
 // is time order (a re-sent key is moved to the end), so expiry pops from the front.
 
+import { remapByRank } from '../rank-moves.ts';
+
 export class PendingPrefixes {
   private ranks: Map<number, number>[] = [];
 
@@ -49,15 +51,8 @@ export class PendingPrefixes {
   }
 
   /** The host renumbered its ranks (Method.remapRanks): each rank's sends follow it. */
-  remap(moves: readonly number[]): void {
-    const next: Map<number, number>[] = [];
-    for (let old = 0; old < this.ranks.length; old++) {
-      const to = moves[old] ?? -1;
-      if (to < 0) continue;
-      while (next.length <= to) next.push(new Map());
-      next[to] = this.ranks[old] as Map<number, number>;
-    }
-    this.ranks = next;
+  remap(moves: readonly number[], numRanks: number): void {
+    this.ranks = remapByRank(this.ranks, moves, numRanks, () => new Map<number, number>());
   }
 
   size(): number {

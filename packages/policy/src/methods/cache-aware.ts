@@ -64,6 +64,7 @@ import { validateTokenIds } from '../hashing/prefix-digest.ts';
 import { PendingPrefixes } from '../kv-index/pending.ts';
 import { type OptionsSchema, readInt, readNumber, readWindowAndCap } from '../options.ts';
 import { firstKeyDrawWithin, healthyTotals, leastLoadedCool } from '../pickers.ts';
+import { remapByRank } from '../rank-moves.ts';
 import {
   type Decision,
   type LoadQueries,
@@ -320,14 +321,11 @@ function createCacheAwareCore(options: Record<string, unknown>): CacheAwareCore 
   /** The host renumbered its ranks: what was learned per rank follows its worker. */
   function remap(moves: readonly number[], numRanks: number): void {
     index.remap(moves, numRanks);
-    pending.remap(moves);
-    const old = fill.slice();
+    pending.remap(moves, numRanks);
+    // In place: the core hands out this array as `fill`.
+    const moved = remapByRank(fill, moves, numRanks, () => 0);
     fill.length = numRanks;
-    fill.fill(0);
-    for (let r = 0; r < old.length; r++) {
-      const to = moves[r] ?? -1;
-      if (to >= 0 && to < numRanks) fill[to] = old[r] as number;
-    }
+    for (let r = 0; r < numRanks; r++) fill[r] = moved[r] as number;
     // Health is per worker: look again at every rank on the next decision.
     syncedAt = -1;
   }
