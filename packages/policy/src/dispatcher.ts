@@ -456,6 +456,9 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
       checkMoves('remapRanks', moves, numRanks);
       method.remapRanks?.(moves, numRanks);
       affinity?.remap(moves);
+      // Per-rank values a method bound into the load index (cache_aware's fill) moved without
+      // a call to report them through: the next decision binds them again.
+      coolIndex = undefined;
     },
     stats() {
       const out: DispatcherStats = { decisions, reasons: Object.fromEntries(reasons) };

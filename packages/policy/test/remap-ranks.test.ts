@@ -3,7 +3,7 @@
 // must follow the worker to its new index, not stay on the index for whoever stands there now.
 import { describe, expect, it } from 'vitest';
 import { ChainedPrefixIndex } from '../src/hashing/chained-index.ts';
-import { createDispatcher } from '../src/index.ts';
+import { createDispatcher, createLoadTracker } from '../src/index.ts';
 import { KvBlockIndex } from '../src/kv-index/block-index.ts';
 import { makeRanks, prng, randomIds } from './helpers.ts';
 
@@ -96,6 +96,28 @@ describe('Dispatcher.remapRanks', () => {
     expect(d.dispatch({ routingKey: 'b' }, ranks, { nowMs: 1 }).reason).not.toBe('affinity');
     expect(d.stats().affinity?.size).toBe(2);
   });
+
+  for (const told of ['tracker and dispatcher', 'dispatcher alone']) {
+    it(`cache_aware: a cold prompt goes to the coolest rank as the ranks stand after the renumbering (${told} told)`, () => {
+      const d = createDispatcher({ method: 'cache_aware' });
+      const tracker = createLoadTracker(3);
+      // Ranks 0 and 1 took long new prefixes (their caches churned), rank 2 a short one: a
+      // cold prompt's load tie goes to rank 2, the coolest, through the tracker's load index.
+      d.begin({ inputIds: turn(100), routedRank: 0 }, tracker).done();
+      d.begin({ inputIds: randomIds(rand, 2048), routedRank: 1 }, tracker).done();
+      const first = d.begin({ inputIds: randomIds(rand, 600) }, tracker);
+      first.done();
+      expect(first.rank).toBe(2);
+      // Ranks 1 and 2 swap places: the coolest is now rank 1. A host moves its load counters
+      // too (the tracker first, as the router does); with every rank idle it need not.
+      const moves = [0, 2, 1];
+      if (told === 'tracker and dispatcher') tracker.remap(moves, 3);
+      d.remapRanks(moves, 3);
+      const cold = d.begin({ inputIds: randomIds(rand, 600) }, tracker);
+      cold.done();
+      expect(cold).toMatchObject({ rank: 1, reason: 'cache-miss-least-load' });
+    });
+  }
 
   it('refuses moves that are not a renumbering', () => {
     const d = createDispatcher({ method: 'cache_aware' });
