@@ -124,9 +124,16 @@ function bench(
   tokens: number,
   asArray: boolean,
   label: string,
+  named = false,
 ): Row {
   const requests = makeRequests(tokens, asArray, config.affinity !== undefined);
   const dispatcher = createDispatcher(config);
+  // A host that names its ranks by worker (the router does): the hash methods key on names.
+  if (named) {
+    dispatcher.nameRanks(
+      Array.from({ length: ranks }, (_, r) => `http://10.0.${r >> 8}.${r & 255}:30000#0`),
+    );
+  }
   const tracker = createLoadTracker(ranks, { kvCapacityTokens: 945_000 });
   const open = opener(dispatcher, tracker, tokens + MAX_NEW_TOKENS);
   const ring: (Open | undefined)[] = new Array(64).fill(undefined);
@@ -195,6 +202,10 @@ if (only === undefined || only.includes('16')) {
 }
 for (const ranks of SCALING_RANKS) {
   for (const method of methods) rows.push(bench({ method }, ranks, SCALING_TOKENS, false, method));
+  if (methods.includes('consistent_hash')) {
+    const label = 'consistent_hash (named ranks)';
+    rows.push(bench({ method: 'consistent_hash' }, ranks, SCALING_TOKENS, false, label, true));
+  }
 }
 const loadAfter = loadavg();
 

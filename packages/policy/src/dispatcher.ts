@@ -95,6 +95,12 @@ export interface Dispatcher {
    * given.
    */
   remapRanks(moves: readonly number[], numRanks: number): void;
+  /**
+   * Names each rank index by a stable identity (see Method.nameRanks): non-empty, distinct
+   * strings, or null for a rank with no worker. Hosts that can renumber or reorder their ranks
+   * call it after every change; without it the hash methods key on rank indexes.
+   */
+  nameRanks(names: readonly (string | null)[]): void;
 }
 
 const OUTCOMES: ReadonlySet<string> = new Set<TicketOutcome>(['completed', 'aborted', 'failed']);
@@ -459,6 +465,22 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
       // Per-rank values a method bound into the load index (cache_aware's fill) moved without
       // a call to report them through: the next decision binds them again.
       coolIndex = undefined;
+    },
+    nameRanks(names) {
+      const seen = new Set<string>();
+      names.forEach((name, rank) => {
+        if (name === null) return;
+        if (typeof name !== 'string' || name === '') {
+          throw new RangeError(`nameRanks: rank ${rank}'s name must be a non-empty string or null`);
+        }
+        if (seen.has(name)) {
+          throw new RangeError(
+            `nameRanks: rank ${rank} repeats another rank's name ${JSON.stringify(name)}`,
+          );
+        }
+        seen.add(name);
+      });
+      method.nameRanks?.(names);
     },
     stats() {
       const out: DispatcherStats = { decisions, reasons: Object.fromEntries(reasons) };

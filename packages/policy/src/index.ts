@@ -23,6 +23,7 @@ export {
 } from './errors.ts';
 export { blockKey, chainedBlockKeys, rootKey } from './hashing/block-keys.ts';
 export { jumpRank, jumpRankOf } from './hashing/chained.ts';
+export { MAGLEV_TABLE_SIZE, maglevEntry, maglevTable } from './hashing/maglev.ts';
 export {
   digestMod,
   digestWord,

@@ -213,6 +213,13 @@ export interface Method {
    * worker stays with that worker.
    */
   remapRanks?(moves: readonly number[], numRanks: number): void;
+  /**
+   * The host's stable name for each rank index (a worker's URL and DP rank; null: a rank with
+   * no worker, never chosen by name), in index order; called again whenever they change.
+   * Methods that hash keys over ranks (consistent_hash) then hash over names, so a key keeps
+   * its worker when ranks renumber and every host that names the same workers agrees.
+   */
+  nameRanks?(names: readonly (string | null)[]): void;
 }
 
 /**

@@ -20,6 +20,13 @@
 // keys, spread over the others by each key's next draw. It replaced rendezvous hashing, which
 // moves keys the same way but scores every rank per decision.
 //
+// Named ranks: jump draws are rank indexes, so a host that renumbers its ranks (the router
+// numbers discovered pods by sorted URL: a pod joining first moves every other pod up one)
+// would move nearly every key. Such a host names its ranks (Method.nameRanks: the worker URL
+// and DP rank), and the draws then come from a Maglev table over the names
+// (hashing/maglev.ts): the same walk and bound, a key's worker a function of the key and the
+// set of names, whatever index each stands at.
+//
 // Cost: hashing the key tokens (~2-3 ns/token, at most prefixLength tokens), the mean load
 // from the host's running totals (O(1) with a tracker's load index), and O(ln N) steps per
 // draw; the expected number of draws is at most (1 + epsilon) / epsilon (one when the first
@@ -34,10 +41,17 @@
 import { defineMethod } from '../define-method.ts';
 import { PolicyConfigError } from '../errors.ts';
 import { prefixKey, stringKey } from '../hashing/chained.ts';
+import { MAGLEV_TABLE_SIZE, maglevEntry, maglevTable } from '../hashing/maglev.ts';
 import { prefixKeyLength, validateTokenIds } from '../hashing/prefix-digest.ts';
 import { type OptionsSchema, readNumber, readWindowAndCap } from '../options.ts';
-import { firstKeyDrawWithin, healthyTotals, leastBy } from '../pickers.ts';
-import { type Decision, type Method, type MethodContext, promptLength } from '../types.ts';
+import { firstKeyDrawWithin, HASH_DRAWS, healthyTotals, leastBy } from '../pickers.ts';
+import {
+  type Decision,
+  type Method,
+  type MethodContext,
+  promptLength,
+  type RankState,
+} from '../types.ts';
 
 export const CONSISTENT_HASH_OPTIONS = {
   window: {
@@ -113,6 +127,93 @@ function readLoadUnit(owner: string, options: Record<string, unknown>): 'tokens'
   return raw;
 }
 
+/**
+ * The ranks' names as the host gave them (Method.nameRanks) and their Maglev table, built on
+ * the first decision that needs it. The table holds name indexes, mapped to the ranks where
+ * those names stand now: a renumbering that keeps the set of names only rewrites that map.
+ */
+class NamedRanks {
+  /** The name of each rank index (null: unnamed, never drawn); undefined: never named. */
+  private byRank: (string | null)[] | undefined;
+  /** The names the table was built from, each one's index there, and its rank now (-1: gone). */
+  private tableNames: string[] = [];
+  private position = new Map<string, number>();
+  private rankOfName = new Int32Array(0);
+  private table: Int32Array | undefined;
+
+  name(ids: readonly (string | null)[]): void {
+    const byRank = [...ids];
+    const named = byRank.filter((id): id is string => id !== null);
+    const same =
+      this.table !== undefined &&
+      named.length === this.tableNames.length &&
+      named.every((id) => this.position.has(id));
+    this.byRank = byRank;
+    if (!same) {
+      this.table = undefined;
+      this.tableNames = named;
+      this.position = new Map(named.map((id, i) => [id, i]));
+    }
+    this.rankOfName = new Int32Array(this.tableNames.length).fill(-1);
+    byRank.forEach((id, rank) => {
+      if (id !== null) this.rankOfName[this.position.get(id) as number] = rank;
+    });
+  }
+
+  remap(moves: readonly number[], numRanks: number): void {
+    const old = this.byRank;
+    if (!old) return;
+    const byRank: (string | null)[] = new Array(numRanks).fill(null);
+    moves.forEach((to, from) => {
+      if (to >= 0) byRank[to] = old[from] ?? null;
+    });
+    // The same names at new indexes: the table stands; new ranks are unnamed until the host
+    // names them.
+    this.byRank = byRank;
+    this.rankOfName.fill(-1);
+    byRank.forEach((id, rank) => {
+      const at = id === null ? undefined : this.position.get(id);
+      if (at !== undefined) this.rankOfName[at] = rank;
+    });
+  }
+
+  /** Whether decisions over `numRanks` ranks draw from the names (named, and as many). */
+  drawable(numRanks: number): boolean {
+    if (this.byRank === undefined || this.byRank.length !== numRanks) return false;
+    if (this.tableNames.length === 0) return false;
+    this.table ??= maglevTable(this.tableNames);
+    return true;
+  }
+
+  /**
+   * As firstKeyDrawWithin, over the key's Maglev draws `from` up to `to`: the first that is a
+   * healthy rank within `max`, -1 when none is.
+   */
+  firstWithin(
+    ranks: readonly RankState[],
+    key: number,
+    order: 'tokens' | 'requests',
+    max: number,
+    from: number,
+    to: number,
+  ): number {
+    const table = this.table as Int32Array;
+    const lo = key >>> 0;
+    const hi = Math.floor(key / 4294967296);
+    for (let attempt = from; attempt < to; attempt++) {
+      const rank = this.rankOfName[
+        table[maglevEntry(lo, hi, attempt, MAGLEV_TABLE_SIZE)] as number
+      ] as number;
+      if (rank < 0) continue;
+      const r = ranks[rank] as RankState;
+      if (r.healthy && (order === 'tokens' ? r.inFlightTokens : r.inFlightRequests) <= max) {
+        return rank;
+      }
+    }
+    return -1;
+  }
+}
+
 export const createConsistentHash = defineMethod(
   NAME,
   CONSISTENT_HASH_OPTIONS,
@@ -125,6 +226,7 @@ export const createConsistentHash = defineMethod(
     const unit = readLoadUnit(NAME, options);
     const slack = readNumber(NAME, options, 'slack', CONSISTENT_HASH_DEFAULTS.slack, 0);
     const counts = { primary: 0, overflow: 0, noKey: 0 };
+    const names = new NamedRanks();
 
     function keyOf(ctx: MethodContext): number | undefined {
       const ids = ctx.request.inputIds;
@@ -153,12 +255,19 @@ export const createConsistentHash = defineMethod(
           (byTokens ? totals.healthyTokens : totals.healthyRequests);
         const bound = ((1 + epsilon) * total) / totals.healthyCount + slack;
 
-        // The key's own order over all ranks is its sequence of jump-hash draws; the request
-        // takes the first healthy rank within the bound. An unhealthy first draw is a walk too.
+        // The key's own order over all ranks is its sequence of draws (Maglev entries of the
+        // ranks' names when the host named them, else jump-hash draws over indexes); the
+        // request takes the first healthy rank within the bound. An unhealthy first draw is a
+        // walk too.
         const ranks = ctx.ranks;
-        const home = firstKeyDrawWithin(ranks, key, unit, bound, 0, 1);
+        const named = names.drawable(ranks.length);
+        const home = named
+          ? names.firstWithin(ranks, key, unit, bound, 0, 1)
+          : firstKeyDrawWithin(ranks, key, unit, bound, 0, 1);
         if (home >= 0) return { rank: home, reason: 'consistent-hash' };
-        const walked = firstKeyDrawWithin(ranks, key, unit, bound, 1);
+        const walked = named
+          ? names.firstWithin(ranks, key, unit, bound, 1, HASH_DRAWS)
+          : firstKeyDrawWithin(ranks, key, unit, bound, 1);
         if (walked >= 0) return { rank: walked, reason: 'consistent-hash-overflow' };
         // Most ranks down or over the bound: the least-loaded rank, which is always within it.
         return { rank: leastBy(ctx, unit).rank, reason: 'consistent-hash-overflow' };
@@ -170,6 +279,12 @@ export const createConsistentHash = defineMethod(
       },
       stats(): Record<string, number> {
         return { ...counts };
+      },
+      nameRanks(ids) {
+        names.name(ids);
+      },
+      remapRanks(moves, numRanks) {
+        names.remap(moves, numRanks);
       },
     };
   },
