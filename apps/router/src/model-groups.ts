@@ -269,6 +269,8 @@ export class PolicyState {
   readonly multiModel: boolean;
   private readonly byName = new Map<string, WorkerGroup>();
   private readonly byUrl = new Map<string, WorkerGroup>();
+  /** Each rank's worker name for the hash methods (refreshRanks); undefined until known. */
+  private rankNames: readonly (string | null)[] | undefined;
   readonly defaultGroup: WorkerGroup;
 
   constructor(top: PolicySettings, configured: readonly ModelGroupConfig[]) {
@@ -354,16 +356,35 @@ export class PolicyState {
     return max;
   }
 
-  /** Recomputes each group's `outside` ranks after workers came or went. */
-  refreshRanks(rankGroups: readonly (WorkerGroup | undefined)[]): void {
-    if (!this.multiModel) return;
-    for (const g of this.groups) {
-      const out = new Set<number>();
-      rankGroups.forEach((owner, rank) => {
-        if (owner !== g) out.add(rank);
-      });
-      g.outside = out;
+  /**
+   * After workers came or went: recomputes each group's `outside` ranks and names each
+   * group's policy's ranks by worker (`names[rank]`, null for a removed worker's), its own
+   * ranks only, so the hash methods key on workers rather than on rank indexes (a key keeps
+   * its worker when ranks renumber) and only over the group's own workers.
+   */
+  refreshRanks(
+    rankGroups: readonly (WorkerGroup | undefined)[],
+    names: readonly (string | null)[],
+  ): void {
+    this.rankNames = names;
+    if (this.multiModel) {
+      for (const g of this.groups) {
+        const out = new Set<number>();
+        rankGroups.forEach((owner, rank) => {
+          if (owner !== g) out.add(rank);
+        });
+        g.outside = out;
+      }
     }
+    for (const g of this.groups) this.nameRanks(g, g.dispatcher);
+  }
+
+  /** Names `dispatcher`'s ranks for group `g` (see refreshRanks), once ranks are known. */
+  private nameRanks(g: WorkerGroup, dispatcher: Dispatcher): void {
+    const names = this.rankNames;
+    if (!names) return;
+    const outside = g.outside;
+    dispatcher.nameRanks(outside ? names.map((n, r) => (outside.has(r) ? null : n)) : names);
   }
 
   /**
@@ -421,6 +442,7 @@ export class PolicyState {
   ): PolicySwitchEvent {
     const prevCfg = dispatcherConfigOf(group.settings);
     const nextCfg = dispatcherConfigOf(settings);
+    this.nameRanks(group, next);
     group.dispatcher = next;
     group.settings = settings;
     const event: PolicySwitchEvent = {

@@ -104,6 +104,17 @@ export class RankTable {
     return this.slots[rank];
   }
 
+  /**
+   * Each rank's stable name for the policy's hash methods (Dispatcher.nameRanks): its
+   * worker's URL without user information, `#`, its DP rank (0 for a plain replica); null
+   * for a removed worker's tombstone.
+   */
+  rankNames(): (string | null)[] {
+    return this.slots.map((s) =>
+      s.worker.removed ? null : `${s.worker.origin}${s.worker.basePath}#${s.dpRank ?? 0}`,
+    );
+  }
+
   workers(): Worker[] {
     return [...this.byUrl.values()];
   }

@@ -301,7 +301,7 @@ export function buildRouter(config: RouterConfig, opts: BuildRouterOptions = {})
       const w = table.slot(r)?.worker;
       owners.push(w && !w.removed ? policy.groupOfUrl(w.url) : undefined);
     }
-    policy.refreshRanks(owners);
+    policy.refreshRanks(owners, table.rankNames());
   };
   table.onChange = refreshGroups;
   // What a policy learned per rank (cache_aware's prefix index, routing-key pins) follows its

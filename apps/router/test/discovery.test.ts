@@ -243,13 +243,16 @@ describe('Kubernetes service discovery', () => {
     expect((await app.inject({ url: '/readiness' })).statusCode).toBe(200);
   });
 
-  it('keeps every conversation on the pod that caches it when a pod joins first in URL order', async () => {
-    // Four pods (127.0.0.2-5, ranks 0-3) serve 24 agents' conversations; then pod 127.0.0.1
-    // joins, sorts first, and every other pod's rank moves up one. A conversation's next turn
-    // must still reach the pod that holds its history, as the worker's own cache count shows.
+  /**
+   * Four pods (127.0.0.2-5, ranks 0-3) serve 24 agents' conversations under `method`; then pod
+   * 127.0.0.1 joins, sorts first, and every other pod's rank moves up one. Each agent's next
+   * turn: whether it reached its pod with its whole history cached (the worker's own count),
+   * went to the new pod, or went to another old pod; and the hit rate of those turns.
+   */
+  async function joinFirst(method: string) {
     const port = await podWorkers(5);
     const api = await fakeApiServer({ items: [2, 3, 4, 5].map(readyPod) });
-    const app = await discoveringRouter(api, port);
+    const app = await discoveringRouter(api, port, ['--load-balance-method', method]);
     const table = app.kvroute.table;
     await until(() => api.watching() === 1, 'the watch to open');
     expect(table.size).toBe(4);
@@ -291,28 +294,44 @@ describe('Kubernetes service discovery', () => {
     const before = [];
     for (const i of agents) await send(i, 1);
     for (const i of agents) before.push(await send(i, 2));
-    // The conversations are spread over the four pods, and their second turns hit.
+    // The conversations are spread over the four pods.
     expect(new Set(before.map((b) => b.pod)).size).toBe(4);
 
     api.send({ type: 'ADDED', object: readyPod(1) });
     await until(() => table.size === 5, 'the joining pod to be added');
-    expect(table.slot(0)?.worker.url).toBe(`http://127.0.0.1:${port}`);
+    const joined = `http://127.0.0.1:${port}`;
+    expect(table.slot(0)?.worker.url).toBe(joined);
 
-    let kept = 0;
-    let cached = 0;
-    let prompted = 0;
+    const out = { kept: 0, toNew: 0, elsewhere: 0, cached: 0, prompted: 0 };
     for (const i of agents) {
       const after = await send(i, 3);
       // Its whole previous turn cached (an engine never counts a prompt's last token as cached).
-      if (after.pod === before[i]!.pod && after.cached >= before[i]!.prompt - 1) kept++;
-      cached += after.cached;
-      prompted += after.prompt;
+      if (after.pod === before[i]!.pod && after.cached >= before[i]!.prompt - 1) out.kept++;
+      else if (after.pod === joined) out.toNew++;
+      else out.elsewhere++;
+      out.cached += after.cached;
+      out.prompted += after.prompt;
     }
     // A figure, not a gate: the worker-reported hit rate of the turns after the join.
     console.log(
-      `after a pod joined first in URL order: ${kept} of ${agents.length} conversations stayed on their pod with their history cached; hit rate of their next turns ${((cached / prompted) * 100).toFixed(1)}%`,
+      `${method}, after a pod joined first in URL order: ${out.kept} of ${agents.length} conversations stayed on their pod with their history cached, ${out.toNew} moved to the new pod, ${out.elsewhere} to another; hit rate of their next turns ${((out.cached / out.prompted) * 100).toFixed(1)}%`,
     );
-    expect(kept).toBe(agents.length);
+    return out;
+  }
+
+  it('keeps every conversation on the pod that caches it when a pod joins first in URL order', async () => {
+    // cache_aware: what it learned per rank follows the pods to their new ranks.
+    const out = await joinFirst('cache_aware');
+    expect(out.kept).toBe(24);
+  });
+
+  it('moves consistent_hash keys only to the joining pod when it sorts first and shifts every rank', async () => {
+    // Keys hash over the pods' names, not their rank numbers: about a fifth of the agents move
+    // to the new pod (the share consistent hashing gives it) and none to another old pod.
+    // Hashed over rank numbers, nearly all of them would have moved.
+    const out = await joinFirst('consistent_hash');
+    expect(out.kept + out.toNew).toBeGreaterThanOrEqual(23); // Maglev moves under 1% more
+    expect(out.kept).toBeGreaterThanOrEqual(12);
   });
 
   it('checks a discovered pod as it is added: ready at start even with every check off', async () => {

@@ -236,6 +236,67 @@ describe('POST /policy', () => {
   });
 });
 
+describe('consistent_hash keys on workers', () => {
+  const prompts = Array.from(
+    { length: 40 },
+    (_, i) => `agent ${i}: ${'tools and rules. '.repeat(20)}`,
+  );
+
+  /** The worker URL each prompt reaches through `app`. */
+  async function homes(app: FastifyInstance, model?: string) {
+    const out: { url: string; reason: string }[] = [];
+    for (const p of prompts) {
+      const r = await post(app, '/v1/chat/completions', chat(p, model));
+      expect(r.statusCode, r.body).toBe(200);
+      const rank = Number(r.headers['x-kvroute-rank']);
+      out.push({
+        url: app.kvroute.table.slot(rank)!.worker.url,
+        reason: String(r.headers['x-kvroute-reason']),
+      });
+    }
+    return out;
+  }
+
+  it('sends each prompt to the same worker from routers listing the workers in other orders, switched or started', async () => {
+    const ws = await workers(4);
+    const urls = ws.map((w) => w.url);
+    const started = await router([
+      '--worker-urls',
+      ...urls,
+      '--load-balance-method',
+      'consistent_hash',
+    ]);
+    // Another replica lists them the other way round and switches to the method at run time.
+    const switched = await router([
+      '--worker-urls',
+      ...[...urls].reverse(),
+      '--load-balance-method',
+      'round_robin',
+    ]);
+    expect((await post(switched, '/policy', { method: 'consistent_hash' }, auth)).statusCode).toBe(
+      200,
+    );
+    const a = await homes(started);
+    const b = await homes(switched);
+    expect(b.map((h) => h.url)).toEqual(a.map((h) => h.url));
+    expect(new Set(a.map((h) => h.url)).size).toBe(4);
+  });
+
+  it("hashes a model group's keys over its own workers only", async () => {
+    const a = await workers(2, 'llama');
+    const b = await workers(2, 'qwen');
+    const app = await router([
+      '--model-group',
+      `llama=${a.map((w) => w.url).join(',')};method=consistent_hash`,
+      `qwen=${b.map((w) => w.url).join(',')};method=round_robin`,
+    ]);
+    // Every key's first draw is one of llama's two workers: no walk past qwen's ranks.
+    const got = await homes(app, 'llama');
+    expect(got.every((h) => h.reason === 'consistent-hash')).toBe(true);
+    expect(new Set(got.map((h) => h.url))).toEqual(new Set(a.map((w) => w.url)));
+  });
+});
+
 describe('reloadPolicies (the SIGHUP path)', () => {
   it("applies every group's new policy, or none when one is invalid or the groups changed", async () => {
     const a = await workers(1, 'llama');

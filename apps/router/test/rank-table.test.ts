@@ -93,6 +93,21 @@ describe('RankTable', () => {
     expect(t.slot(2)?.dpRank).toBe(1);
   });
 
+  it('names each rank by its worker for the hash methods: no user information, DP rank, none for a tombstone', () => {
+    const t = new RankTable();
+    t.addWorker('http://user:secret@10.0.0.9:30001/v1/', 1, false);
+    t.addWorker(url(2), 2, true);
+    t.addWorker(url(3), 1, false);
+    expect(t.rankNames()).toEqual([
+      'http://10.0.0.9:30001/v1#0',
+      `${url(2)}#0`,
+      `${url(2)}#1`,
+      `${url(3)}#0`,
+    ]);
+    t.removeWorker(url(2));
+    expect(t.rankNames()).toEqual(['http://10.0.0.9:30001/v1#0', null, null, `${url(3)}#0`]);
+  });
+
   it('tells the policy when a new worker takes a removed one’s place in a static table', () => {
     const t = new RankTable();
     const told: [readonly number[], number][] = [];
