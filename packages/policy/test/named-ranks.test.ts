@@ -137,6 +137,28 @@ describe('consistent_hash over named ranks', () => {
     expect(d.dispatch({ inputIds: prompt }, tracker.ranks)).toEqual(home);
   });
 
+  it("puts cache_aware's cold misses (coldPick hash) by name too: replicas agree across a join", () => {
+    const ps = prompts(9, 3000);
+    const cold = (names: readonly string[]) => {
+      // Distinct random prompts: each one a cold miss, placed by its first window.
+      const d = createDispatcher({ method: 'cache_aware', coldPick: 'hash' });
+      d.nameRanks(names);
+      const ranks = makeRanks(names.length);
+      return ps.map((p) => {
+        const got = d.dispatch({ inputIds: p }, ranks);
+        expect(got.reason).toBe('cache-miss-hash');
+        return names[got.rank] as string;
+      });
+    };
+    const before = [2, 3, 4, 5].map(pod);
+    const a = cold(before);
+    expect(cold([...before].reverse())).toEqual(a);
+    const b = cold([pod(1), ...before]);
+    expect(movedFraction(a, b)).toBeLessThan(0.25);
+    const elsewhere = a.filter((w, i) => w !== b[i] && b[i] !== pod(1)).length;
+    expect(elsewhere / ps.length).toBeLessThan(0.01);
+  });
+
   it('keys on indexes while the names do not cover the ranks, and refuses bad names', () => {
     const ps = prompts(8, 500);
     const d = createDispatcher({ method: 'consistent_hash' });

@@ -36,9 +36,10 @@
 // started at the same time, a session's next turn sent to another replica right after the
 // previous answer) finds nothing anywhere. So with an events index a cold miss does not go
 // to the least-loaded rank of this replica's own counts (each replica's differ) but to the
-// hash choice of the prompt's first window (its jump-hash draws) among the ranks within the overload
-// bound ('cache-miss-hash'): every replica sends a new prefix where the others did, and the
-// events confirm it later. At light load that is a hash placement (uneven for few
+// hash choice of the prompt's first window (its jump-hash draws, or its Maglev draws over the
+// ranks' names when the host named them, as consistent_hash) among the ranks within the
+// overload bound ('cache-miss-hash'): every replica sends a new prefix where the others did,
+// including replicas that saw a renumbering at another moment, and the events confirm it later. At light load that is a hash placement (uneven for few
 // prefixes); the bound spreads a prefix that grows hot, as for any holder. The coldPick
 // option chooses this rule ('hash') or the least-loaded one always, or, by default ('auto'),
 // hash exactly when an events index is passed (a lone router may prefer 'least-load').
@@ -62,8 +63,9 @@ import { chainedWindowHashes } from '../hashing/chained.ts';
 import { ChainedPrefixIndex } from '../hashing/chained-index.ts';
 import { validateTokenIds } from '../hashing/prefix-digest.ts';
 import { PendingPrefixes } from '../kv-index/pending.ts';
+import { NamedRanks } from '../named-ranks.ts';
 import { type OptionsSchema, readInt, readNumber, readWindowAndCap } from '../options.ts';
-import { firstKeyDrawWithin, healthyTotals, leastLoadedCool } from '../pickers.ts';
+import { firstKeyDrawWithin, HASH_DRAWS, healthyTotals, leastLoadedCool } from '../pickers.ts';
 import { remapByRank } from '../rank-moves.ts';
 import {
   type Decision,
@@ -442,6 +444,7 @@ export const createCacheAware = defineMethod(
   (checked, options): Method => {
     const core = createCacheAwareCore(options);
     const coldPick = checked.coldPick;
+    const names = new NamedRanks();
     const epsilon = readNumber(NAME, options, 'epsilon', CACHE_AWARE_DEFAULTS.epsilon, 0);
     const slackTokens = readNumber(
       NAME,
@@ -531,9 +534,11 @@ export const createCacheAware = defineMethod(
           const first = keys[0];
           const hash = coldPick === 'hash' || (coldPick === 'auto' && ctx.kvIndex !== undefined);
           if (hash && first !== undefined) {
-            // The first window's own order over ranks (jump-hash draws, as consistent_hash):
-            // the first healthy rank within the bound.
-            const drawn = firstKeyDrawWithin(ranks, first, 'tokens', bound);
+            // The first window's own order over ranks (as consistent_hash's: Maglev draws over
+            // the ranks' names, else jump-hash draws): the first healthy rank within the bound.
+            const drawn = names.drawable(ranks.length)
+              ? names.firstWithin(ranks, first, 'tokens', bound, 0, HASH_DRAWS)
+              : firstKeyDrawWithin(ranks, first, 'tokens', bound);
             if (drawn >= 0) return { rank: drawn, reason: 'cache-miss-hash' };
           }
           const least = queries
@@ -569,6 +574,10 @@ export const createCacheAware = defineMethod(
       },
       remapRanks(moves: readonly number[], numRanks: number): void {
         core.remap(moves, numRanks);
+        names.remap(moves, numRanks);
+      },
+      nameRanks(ids) {
+        names.name(ids);
       },
       stats(): Record<string, number> {
         return {
