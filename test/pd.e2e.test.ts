@@ -180,6 +180,44 @@ describe('PD mode, SGLang style', () => {
     expect(cached / prompted).toBeGreaterThan(0.5);
   });
 
+  it("reports the prefill's cached tokens to the client, as SGLang's decode does, not the transferred prompt", async () => {
+    cluster = await startPdCluster({ routerArgs: ['--prefill-policy', 'cache_aware'] });
+    const c = cluster;
+    const shared = 'A long shared system prompt with tool definitions. '.repeat(20);
+    let before = (await pdPrefillTokens(c.url)).cached;
+    for (let i = 0; i < 4; i++) {
+      const stream = i % 2 === 1;
+      const r = await post(c.url, '/v1/chat/completions', {
+        model: 'm',
+        messages: [{ role: 'user', content: `${shared} turn ${i}` }],
+        max_tokens: 2,
+        stream,
+        ...(stream ? { stream_options: { include_usage: true } } : {}),
+      });
+      expect(r.status).toBe(200);
+      const body = stream
+        ? r.text
+            .split('\n')
+            .filter((l) => l.startsWith('data: {'))
+            .map((l) => JSON.parse(l.slice(6)))
+            .findLast((e) => e.usage)
+        : JSON.parse(r.text);
+      const usage = body.usage as {
+        prompt_tokens: number;
+        prompt_tokens_details: { cached_tokens: number };
+      };
+      // What the prefill rank found cached (its own answer, as the router counts it).
+      const after = (await pdPrefillTokens(c.url)).cached;
+      expect(usage.prompt_tokens_details.cached_tokens).toBe(after - before);
+      // The first prompt found nothing; later turns find the shared prefix but never their own
+      // new tail, which the decode side received whole.
+      if (i === 0) expect(usage.prompt_tokens_details.cached_tokens).toBe(0);
+      else expect(usage.prompt_tokens_details.cached_tokens).toBeGreaterThan(0);
+      expect(usage.prompt_tokens_details.cached_tokens).toBeLessThan(usage.prompt_tokens - 1);
+      before = after;
+    }
+  });
+
   it("counts each answered pair in the router's request counter, under the prefill rank and reason", async () => {
     cluster = await startPdCluster({ prefill: 2, decode: 2 });
     const c = cluster;

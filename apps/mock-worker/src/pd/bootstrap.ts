@@ -10,8 +10,9 @@
 //   GET  /health.
 // And a stand-in for the data plane (SGLang pushes the KV over RDMA; here the decode side
 // long-polls for it): GET /kv/<room>?prefill_dp_rank=R answers once the room's prefill is done
-// with {kv_tokens, prefill_dp_rank}, 409 when R is not the rank holding the room's KV (what a
-// decode server that guessed the rank wrong would run into), 410 when the prefill was aborted.
+// with {kv_tokens, cached_tokens (the prefill's own prefix-cache hit, which SGLang passes to
+// the decode side with the KV), prefill_dp_rank}, 409 when R is not the rank holding the
+// room's KV (what a decode server that guessed the rank wrong would run into), 410 when the prefill was aborted.
 // Rooms are 63-bit integers: they are kept as decimal strings, never as JS numbers.
 import { randomUUID } from 'node:crypto';
 import Fastify, { type FastifyInstance } from 'fastify';
@@ -20,6 +21,8 @@ interface RoomState {
   dpRank: number;
   state: 'running' | 'ready' | 'failed';
   kvTokens: number;
+  /** The prefill's own prefix-cache hit: what SGLang's decode reports as the answer's cached_tokens. */
+  cachedTokens: number;
   reason?: string;
   waiters: Set<() => void>;
   at: number;
@@ -156,7 +159,13 @@ export class BootstrapServer {
             );
             return true;
           }
-          resolve(reply.send({ kv_tokens: s.kvTokens, prefill_dp_rank: s.dpRank }));
+          resolve(
+            reply.send({
+              kv_tokens: s.kvTokens,
+              cached_tokens: s.cachedTokens,
+              prefill_dp_rank: s.dpRank,
+            }),
+          );
           return true;
         };
         const waiter = (): void => {
@@ -224,6 +233,7 @@ export class BootstrapServer {
       dpRank,
       state: 'running',
       kvTokens: 0,
+      cachedTokens: 0,
       waiters: new Set(),
       at: Date.now(),
     };
@@ -237,10 +247,11 @@ export class BootstrapServer {
     }
   }
 
-  ready(room: string, kvTokens: number): void {
+  ready(room: string, kvTokens: number, cachedTokens = 0): void {
     this.settle(room, (s) => {
       s.state = 'ready';
       s.kvTokens = kvTokens;
+      s.cachedTokens = cachedTokens;
     });
   }
 

@@ -76,11 +76,19 @@ export interface PdPlan {
   beforeStart?(rank: number, inputIds: Uint32Array): void;
   /** The first output token was produced (the decode side stamps its record). */
   firstToken?(): void;
+  /**
+   * The cached_tokens the answer reports instead of this rank's own count: SGLang's decode
+   * reports the prefill's prefix-cache hit (passed with the KV), not the transferred prompt it
+   * finds in its own pool. Unset for vLLM's decode, which reports that pool hit (the whole
+   * prompt, as vLLM's NIXL decode does).
+   */
+  reportCachedTokens?: number;
   /** Called right after the generation starts (synchronously): the prefill side registers. */
   started(
     gen: Generation,
     outcome: {
       readonly promptTokens: number;
+      readonly cachedTokens: number;
       readonly finished: boolean;
       readonly completionTokens: number;
       readonly outputIds: readonly number[];
@@ -280,10 +288,20 @@ export function createPdRoles(deps: PdDeps) {
     room: string,
     prefillDpRank: number | undefined,
     signal: AbortSignal,
-  ): Promise<{ kvTokens: number; prefillDpRank: number; transferMs: number }> {
+  ): Promise<{
+    kvTokens: number;
+    cachedTokens: number;
+    prefillDpRank: number;
+    transferMs: number;
+  }> {
     const q = prefillDpRank === undefined ? '' : `prefill_dp_rank=${prefillDpRank}&`;
     let res: Response;
-    let body: { kv_tokens?: number; prefill_dp_rank?: number; error?: string };
+    let body: {
+      kv_tokens?: number;
+      cached_tokens?: number;
+      prefill_dp_rank?: number;
+      error?: string;
+    };
     try {
       res = await fetch(`http://${addr}/kv/${room}?${q}timeout_ms=${opts.bootstrapTimeoutMs}`, {
         signal,
@@ -306,7 +324,12 @@ export function createPdRoles(deps: PdDeps) {
     });
     const wall = transferMs * opts.timeScale;
     if (wall >= 1) await sleep(wall);
-    return { kvTokens, prefillDpRank: body.prefill_dp_rank ?? 0, transferMs };
+    return {
+      kvTokens,
+      cachedTokens: body.cached_tokens ?? 0,
+      prefillDpRank: body.prefill_dp_rank ?? 0,
+      transferMs,
+    };
   }
 
   /**
@@ -387,8 +410,9 @@ export function createPdRoles(deps: PdDeps) {
         started(gen, outcome) {
           bootstrap.begin(room, gen.handle.rank);
           void gen.done.then(() => {
-            if (outcome.finished) bootstrap.ready(room, outcome.promptTokens);
-            else bootstrap.fail(room, 'prefill aborted');
+            if (outcome.finished) {
+              bootstrap.ready(room, outcome.promptTokens, outcome.cachedTokens);
+            } else bootstrap.fail(room, 'prefill aborted');
           });
         },
       });
@@ -433,7 +457,14 @@ export function createPdRoles(deps: PdDeps) {
       arrivalAt: arrival,
     });
     trim();
-    return decodePlan(decodeDpRank, prefillDpRank, kv.transferMs, performance.now() - arrival);
+    const plan = decodePlan(
+      decodeDpRank,
+      prefillDpRank,
+      kv.transferMs,
+      performance.now() - arrival,
+    );
+    plan.reportCachedTokens = kv.cachedTokens;
+    return plan;
   }
 
   function trim(): void {
