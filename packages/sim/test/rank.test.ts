@@ -1,20 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { costModelFromSpec } from '../src/cost/cost-model.ts';
 import { EventQueue } from '../src/engine/event-queue.ts';
 import { RankModel } from '../src/entities/rank.ts';
+import { ids, unitProfile } from './helpers/rank.ts';
 
-// Round numbers so expected times can be computed by hand.
-const profile = costModelFromSpec({
-  format: 'kvroute-cost-profile/v1',
-  name: 'unit',
-  description: '',
-  prefill: { floorMs: 10, perTokenMs: 0.01, attnMsPerMTokenPairs: 0 },
-  decode: { floorMs: 5, perSeqMs: 1, perKContextTokenMs: 0 },
-  kvCapacityTokens: 10_000,
-  chunkedPrefillSize: 1000,
-});
-
-const ids = (from: number, n: number) => Uint32Array.from({ length: n }, (_, i) => from + i);
+const profile = unitProfile;
 
 interface Seen {
   first?: number;

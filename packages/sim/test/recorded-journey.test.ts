@@ -3,54 +3,24 @@
 // its own policy), rotated files, requests that failed live, rank changes, and a sweep whose
 // best is worse than what runs now. The observations are the simulator's own, so a replay of
 // the recorded setting reproduces them exactly where it is done right.
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { type CostProfileSpec, costModelFromSpec } from '../src/cost/cost-model.ts';
+import { costModelFromSpec } from '../src/cost/cost-model.ts';
 import type { RequestRecord } from '../src/metrics/types.ts';
 import { replayObserved } from '../src/replay-observed.ts';
 import { simulatePlan } from '../src/simulate.ts';
 import { buildWorkload } from '../src/workloads/registry.ts';
 import { runSimCli } from './helpers/cli.ts';
+import { agentLines, BLOCK, recordingFixture } from './helpers/recorded.ts';
 
-const dir = mkdtempSync(join(tmpdir(), 'kvroute-journey-'));
-const BLOCK = 64;
-const PROFILE: CostProfileSpec = {
-  format: 'kvroute-cost-profile/v1',
-  name: 'journey-test',
-  description: '',
-  prefill: { floorMs: 20, perTokenMs: 0.05, attnMsPerMTokenPairs: 4, perKCachedTokenMs: 2 },
-  decode: { floorMs: 8, perSeqMs: 1, perKContextTokenMs: 0.5 },
-  overheadMs: 15,
-  kvCapacityTokens: 60_000,
-  chunkedPrefillSize: 512,
-};
-const PROFILE_FILE = join(dir, 'profile.json');
-writeFileSync(PROFILE_FILE, JSON.stringify(PROFILE));
+const {
+  dir,
+  profile: PROFILE,
+  profileFile: PROFILE_FILE,
+} = recordingFixture('kvroute-journey-', 'journey-test');
 const cli = (args: string[]) => runSimCli(args, dir);
 const model = () => costModelFromSpec(PROFILE);
-
-/** Agents with a shared system prefix and growing histories, as Mooncake hash ids. */
-function agentLines(salt: number, agents = 5, turns = 8): Record<string, unknown>[] {
-  const lines: Record<string, unknown>[] = [];
-  let next = 1000 + salt * 100_000;
-  const system = [1, 2, 3, 4, 5, 6].map((b) => b + salt * 100_000);
-  const hist = Array.from({ length: agents }, () => [...system]);
-  for (let turn = 0; turn < turns; turn++) {
-    hist.forEach((h, a) => {
-      const grow = 1 + ((turn * 7 + a * 3) % 4);
-      for (let g = 0; g < grow; g++) h.push(next++);
-      lines.push({
-        timestamp: turn * 400 + a * Math.floor(360 / agents) + salt * 11,
-        input_length: h.length * BLOCK - ((a * 11) % BLOCK),
-        output_length: 4 + ((turn + a) % 9),
-        hash_ids: [...h],
-      });
-    });
-  }
-  return lines;
-}
 
 interface Recorded {
   line: Record<string, unknown>;

@@ -3,8 +3,7 @@
 // switches, and `replay --observed` compares a replay with the recorded observations. The
 // observations here are the simulator's own, written in the recorded format: replaying them
 // under the recorded setting and profile must reproduce them exactly.
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { type CostProfileSpec, costModelFromSpec } from '../src/cost/cost-model.ts';
@@ -15,42 +14,15 @@ import { simulatePlan } from '../src/simulate.ts';
 import { buildWorkload } from '../src/workloads/registry.ts';
 import { parseTrace } from '../src/workloads/trace-file.ts';
 import { runSimCli } from './helpers/cli.ts';
+import { agentLines, BLOCK, recordingFixture } from './helpers/recorded.ts';
 
-const dir = mkdtempSync(join(tmpdir(), 'kvroute-recorded-'));
-const BLOCK = 64;
-const PROFILE: CostProfileSpec = {
-  format: 'kvroute-cost-profile/v1',
-  name: 'recorded-test',
-  description: '',
-  prefill: { floorMs: 20, perTokenMs: 0.05, attnMsPerMTokenPairs: 4, perKCachedTokenMs: 2 },
-  decode: { floorMs: 8, perSeqMs: 1, perKContextTokenMs: 0.5 },
-  overheadMs: 15,
-  kvCapacityTokens: 60_000,
-  chunkedPrefillSize: 512,
-};
-const PROFILE_FILE = join(dir, 'profile.json');
-writeFileSync(PROFILE_FILE, JSON.stringify(PROFILE));
-
-/** Agents with a shared system prefix and growing histories, as Mooncake hash ids. */
-function mooncakeLines(): Record<string, unknown>[] {
-  const lines: Record<string, unknown>[] = [];
-  let next = 1000;
-  const system = [1, 2, 3, 4, 5, 6];
-  const agents = Array.from({ length: 5 }, () => [...system]);
-  for (let turn = 0; turn < 8; turn++) {
-    agents.forEach((hist, a) => {
-      const grow = 1 + ((turn * 7 + a * 3) % 4);
-      for (let g = 0; g < grow; g++) hist.push(next++);
-      lines.push({
-        timestamp: turn * 400 + a * 37,
-        input_length: hist.length * BLOCK - ((a * 11) % BLOCK),
-        output_length: 4 + ((turn + a) % 9),
-        hash_ids: [...hist],
-      });
-    });
-  }
-  return lines;
-}
+const {
+  dir,
+  profile: PROFILE,
+  profileFile: PROFILE_FILE,
+} = recordingFixture('kvroute-recorded-', 'recorded-test');
+/** Five agents, eight turns, 37 ms apart within a turn. */
+const mooncakeLines = () => agentLines(0, 5, 8, 37);
 
 /**
  * The traffic "recorded": replayed under `method` on 3 ranks (with a switch to `next` at
