@@ -39,7 +39,8 @@
 // hash choice of the prompt's first window (its jump-hash draws, or its Maglev draws over the
 // ranks' names when the host named them, as consistent_hash) among the ranks within the
 // overload bound ('cache-miss-hash'): every replica sends a new prefix where the others did,
-// including replicas that saw a renumbering at another moment, and the events confirm it later. At light load that is a hash placement (uneven for few
+// including replicas that saw a renumbering at another moment, and the events confirm it
+// later. At light load that is a hash placement (uneven for few
 // prefixes); the bound spreads a prefix that grows hot, as for any holder. The coldPick
 // option chooses this rule ('hash') or the least-loaded one always, or, by default ('auto'),
 // hash exactly when an events index is passed (a lone router may prefer 'least-load').
