@@ -65,8 +65,8 @@ request at 1 KB <= 2x nginx's, throughput >= 0.7x direct, CPU per extra KB <= 3 
   --node-args=ARGS also kvroute's own bundle under these node flags (space-separated, e.g.
                     --node-args='--max-semi-space-size=64'), measured as kv+node beside kvroute in the same
                     run: what a runtime setting is worth under one machine load
-  --cpu-prof DIR    run the routers (plain, each variant, the baseline) under node --cpu-prof, profiles
-                    written to DIR (one per process, named with its pid)
+  --cpu-prof DIR    run the routers (plain, each variant, the baseline) and the Node floor under
+                    node --cpu-prof, profiles written to DIR (one per process, named with its pid)
   --tsx             run the TypeScript sources through tsx instead of esbuild bundles
   -h, --help        this help
 `;
@@ -484,9 +484,17 @@ interface RefProxy {
  */
 async function startNodeFloor(workerUrl: string): Promise<RefProxy | undefined> {
   if (process.env.KVROUTE_BENCH_BUNDLE_DIR) return undefined;
+  // Profiled beside the routers under --cpu-prof: the side-by-side profile is what tells
+  // kvroute's own cost from the runtime's.
+  const profDir = values['cpu-prof'];
   const p = await startProcess(
     'node floor proxy',
-    [join(here, 'node-floor-proxy.mjs'), '--worker-url', workerUrl],
+    [
+      ...(profDir ? ['--cpu-prof', '--cpu-prof-dir', profDir] : []),
+      join(here, 'node-floor-proxy.mjs'),
+      '--worker-url',
+      workerUrl,
+    ],
     routerRoot,
     false,
   );
