@@ -330,7 +330,9 @@ describe('Kubernetes service discovery', () => {
     // to the new pod (the share consistent hashing gives it) and none to another old pod.
     // Hashed over rank numbers, nearly all of them would have moved.
     const out = await joinFirst('consistent_hash');
-    expect(out.kept + out.toNew).toBeGreaterThanOrEqual(23); // Maglev moves under 1% more
+    // Maglev also moves a few other keys: 0.11% on average over 1,000 ports these pods could
+    // have, 2.7% at worst, so two of 24 elsewhere would already be rare.
+    expect(out.kept + out.toNew).toBeGreaterThanOrEqual(22);
     expect(out.kept).toBeGreaterThanOrEqual(12);
   });
 

@@ -1,6 +1,7 @@
 // consistent_hash over named ranks (Maglev): a key's worker depends on the set of worker names,
 // not on the index each stands at, so it survives the renumbering a host that orders ranks by
 // worker URL does on every join or leave.
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { MAGLEV_TABLE_SIZE, maglevTable } from '../src/hashing/maglev.ts';
 import { createDispatcher, createLoadTracker } from '../src/index.ts';
@@ -82,6 +83,43 @@ describe('consistent_hash over named ranks', () => {
     }
     expect(counts.size).toBe(16);
     expect(Math.max(...counts.values())).toBeLessThan(1.2 * 625);
+  });
+
+  it('builds, for any set of names, a table owned in equal shares, the same in any order, that one name leaving changes little beyond its own entries', () => {
+    // The table routers use: with a small one (4,099 entries) a leaving name moved up to 13.6%
+    // of the others' entries in 3,000 random cases; at this size the worst of 600 was 1.9%.
+    const SIZE = MAGLEV_TABLE_SIZE;
+    fc.assert(
+      fc.property(
+        fc.uniqueArray(fc.string({ minLength: 1, maxLength: 24 }), { minLength: 1, maxLength: 40 }),
+        fc.nat(),
+        (names, pick) => {
+          const table = maglevTable(names, SIZE);
+          const owned = new Array<number>(names.length).fill(0);
+          for (const e of table) owned[e] = (owned[e] as number) + 1;
+          expect(Math.min(...owned)).toBe(Math.floor(SIZE / names.length));
+          expect(Math.max(...owned)).toBe(Math.ceil(SIZE / names.length));
+          // The same owner for every entry whatever order the names come in.
+          const reversed = [...names].reverse();
+          const again = maglevTable(reversed, SIZE);
+          for (let e = 0; e < SIZE; e++) {
+            expect(reversed[again[e] as number]).toBe(names[table[e] as number]);
+          }
+          if (names.length < 2) return;
+          // One name leaves: its entries go to others; of the rest, few change owner.
+          const gone = pick % names.length;
+          const rest = names.filter((_, i) => i !== gone);
+          const after = maglevTable(rest, SIZE);
+          let moved = 0;
+          for (let e = 0; e < SIZE; e++) {
+            const was = table[e] as number;
+            if (was !== gone && rest[after[e] as number] !== names[was]) moved++;
+          }
+          expect(moved / SIZE).toBeLessThan(0.04);
+        },
+      ),
+      { numRuns: 60 },
+    );
   });
 
   it('follows a renumbering through remapRanks alone, before the host names the new rank', () => {
