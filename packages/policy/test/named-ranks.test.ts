@@ -102,9 +102,11 @@ describe('consistent_hash over named ranks', () => {
           // The same owner for every entry whatever order the names come in.
           const reversed = [...names].reverse();
           const again = maglevTable(reversed, SIZE);
+          let differ = 0;
           for (let e = 0; e < SIZE; e++) {
-            expect(reversed[again[e] as number]).toBe(names[table[e] as number]);
+            if (reversed[again[e] as number] !== names[table[e] as number]) differ++;
           }
+          expect(differ).toBe(0);
           if (names.length < 2) return;
           // One name leaves: its entries go to others; of the rest, few change owner.
           const gone = pick % names.length;
@@ -118,7 +120,7 @@ describe('consistent_hash over named ranks', () => {
           expect(moved / SIZE).toBeLessThan(0.04);
         },
       ),
-      { numRuns: 60 },
+      { numRuns: 40 },
     );
   });
 
