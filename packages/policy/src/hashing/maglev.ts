@@ -17,9 +17,9 @@
 // those it takes or frees (the paper's "minimal disruption"; measured in the tests). Sorting
 // the names first makes the table a function of the set, not of the order a host lists them.
 //
-// Cost: building is O(M log M) expected steps (about 3 ms for 16 or 1,024 names on the
-// development machine; a host rebuilds only when its set of workers changes), 256 KiB per
-// table. A lookup is one mix and
+// Cost: building is O(M log M) expected steps (2-4 ms for 16 to 4,096 names on the
+// development machine, as the policy bench prints; a host rebuilds only when its set of
+// workers changes), 256 KiB per table. A lookup is one mix and
 // one array read, O(1) in the rank count.
 
 import { fmix32 } from './chained.ts';
