@@ -4,6 +4,8 @@
 // then names, mapped to the ranks where those names stand now, so a renumbering moves no key
 // and every host naming the same workers agrees.
 import { MAGLEV_TABLE_SIZE, maglevEntry, maglevTable } from './hashing/maglev.ts';
+import { firstKeyDrawWithin, withinLoad } from './pickers.ts';
+import { remapByRank } from './rank-moves.ts';
 import type { RankState } from './types.ts';
 
 /**
@@ -27,27 +29,22 @@ export class NamedRanks {
       this.table !== undefined &&
       named.length === this.tableNames.length &&
       named.every((id) => this.position.has(id));
-    this.byRank = byRank;
     if (!same) {
       this.table = undefined;
       this.tableNames = named;
       this.position = new Map(named.map((id, i) => [id, i]));
+      this.rankOfName = new Int32Array(named.length);
     }
-    this.rankOfName = new Int32Array(this.tableNames.length).fill(-1);
-    byRank.forEach((id, rank) => {
-      if (id !== null) this.rankOfName[this.position.get(id) as number] = rank;
-    });
+    this.place(byRank);
   }
 
+  /** The host renumbered its ranks: the names move with them; new ranks are unnamed until named. */
   remap(moves: readonly number[], numRanks: number): void {
-    const old = this.byRank;
-    if (!old) return;
-    const byRank: (string | null)[] = new Array(numRanks).fill(null);
-    moves.forEach((to, from) => {
-      if (to >= 0) byRank[to] = old[from] ?? null;
-    });
-    // The same names at new indexes: the table stands; new ranks are unnamed until the host
-    // names them.
+    if (this.byRank) this.place(remapByRank(this.byRank, moves, numRanks, () => null));
+  }
+
+  /** Names now stand at these ranks: the table stays, only where each name's draws land moves. */
+  private place(byRank: (string | null)[]): void {
     this.byRank = byRank;
     this.rankOfName.fill(-1);
     byRank.forEach((id, rank) => {
@@ -56,19 +53,12 @@ export class NamedRanks {
     });
   }
 
-  /** Whether decisions over `numRanks` ranks draw from the names (named, and as many). */
-  drawable(numRanks: number): boolean {
-    if (this.byRank === undefined || this.byRank.length !== numRanks) return false;
-    if (this.tableNames.length === 0) return false;
-    this.table ??= maglevTable(this.tableNames);
-    return true;
-  }
-
   /**
-   * As firstKeyDrawWithin, over the key's Maglev draws `from` up to `to`: the first that is a
-   * healthy rank within `max`, -1 when none is.
+   * The first of a key's draws `from` up to `to` (exclusive) that is a healthy rank with load
+   * <= `max` in `order`, -1 when none is: Maglev draws over the names when they cover
+   * `ranks`, else the key's jump-hash draws over rank indexes (firstKeyDrawWithin).
    */
-  firstWithin(
+  firstDrawWithin(
     ranks: readonly RankState[],
     key: number,
     order: 'tokens' | 'requests',
@@ -76,6 +66,7 @@ export class NamedRanks {
     from: number,
     to: number,
   ): number {
+    if (!this.drawable(ranks.length)) return firstKeyDrawWithin(ranks, key, order, max, from, to);
     const table = this.table as Int32Array;
     const lo = key >>> 0;
     const hi = Math.floor(key / 4294967296);
@@ -83,12 +74,16 @@ export class NamedRanks {
       const rank = this.rankOfName[
         table[maglevEntry(lo, hi, attempt, MAGLEV_TABLE_SIZE)] as number
       ] as number;
-      if (rank < 0) continue;
-      const r = ranks[rank] as RankState;
-      if (r.healthy && (order === 'tokens' ? r.inFlightTokens : r.inFlightRequests) <= max) {
-        return rank;
-      }
+      if (rank >= 0 && withinLoad(ranks[rank] as RankState, order, max)) return rank;
     }
     return -1;
+  }
+
+  /** Whether decisions over `numRanks` ranks draw from the names (named, and as many). */
+  private drawable(numRanks: number): boolean {
+    if (this.byRank === undefined || this.byRank.length !== numRanks) return false;
+    if (this.tableNames.length === 0) return false;
+    this.table ??= maglevTable(this.tableNames);
+    return true;
   }
 }

@@ -116,12 +116,14 @@ export function firstDrawWithin(
   const n = ranks.length;
   for (let attempt = from; attempt < to; attempt++) {
     const rank = jumpRankOf(lo, hi, attempt, n);
-    const r = ranks[rank] as RankState;
-    if (r.healthy && (order === 'tokens' ? r.inFlightTokens : r.inFlightRequests) <= max) {
-      return rank;
-    }
+    if (withinLoad(ranks[rank] as RankState, order, max)) return rank;
   }
   return -1;
+}
+
+/** Whether a hash walk may stop at `r`: healthy, with load <= `max` in `order`. */
+export function withinLoad(r: RankState, order: 'tokens' | 'requests', max: number): boolean {
+  return r.healthy && (order === 'tokens' ? r.inFlightTokens : r.inFlightRequests) <= max;
 }
 
 /** firstDrawWithin for a 53-bit key (its low and high words, as hashing/chained.ts jumpRank). */

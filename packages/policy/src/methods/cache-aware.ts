@@ -66,7 +66,7 @@ import { validateTokenIds } from '../hashing/prefix-digest.ts';
 import { PendingPrefixes } from '../kv-index/pending.ts';
 import { NamedRanks } from '../named-ranks.ts';
 import { type OptionsSchema, readInt, readNumber, readWindowAndCap } from '../options.ts';
-import { firstKeyDrawWithin, HASH_DRAWS, healthyTotals, leastLoadedCool } from '../pickers.ts';
+import { HASH_DRAWS, healthyTotals, leastLoadedCool } from '../pickers.ts';
 import { remapByRank } from '../rank-moves.ts';
 import {
   type Decision,
@@ -537,9 +537,7 @@ export const createCacheAware = defineMethod(
           if (hash && first !== undefined) {
             // The first window's own order over ranks (as consistent_hash's: Maglev draws over
             // the ranks' names, else jump-hash draws): the first healthy rank within the bound.
-            const drawn = names.drawable(ranks.length)
-              ? names.firstWithin(ranks, first, 'tokens', bound, 0, HASH_DRAWS)
-              : firstKeyDrawWithin(ranks, first, 'tokens', bound);
+            const drawn = names.firstDrawWithin(ranks, first, 'tokens', bound, 0, HASH_DRAWS);
             if (drawn >= 0) return { rank: drawn, reason: 'cache-miss-hash' };
           }
           const least = queries

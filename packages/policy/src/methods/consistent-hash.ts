@@ -44,7 +44,7 @@ import { prefixKey, stringKey } from '../hashing/chained.ts';
 import { prefixKeyLength, validateTokenIds } from '../hashing/prefix-digest.ts';
 import { NamedRanks } from '../named-ranks.ts';
 import { type OptionsSchema, readNumber, readWindowAndCap } from '../options.ts';
-import { firstKeyDrawWithin, HASH_DRAWS, healthyTotals, leastBy } from '../pickers.ts';
+import { HASH_DRAWS, healthyTotals, leastBy } from '../pickers.ts';
 import { type Decision, type Method, type MethodContext, promptLength } from '../types.ts';
 
 export const CONSISTENT_HASH_OPTIONS = {
@@ -167,14 +167,9 @@ export const createConsistentHash = defineMethod(
         // request takes the first healthy rank within the bound. An unhealthy first draw is a
         // walk too.
         const ranks = ctx.ranks;
-        const named = names.drawable(ranks.length);
-        const home = named
-          ? names.firstWithin(ranks, key, unit, bound, 0, 1)
-          : firstKeyDrawWithin(ranks, key, unit, bound, 0, 1);
+        const home = names.firstDrawWithin(ranks, key, unit, bound, 0, 1);
         if (home >= 0) return { rank: home, reason: 'consistent-hash' };
-        const walked = named
-          ? names.firstWithin(ranks, key, unit, bound, 1, HASH_DRAWS)
-          : firstKeyDrawWithin(ranks, key, unit, bound, 1);
+        const walked = names.firstDrawWithin(ranks, key, unit, bound, 1, HASH_DRAWS);
         if (walked >= 0) return { rank: walked, reason: 'consistent-hash-overflow' };
         // Most ranks down or over the bound: the least-loaded rank, which is always within it.
         return { rank: leastBy(ctx, unit).rank, reason: 'consistent-hash-overflow' };
