@@ -19,6 +19,11 @@ export interface GenerationInput {
    * turn, while a text reply does not tokenize back to the filler's ids here.
    */
   cacheReply?: boolean;
+  /**
+   * The cached_tokens the answer reports instead of the rank's own count (a PD decode's, see
+   * PdPlan.reportCachedTokens); the worker's metrics still count the rank's own.
+   */
+  reportCachedTokens?: number;
 }
 
 /** The filler ids of a reply of `length` tokens, computed only when read (at finish). */
@@ -81,7 +86,7 @@ export function startGeneration(
     },
     {
       onFirstToken(cached) {
-        outcome.cachedTokens = cached;
+        outcome.cachedTokens = input.reportCachedTokens ?? cached;
         metrics.firstToken(
           outcome.dpRank,
           inputIds.length,

@@ -284,22 +284,18 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
       const outcome = outcomes[i] as Outcome;
       const cb = on(i);
       let first = pdPlan?.firstToken !== undefined;
-      // The count the answer reports, where the PD role says (SGLang's decode: the prefill's);
-      // set again at the end, as a max_tokens 0 answer has no first delta.
+      // The count the answer reports, where the PD role says (SGLang's decode: the prefill's).
       const report = pdPlan?.reportCachedTokens;
-      const g = startGeneration({ engine, metrics }, { ...p, ...h }, outcome, arrivalWall, {
+      const input = { ...p, ...h, ...(report !== undefined ? { reportCachedTokens: report } : {}) };
+      const g = startGeneration({ engine, metrics }, input, outcome, arrivalWall, {
         delta: (text) => {
           if (first) {
             first = false;
-            if (report !== undefined) outcome.cachedTokens = report;
             pdPlan?.firstToken?.();
           }
           cb.delta?.(text);
         },
-        finish: () => {
-          if (report !== undefined) outcome.cachedTokens = report;
-          cb.finish?.();
-        },
+        finish: () => cb.finish?.(),
       });
       pdPlan?.started(g, outcome);
       return g;
