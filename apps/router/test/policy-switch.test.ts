@@ -51,6 +51,18 @@ async function router(argv: string[]): Promise<FastifyInstance> {
   return app;
 }
 
+/** A router with groups llama and qwen, two workers each, under these methods. */
+async function twoGroups(llamaMethod: string, qwenMethod: string) {
+  const llama = await workers(2, 'llama');
+  const qwen = await workers(2, 'qwen');
+  const app = await router([
+    '--model-group',
+    `llama=${llama.map((w) => w.url).join(',')};method=${llamaMethod}`,
+    `qwen=${qwen.map((w) => w.url).join(',')};method=${qwenMethod}`,
+  ]);
+  return { app, llama, qwen };
+}
+
 const chat = (content: string, model?: string) => ({
   ...(model ? { model } : {}),
   messages: [{ role: 'user', content }],
@@ -214,13 +226,7 @@ describe('POST /policy', () => {
   });
 
   it('switches one model group and leaves the others as they were', async () => {
-    const a = await workers(2, 'llama');
-    const b = await workers(2, 'qwen');
-    const app = await router([
-      '--model-group',
-      `llama=${a.map((w) => w.url).join(',')};method=round_robin`,
-      `qwen=${b.map((w) => w.url).join(',')};method=round_robin`,
-    ]);
+    const { app } = await twoGroups('round_robin', 'round_robin');
     const r = await post(app, '/policy', { model: 'qwen', method: 'total_requests' }, auth);
     expect(r.statusCode).toBe(200);
     expect(r.json()).toMatchObject({ model: 'qwen', method: 'total_requests' });
@@ -283,13 +289,7 @@ describe('consistent_hash keys on workers', () => {
   });
 
   it("hashes a model group's keys over its own workers only", async () => {
-    const a = await workers(2, 'llama');
-    const b = await workers(2, 'qwen');
-    const app = await router([
-      '--model-group',
-      `llama=${a.map((w) => w.url).join(',')};method=consistent_hash`,
-      `qwen=${b.map((w) => w.url).join(',')};method=round_robin`,
-    ]);
+    const { app, llama: a } = await twoGroups('consistent_hash', 'round_robin');
     // Every key's first draw is one of llama's two workers: no walk past qwen's ranks.
     const got = await homes(app, 'llama');
     expect(got.every((h) => h.reason === 'consistent-hash')).toBe(true);

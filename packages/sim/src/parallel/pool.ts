@@ -1,7 +1,8 @@
 // Runs grid cells on every core: this thread and worker_threads take cells in the claim
 // order, each from its own contiguous run of it and then from the others' (claims.ts), and
-// results come back in job order, so the output does not depend on scheduling. With one worker (or one job) everything runs in this thread; every thread runs a
-// cell through the same CellContext.
+// results come back in job order, so the output does not depend on scheduling. With one
+// worker (or one job) everything runs in this thread; every thread runs a cell through the
+// same CellContext.
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
