@@ -50,9 +50,11 @@ request at 1 KB <= 2x nginx's, throughput >= 0.7x direct, CPU per extra KB <= 3 
                     none: kvroute and direct only)
   --method NAME     kvroute's --load-balance-method (default cache_aware)
   --latency         also the added-latency runs at 1 KB (fixed rate, one at a time)
-  --rate N          the fixed rate of the latency runs, requests/s (default: half the router's
-                    closed-loop throughput just measured; a rate the router cannot sustain
-                    measures its queue, not what it adds to a request)
+  --rate N          the fixed rate of the latency runs, requests/s in all, shared by the
+                    targets taking turns (direct, kvroute and any variants), so the worker
+                    behind them gets all of it; default: half the router's closed-loop
+                    throughput just measured (a rate the machine cannot sustain measures its
+                    queues, not what the router adds to a request)
   --variants LIST   also kvroute with record (--record-trace, every request) and/or shadow
                     (--shadow-profile), each its own process measured beside plain kvroute in the
                     same run; prints each one's cost in throughput and CPU per request
@@ -275,41 +277,52 @@ interface OpenLoopResult {
 
 /**
  * An open loop at a fixed rate with evenly spaced sends over `connections` keep-alive
- * connections, each request's latency counted from the moment it was due (as wrk2 does, so a
- * stall that delays sends is charged to the requests it delayed). autocannon's own fixed rate
- * is not this: each connection sends its per-second quota back to back and then idles until
- * the next second, so its "fixed rate" runs are bursts at saturation and their tail is
- * queueing, the same as a closed loop's.
+ * connections per target, each request's latency counted from the moment it was due (as wrk2
+ * does, so a stall that delays sends is charged to the requests it delayed). autocannon's own
+ * fixed rate is not this: each connection sends its per-second quota back to back and then
+ * idles until the next second, so its "fixed rate" runs are bursts at saturation and their
+ * tail is queueing, the same as a closed loop's.
+ *
+ * The targets take turns request by request, `rate` in all (each gets rate / targets, and the
+ * worker behind them all of it), for `seconds` of sends each: a stall of the shared machine
+ * (its other tenants, the load generator's own pauses, a timer slice: 10-30 ms several times
+ * a second here) delays requests of every target alike. Measured one after the other, a few
+ * seconds each, the direct path's own p99 moved between 6 and 14 ms from run to run on the
+ * 2-core development machine and the difference of two such p99s between -3 and +39 ms; in
+ * quarter-second turns a stall still fell on one target's turn; taking turns at each target's
+ * full rate doubled the worker's load and put the machine in its queueing range.
  */
 async function openLoop(
-  url: string,
+  urls: readonly string[],
   body: string,
   seconds: number,
   rate: number,
-): Promise<OpenLoopResult> {
-  const pool = new Pool(url, { connections, pipelining: 1 });
-  const lat: number[] = [];
-  let failed = 0;
+): Promise<OpenLoopResult[]> {
+  const pools = urls.map((url) => new Pool(url, { connections, pipelining: 1 }));
+  const lats: number[][] = urls.map(() => []);
+  const failed: number[] = urls.map(() => 0);
   let sent = 0;
-  // The first second runs at the same rate unmeasured: it opens the connections (on both
-  // sides of a proxy) and lets the generator's own code compile, which otherwise lands as a
-  // burst of queued requests in the measured tail.
+  const targetOf = (i: number): number => i % urls.length;
+  // The first second runs at the same rate unmeasured: it opens the
+  // connections (on both sides of a proxy) and lets the generator's own code compile, which
+  // otherwise lands as a burst of queued requests in the measured tail.
   const warm = Math.round(rate);
-  const total = warm + Math.round(rate * seconds);
+  const total = warm + Math.round(rate * seconds) * urls.length;
   const pending: Promise<void>[] = [];
-  const one = async (due: number, measured: boolean): Promise<void> => {
+  const one = async (i: number, due: number): Promise<void> => {
+    const t = targetOf(i);
     try {
-      const res = await pool.request({
+      const res = await pools[t]!.request({
         path: '/v1/chat/completions',
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body,
       });
       await res.body.text();
-      if (res.statusCode !== 200) failed++;
-      else if (measured) lat.push(performance.now() - due);
+      if (res.statusCode !== 200) failed[t]!++;
+      else if (i >= warm) lats[t]!.push(performance.now() - due);
     } catch {
-      failed++;
+      failed[t]!++;
     }
   };
   const t0 = performance.now() + 5;
@@ -317,43 +330,60 @@ async function openLoop(
     const tick = (): void => {
       const now = performance.now();
       const due = Math.min(total, Math.floor(((now - t0) * rate) / 1000) + 1);
-      for (; sent < due; sent++) pending.push(one(t0 + (sent * 1000) / rate, sent >= warm));
+      for (; sent < due; sent++) pending.push(one(sent, t0 + (sent * 1000) / rate));
       if (sent >= total) done();
       else setTimeout(tick, 1);
     };
     setTimeout(tick, 5);
   });
   await Promise.all(pending);
-  await pool.close();
-  lat.sort((a, b) => a - b);
-  const q = (p: number): number => lat[Math.floor(p * (lat.length - 1))] ?? Number.NaN;
-  return { rate, sent: sent - warm, failed, p50: q(0.5), p90: q(0.9), p99: q(0.99) };
+  await Promise.all(pools.map((p) => p.close()));
+  return lats.map((lat, t) => {
+    lat.sort((a, b) => a - b);
+    const q = (p: number): number => lat[Math.floor(p * (lat.length - 1))] ?? Number.NaN;
+    return {
+      rate,
+      sent: lat.length + failed[t]!,
+      failed: failed[t]!,
+      p50: q(0.5),
+      p90: q(0.9),
+      p99: q(0.99),
+    };
+  });
 }
 
 function openRow(name: string, r: OpenLoopResult): string {
   return `${name.padEnd(8)} ${r.sent.toString().padStart(8)} sent    p50 ${r.p50.toFixed(2).padStart(6)} ms   p90 ${r.p90.toFixed(2).padStart(6)} ms   p99 ${r.p99.toFixed(2).padStart(6)} ms   failed ${r.failed}`;
 }
 
-/** One request at a time: latency without queueing, to the microsecond (autocannon rounds to ms). */
+/**
+ * One request at a time, latency without queueing to the microsecond (autocannon rounds to
+ * ms): `n` requests to each URL, taking turns request by request, so the machine's slow
+ * moments fall on both.
+ */
 async function sequential(
-  url: string,
+  urls: readonly string[],
   body: string,
   n: number,
-): Promise<{ p50: number; p99: number }> {
-  const lat: number[] = [];
+): Promise<{ p50: number; p99: number }[]> {
+  const lats: number[][] = urls.map(() => []);
   for (let i = 0; i < n + 200; i++) {
-    const t0 = performance.now();
-    const res = await request(`${url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body,
-    });
-    await res.body.text();
-    if (i >= 200) lat.push(performance.now() - t0);
+    for (const [t, url] of urls.entries()) {
+      const t0 = performance.now();
+      const res = await request(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body,
+      });
+      await res.body.text();
+      if (i >= 200) lats[t]!.push(performance.now() - t0);
+    }
   }
-  lat.sort((a, b) => a - b);
-  const q = (p: number): number => lat[Math.floor(p * (lat.length - 1))]!;
-  return { p50: q(0.5), p99: q(0.99) };
+  return lats.map((lat) => {
+    lat.sort((a, b) => a - b);
+    const q = (p: number): number => lat[Math.floor(p * (lat.length - 1))]!;
+    return { p50: q(0.5), p99: q(0.99) };
+  });
 }
 
 function row(name: string, r: AutocannonResult): string {
@@ -797,8 +827,9 @@ try {
     // At saturation, closed-loop latency is mostly queueing (Little's law: connections /
     // throughput), so it doubles when throughput halves whatever the per-request cost; it is
     // printed for the record. The router's own added latency shows in an open loop at a rate
-    // both sustain (half the routed saturation throughput), evenly spaced, several rounds
-    // interleaved so a change in the machine's load hits both alike.
+    // both sustain (half the routed saturation throughput), evenly spaced, with direct and
+    // router taking turns request by request, so a change in the machine's load hits both
+    // alike.
     const body = chatBody(1, false);
     const satDirect = await load(worker.url, body, duration);
     const satRouted = await load(router.url, body, duration);
@@ -808,25 +839,30 @@ try {
     console.log(
       `added latency at saturation: p50 ${(satRouted.latency.p50 - satDirect.latency.p50).toFixed(2)} ms, p99 ${(satRouted.latency.p99 - satDirect.latency.p99).toFixed(2)} ms (queueing: throughput ${(satRouted.requests.average / satDirect.requests.average).toFixed(2)}x direct)`,
     );
+    const targets = 2 + variantRouters.length;
     const rate = fixedRate ?? Math.max(50, Math.round(satRouted.requests.average / 2));
     const added: number[] = [];
     // The variants (--baseline, --node-args, --variants) at the same rate in the same rounds:
     // a change's effect on the tail, measured beside the router under one machine load.
     const variantAdded = new Map<string, number[]>(variantRouters.map(([n]) => [n, []]));
     for (let i = 0; i < rounds; i++) {
-      const directAtRate = await openLoop(worker.url, body, duration, rate);
-      const routedAtRate = await openLoop(router.url, body, duration, rate);
-      console.log(
-        `open loop at ${rate} req/s, evenly spaced, ${connections} connections, 1 KB, round ${i + 1}:`,
+      const [directAtRate, routedAtRate, ...variantsAtRate] = await openLoop(
+        [worker.url, router.url, ...variantRouters.map(([, r]) => r.url)],
+        body,
+        duration,
+        rate,
       );
-      console.log(openRow('direct', directAtRate));
-      console.log(openRow('router', routedAtRate));
-      added.push(routedAtRate.p99 - directAtRate.p99);
-      failed += directAtRate.failed + routedAtRate.failed;
-      for (const [name, r] of variantRouters) {
-        const v = await openLoop(r.url, body, duration, rate);
+      console.log(
+        `open loop at ${rate} req/s in all, evenly spaced, 1 KB, ${targets} targets taking turns request by request (${fmt(rate / targets)} req/s and ${connections} connections each), round ${i + 1}:`,
+      );
+      console.log(openRow('direct', directAtRate!));
+      console.log(openRow('router', routedAtRate!));
+      added.push(routedAtRate!.p99 - directAtRate!.p99);
+      failed += directAtRate!.failed + routedAtRate!.failed;
+      for (const [k, [name]] of variantRouters.entries()) {
+        const v = variantsAtRate[k]!;
         console.log(openRow(name, v));
-        variantAdded.get(name)!.push(v.p99 - directAtRate.p99);
+        variantAdded.get(name)!.push(v.p99 - directAtRate!.p99);
         failed += v.failed;
       }
     }
@@ -834,18 +870,20 @@ try {
       [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!;
     const fixedP99 = median(added);
     console.log(
-      `added p99 at ${rate} req/s, per round: ${added.map((a) => a.toFixed(2)).join(', ')} ms; median ${fixedP99.toFixed(2)} ms (target <= 2 ms: ${verdict(fixedP99 <= 2)})`,
+      `added p99 at ${rate} req/s in all (${fmt(rate / targets)} req/s through the router), per round: ${added.map((a) => a.toFixed(2)).join(', ')} ms; median ${fixedP99.toFixed(2)} ms (target <= 2 ms: ${verdict(fixedP99 <= 2)})`,
     );
     for (const [name, xs] of variantAdded) {
       console.log(
         `  ${name}: added p99 per round ${xs.map((a) => a.toFixed(2)).join(', ')} ms; median ${median(xs).toFixed(2)} ms`,
       );
     }
-    const seqDirect = await sequential(worker.url, body, 1000);
-    const seqRouted = await sequential(router.url, body, 1000);
+    const [seqDirect, seqRouted] = (await sequential([worker.url, router.url], body, 1000)) as [
+      { p50: number; p99: number },
+      { p50: number; p99: number },
+    ];
     const seqP99 = seqRouted.p99 - seqDirect.p99;
     console.log(
-      `one request at a time: direct p50 ${seqDirect.p50.toFixed(3)} ms p99 ${seqDirect.p99.toFixed(3)} ms, router p50 ${seqRouted.p50.toFixed(3)} ms p99 ${seqRouted.p99.toFixed(3)} ms: added p50 ${(seqRouted.p50 - seqDirect.p50).toFixed(3)} ms, p99 ${seqP99.toFixed(3)} ms (target <= 2 ms: ${verdict(seqP99 <= 2)})`,
+      `one request at a time, direct and router taking turns: direct p50 ${seqDirect.p50.toFixed(3)} ms p99 ${seqDirect.p99.toFixed(3)} ms, router p50 ${seqRouted.p50.toFixed(3)} ms p99 ${seqRouted.p99.toFixed(3)} ms: added p50 ${(seqRouted.p50 - seqDirect.p50).toFixed(3)} ms, p99 ${seqP99.toFixed(3)} ms (target <= 2 ms: ${verdict(seqP99 <= 2)})`,
     );
   }
   if (failed > 0) console.log(`warning: ${failed} requests failed; the figures above include them`);
