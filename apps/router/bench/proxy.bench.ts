@@ -49,9 +49,10 @@ request at 1 KB <= 2x nginx's, throughput >= 0.7x direct, CPU per extra KB <= 3 
                     in front of undici with nothing else, the floor any Node proxy pays;
                     none: kvroute and direct only)
   --method NAME     kvroute's --load-balance-method (default cache_aware)
-  --latency         also the added-latency runs at 1 KB (fixed rate, one at a time)
+  --latency         also the added-latency runs at 1 KB (fixed rate, one at a time), the
+                    reference proxies and variants taking their turns beside kvroute
   --rate N          the fixed rate of the latency runs, requests/s in all, shared by the
-                    targets taking turns (direct, kvroute and any variants), so the worker
+                    targets taking turns (direct, kvroute, variants, reference proxies), so the worker
                     behind them gets all of it; default: half the router's closed-loop
                     throughput just measured (a rate the machine cannot sustain measures its
                     queues, not what the router adds to a request)
@@ -839,15 +840,20 @@ try {
     console.log(
       `added latency at saturation: p50 ${(satRouted.latency.p50 - satDirect.latency.p50).toFixed(2)} ms, p99 ${(satRouted.latency.p99 - satDirect.latency.p99).toFixed(2)} ms (queueing: throughput ${(satRouted.requests.average / satDirect.requests.average).toFixed(2)}x direct)`,
     );
-    const targets = 2 + variantRouters.length;
+    const targets = 2 + variantRouters.length + refs.length;
     const rate = fixedRate ?? Math.max(50, Math.round(satRouted.requests.average / 2));
     const added: number[] = [];
-    // The variants (--baseline, --node-args, --variants) at the same rate in the same rounds:
-    // a change's effect on the tail, measured beside the router under one machine load.
-    const variantAdded = new Map<string, number[]>(variantRouters.map(([n]) => [n, []]));
+    // The variants (--baseline, --node-args, --variants) and the reference proxies take their
+    // turns in the same rounds: a change's effect on the tail, and what a proxy that is not
+    // Node.js adds on this machine, measured beside the router under one machine load.
+    const others: [string, { url: string }][] = [
+      ...variantRouters,
+      ...refs.map((r): [string, { url: string }] => [r.name, r]),
+    ];
+    const variantAdded = new Map<string, number[]>(others.map(([n]) => [n, []]));
     for (let i = 0; i < rounds; i++) {
       const [directAtRate, routedAtRate, ...variantsAtRate] = await openLoop(
-        [worker.url, router.url, ...variantRouters.map(([, r]) => r.url)],
+        [worker.url, router.url, ...others.map(([, r]) => r.url)],
         body,
         duration,
         rate,
@@ -859,7 +865,7 @@ try {
       console.log(openRow('router', routedAtRate!));
       added.push(routedAtRate!.p99 - directAtRate!.p99);
       failed += directAtRate!.failed + routedAtRate!.failed;
-      for (const [k, [name]] of variantRouters.entries()) {
+      for (const [k, [name]] of others.entries()) {
         const v = variantsAtRate[k]!;
         console.log(openRow(name, v));
         variantAdded.get(name)!.push(v.p99 - directAtRate!.p99);
@@ -877,14 +883,22 @@ try {
         `  ${name}: added p99 per round ${xs.map((a) => a.toFixed(2)).join(', ')} ms; median ${median(xs).toFixed(2)} ms`,
       );
     }
-    const [seqDirect, seqRouted] = (await sequential([worker.url, router.url], body, 1000)) as [
-      { p50: number; p99: number },
-      { p50: number; p99: number },
-    ];
-    const seqP99 = seqRouted.p99 - seqDirect.p99;
-    console.log(
-      `one request at a time, direct and router taking turns: direct p50 ${seqDirect.p50.toFixed(3)} ms p99 ${seqDirect.p99.toFixed(3)} ms, router p50 ${seqRouted.p50.toFixed(3)} ms p99 ${seqRouted.p99.toFixed(3)} ms: added p50 ${(seqRouted.p50 - seqDirect.p50).toFixed(3)} ms, p99 ${seqP99.toFixed(3)} ms (target <= 2 ms: ${verdict(seqP99 <= 2)})`,
+    const refTargets = refs.map((r) => r.url);
+    const [seqDirect, seqRouted, ...seqRefs] = await sequential(
+      [worker.url, router.url, ...refTargets],
+      body,
+      1000,
     );
+    const seqP99 = seqRouted!.p99 - seqDirect!.p99;
+    console.log(
+      `one request at a time, direct, router${refs.map((r) => `, ${r.name}`).join('')} taking turns: direct p50 ${seqDirect!.p50.toFixed(3)} ms p99 ${seqDirect!.p99.toFixed(3)} ms, router p50 ${seqRouted!.p50.toFixed(3)} ms p99 ${seqRouted!.p99.toFixed(3)} ms: added p50 ${(seqRouted!.p50 - seqDirect!.p50).toFixed(3)} ms, p99 ${seqP99.toFixed(3)} ms (target <= 2 ms: ${verdict(seqP99 <= 2)})`,
+    );
+    for (const [k, r] of refs.entries()) {
+      const v = seqRefs[k]!;
+      console.log(
+        `  ${r.name}: added p50 ${(v.p50 - seqDirect!.p50).toFixed(3)} ms, p99 ${(v.p99 - seqDirect!.p99).toFixed(3)} ms`,
+      );
+    }
   }
   if (failed > 0) console.log(`warning: ${failed} requests failed; the figures above include them`);
   console.log(
