@@ -276,6 +276,11 @@ interface OpenLoopResult {
   p99: number;
 }
 
+/** The `p` quantile of ascending `sorted` (NaN when empty). */
+function quantile(sorted: readonly number[], p: number): number {
+  return sorted[Math.floor(p * (sorted.length - 1))] ?? Number.NaN;
+}
+
 /**
  * An open loop at a fixed rate with evenly spaced sends over `connections` keep-alive
  * connections per target, each request's latency counted from the moment it was due (as wrk2
@@ -341,14 +346,13 @@ async function openLoop(
   await Promise.all(pools.map((p) => p.close()));
   return lats.map((lat, t) => {
     lat.sort((a, b) => a - b);
-    const q = (p: number): number => lat[Math.floor(p * (lat.length - 1))] ?? Number.NaN;
     return {
       rate,
       sent: lat.length + failed[t]!,
       failed: failed[t]!,
-      p50: q(0.5),
-      p90: q(0.9),
-      p99: q(0.99),
+      p50: quantile(lat, 0.5),
+      p90: quantile(lat, 0.9),
+      p99: quantile(lat, 0.99),
     };
   });
 }
@@ -382,8 +386,7 @@ async function sequential(
   }
   return lats.map((lat) => {
     lat.sort((a, b) => a - b);
-    const q = (p: number): number => lat[Math.floor(p * (lat.length - 1))]!;
-    return { p50: q(0.5), p99: q(0.99) };
+    return { p50: quantile(lat, 0.5), p99: quantile(lat, 0.99) };
   });
 }
 
@@ -840,7 +843,6 @@ try {
     console.log(
       `added latency at saturation: p50 ${(satRouted.latency.p50 - satDirect.latency.p50).toFixed(2)} ms, p99 ${(satRouted.latency.p99 - satDirect.latency.p99).toFixed(2)} ms (queueing: throughput ${(satRouted.requests.average / satDirect.requests.average).toFixed(2)}x direct)`,
     );
-    const targets = 2 + variantRouters.length + refs.length;
     const rate = fixedRate ?? Math.max(50, Math.round(satRouted.requests.average / 2));
     const added: number[] = [];
     // The variants (--baseline, --node-args, --variants) and the reference proxies take their
@@ -850,6 +852,7 @@ try {
       ...variantRouters,
       ...refs.map((r): [string, { url: string }] => [r.name, r]),
     ];
+    const targets = 2 + others.length;
     const variantAdded = new Map<string, number[]>(others.map(([n]) => [n, []]));
     for (let i = 0; i < rounds; i++) {
       const [directAtRate, routedAtRate, ...variantsAtRate] = await openLoop(
@@ -883,9 +886,8 @@ try {
         `  ${name}: added p99 per round ${xs.map((a) => a.toFixed(2)).join(', ')} ms; median ${median(xs).toFixed(2)} ms`,
       );
     }
-    const refTargets = refs.map((r) => r.url);
     const [seqDirect, seqRouted, ...seqRefs] = await sequential(
-      [worker.url, router.url, ...refTargets],
+      [worker.url, router.url, ...refs.map((r) => r.url)],
       body,
       1000,
     );

@@ -86,6 +86,11 @@ function makeRequests(tokens: number, asArray: boolean, withKeys: boolean): Rout
   });
 }
 
+/** Rank names as the router gives them (worker URL and DP rank), one worker per rank. */
+function workerNames(ranks: number): string[] {
+  return Array.from({ length: ranks }, (_, r) => `http://10.0.${r >> 8}.${r & 255}:30000#0`);
+}
+
 interface Row {
   case: string;
   method: string;
@@ -130,11 +135,7 @@ function bench(
   const requests = makeRequests(tokens, asArray, config.affinity !== undefined);
   const dispatcher = createDispatcher(config);
   // A host that names its ranks by worker (the router does): the hash methods key on names.
-  if (named) {
-    dispatcher.nameRanks(
-      Array.from({ length: ranks }, (_, r) => `http://10.0.${r >> 8}.${r & 255}:30000#0`),
-    );
-  }
+  if (named) dispatcher.nameRanks(workerNames(ranks));
   const tracker = createLoadTracker(ranks, { kvCapacityTokens: 945_000 });
   const open = opener(dispatcher, tracker, tokens + MAX_NEW_TOKENS);
   const ring: (Open | undefined)[] = new Array(64).fill(undefined);
@@ -212,10 +213,7 @@ for (const ranks of SCALING_RANKS) {
 // the median of 5 builds per rank count.
 const maglevBuildMs = methods.includes('consistent_hash')
   ? SCALING_RANKS.map((ranks) => {
-      const names = Array.from(
-        { length: ranks },
-        (_, r) => `http://10.0.${r >> 8}.${r & 255}:30000#0`,
-      );
+      const names = workerNames(ranks);
       const ms = Array.from({ length: 5 }, () => {
         const t0 = performance.now();
         maglevTable(names);

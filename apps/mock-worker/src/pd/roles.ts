@@ -457,29 +457,31 @@ export function createPdRoles(deps: PdDeps) {
       arrivalAt: arrival,
     });
     trim();
-    const plan = decodePlan(
+    return decodePlan(
       decodeDpRank,
       prefillDpRank,
       kv.transferMs,
       performance.now() - arrival,
+      kv.cachedTokens,
     );
-    plan.reportCachedTokens = kv.cachedTokens;
-    return plan;
   }
 
   function trim(): void {
     if (transfers.length > 100_000) transfers.splice(0, transfers.length - 50_000);
   }
 
+  /** `reportCachedTokens`: SGLang's decode reports the prefill's count (PdPlan); vLLM's none. */
   function decodePlan(
     rank: number,
     prefillDpRank: number,
     transferMs: number,
     waitMs: number,
+    reportCachedTokens?: number,
   ): PdPlan {
     const record = transfers[transfers.length - 1];
     let prompt: Uint32Array | undefined;
     return {
+      reportCachedTokens,
       firstToken() {
         if (record) record.firstTokenAt = performance.now();
       },

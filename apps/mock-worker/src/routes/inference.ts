@@ -285,8 +285,7 @@ export function registerInferenceRoutes(app: FastifyInstance, deps: InferenceDep
       const cb = on(i);
       let first = pdPlan?.firstToken !== undefined;
       // The count the answer reports, where the PD role says (SGLang's decode: the prefill's).
-      const report = pdPlan?.reportCachedTokens;
-      const input = { ...p, ...h, ...(report !== undefined ? { reportCachedTokens: report } : {}) };
+      const input = { ...p, ...h, reportCachedTokens: pdPlan?.reportCachedTokens };
       const g = startGeneration({ engine, metrics }, input, outcome, arrivalWall, {
         delta: (text) => {
           if (first) {
