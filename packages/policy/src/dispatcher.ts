@@ -265,12 +265,11 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
   const pickLeast = (order: 'tokens' | 'requests'): RankState => {
     if (!loadIndex) return scanLeast(mctx, order);
     const n = mctx.ranks.length;
-    let rank: number;
-    if (loadIndex.minIsUnique(order)) rank = loadIndex.firstMinFrom(order, 0);
-    else {
-      rank = loadIndex.firstMinFrom(order, tieCursor);
-      tieCursor = (rank + 1) % n;
-    }
+    const rank = loadIndex.firstMinFrom(order, tieCursor);
+    // A unique minimum is the only candidate and leaves the cursor where it is; among equals
+    // the next one after it (cyclically) is another rank, and the cursor moves past the winner.
+    const next = (rank + 1) % n;
+    if (loadIndex.firstMinFrom(order, next) !== rank) tieCursor = next;
     return mctx.ranks[rank] as RankState;
   };
 

@@ -3,18 +3,26 @@
 //
 // Two min segment trees over rank slots: one ordered by (in-flight tokens, in-flight
 // requests), one by in-flight requests. An unhealthy rank's leaf is +Infinity, so it never
-// wins while a healthy one exists. Each node keeps its minimum and how many leaves reach it,
-// so a caller knows whether the minimum is unique (no tie-break needed) and can find the first
-// minimal rank at or after a cursor, cyclically: exactly the rotating tie-break the dispatcher
-// applies to a scan, so indexed and scanned choices are the same rank every time.
+// wins while a healthy one exists. Each node keeps the minimum of its subtree, so a caller
+// can find the first minimal rank at or after a cursor, cyclically (exactly the rotating
+// tie-break the dispatcher applies to a scan, so indexed and scanned choices are the same rank
+// every time), and whether another rank shares that minimum (the next one after it, found
+// the same way). An update re-pulls its leaf's path only as far as a node's minimum changes:
+// among many idle ranks, a request claimed or released changes one or two nodes, not log R.
 //
 // A third tree, kept only while a method has bound its own per-rank values to it (bindCool),
 // orders by (tokens, requests, cool[rank]): cache_aware's least loaded, ties to the coolest
-// cache. The first rank within a token bound is found by pruning subtrees by their least
-// tokens, so it too visits O(log R) nodes.
+// cache; its nodes also count the leaves at their minimum. The first rank within a token
+// bound is found by pruning subtrees by their least tokens, so it too visits O(log R) nodes.
 //
-// Cost: O(log R) per update and per query; 3 x 8 bytes + 2 x 4 bytes per tree node, and
-// 3 x 8 + 4 more while cool values are bound.
+// Each tree is brought up to date when it is next queried, not on every update: an update
+// marks the rank stale in each tree, and a query first re-pulls the stale ranks' paths. A
+// method that reads one order (total_tokens, total_requests) never pays for the other, and
+// round_robin, which reads none, pays for neither; a rank updated several times between two
+// queries is pulled once.
+//
+// Cost: O(log R) per update and per query; 3 x 8 bytes per tree node, and 3 x 8 + 4 more
+// while cool values are bound.
 
 export interface LoadLeaf {
   healthy: boolean;
@@ -24,6 +32,12 @@ export interface LoadLeaf {
 
 /** Which order a query follows: (tokens, requests) or requests alone. */
 export type LoadOrder = 'tokens' | 'requests';
+
+// What firstFrom searches for (see meets).
+const TOKENS = 0;
+const REQUESTS = 1;
+const WITHIN = 2;
+const COOL = 3;
 
 // healthChanges values are drawn from one counter for every index, so a method that remembers
 // one cannot mistake another tracker's index for the one it saw.
@@ -35,10 +49,16 @@ export class LoadIndex {
   // (tokens, requests) tree
   private tTok = new Float64Array(2);
   private tReq = new Float64Array(2);
-  private tCnt = new Int32Array(2);
   // requests tree
   private rReq = new Float64Array(2);
-  private rCnt = new Int32Array(2);
+  // Ranks whose leaf in the (tokens, requests) tree, or in the requests tree, is stale.
+  // Each pending list is a typed array of R slots with a count: a rank is listed once.
+  private tStale = new Uint8Array(0);
+  private tPending = new Int32Array(0);
+  private tPendingN = 0;
+  private rStale = new Uint8Array(0);
+  private rPending = new Int32Array(0);
+  private rPendingN = 0;
   private healthyN = 0;
   private healthyFlags = new Uint8Array(0);
   private sumTok = 0;
@@ -55,7 +75,8 @@ export class LoadIndex {
   // Ranks whose cool leaf is stale: updates wait for the next cool query, so a rank whose load
   // changes many times between two cold misses is re-read once.
   private coolStale = new Uint8Array(0);
-  private coolPending: number[] = [];
+  private coolPending = new Int32Array(0);
+  private coolPendingN = 0;
 
   constructor(numRanks = 0) {
     this.resize(numRanks);
@@ -103,10 +124,14 @@ export class LoadIndex {
     this.size = size;
     this.tTok = new Float64Array(2 * size).fill(Number.POSITIVE_INFINITY);
     this.tReq = new Float64Array(2 * size).fill(Number.POSITIVE_INFINITY);
-    this.tCnt = new Int32Array(2 * size);
     this.rReq = new Float64Array(2 * size).fill(Number.POSITIVE_INFINITY);
-    this.rCnt = new Int32Array(2 * size);
     this.healthyFlags = new Uint8Array(numRanks);
+    this.tStale = new Uint8Array(numRanks);
+    this.tPending = new Int32Array(numRanks);
+    this.tPendingN = 0;
+    this.rStale = new Uint8Array(numRanks);
+    this.rPending = new Int32Array(numRanks);
+    this.rPendingN = 0;
     this.leafTok = new Float64Array(numRanks);
     this.leafReq = new Float64Array(numRanks);
     this.healthyN = 0;
@@ -123,9 +148,13 @@ export class LoadIndex {
         this.sumTok += this.leafTok[i] as number;
         this.sumReq += this.leafReq[i] as number;
       }
-      this.writeLeaf(i);
+      this.writeLeafT(i);
+      this.writeLeafR(i);
     }
-    for (let p = size - 1; p >= 1; p--) this.pull(p);
+    for (let p = size - 1; p >= 1; p--) {
+      this.pullT(p);
+      this.pullR(p);
+    }
     if (this.cool) this.bindCool(this.cool);
   }
 
@@ -151,21 +180,52 @@ export class LoadIndex {
       this.sumTok = 0;
       this.sumReq = 0;
     }
-    this.writeLeaf(rank);
-    for (let p = (rank + this.size) >> 1; p >= 1; p >>= 1) this.pull(p);
+    if (this.tStale[rank] === 0) {
+      this.tStale[rank] = 1;
+      this.tPending[this.tPendingN++] = rank;
+    }
+    if (this.rStale[rank] === 0) {
+      this.rStale[rank] = 1;
+      this.rPending[this.rPendingN++] = rank;
+    }
     if (this.cool) this.updateCool(rank);
+  }
+
+  private flushT(): void {
+    const pending = this.tPending;
+    const count = this.tPendingN;
+    this.tPendingN = 0;
+    for (let i = 0; i < count; i++) {
+      const rank = pending[i] as number;
+      this.tStale[rank] = 0;
+      this.writeLeafT(rank);
+      for (let p = (rank + this.size) >> 1; p >= 1 && this.pullT(p); p >>= 1);
+    }
+  }
+
+  private flushR(): void {
+    const pending = this.rPending;
+    const count = this.rPendingN;
+    this.rPendingN = 0;
+    for (let i = 0; i < count; i++) {
+      const rank = pending[i] as number;
+      this.rStale[rank] = 0;
+      this.writeLeafR(rank);
+      for (let p = (rank + this.size) >> 1; p >= 1 && this.pullR(p); p >>= 1);
+    }
   }
 
   private flushCool(): void {
     const pending = this.coolPending;
-    for (let i = 0; i < pending.length; i++) {
+    const count = this.coolPendingN;
+    this.coolPendingN = 0;
+    for (let i = 0; i < count; i++) {
       const rank = pending[i] as number;
       this.coolStale[rank] = 0;
       if (rank >= this.n) continue;
       this.writeCoolLeaf(rank);
       for (let p = (rank + this.size) >> 1; p >= 1; p >>= 1) this.pullCool(p);
     }
-    pending.length = 0;
   }
 
   /**
@@ -182,9 +242,10 @@ export class LoadIndex {
       this.cCool = new Float64Array(len);
       this.cCnt = new Int32Array(len);
       this.coolStale = new Uint8Array(this.size);
+      this.coolPending = new Int32Array(this.size);
     }
     this.coolStale.fill(0);
-    this.coolPending.length = 0;
+    this.coolPendingN = 0;
     for (let i = 0; i < this.size; i++) this.writeCoolLeaf(i);
     for (let p = this.size - 1; p >= 1; p--) this.pullCool(p);
   }
@@ -193,12 +254,12 @@ export class LoadIndex {
   updateCool(rank: number): void {
     if (!this.cool || rank < 0 || rank >= this.n || this.coolStale[rank] === 1) return;
     this.coolStale[rank] = 1;
-    this.coolPending.push(rank);
+    this.coolPending[this.coolPendingN++] = rank;
   }
 
   /** How many healthy ranks share the least (tokens, requests, cool); needs bound values. */
   coolMinCount(): number {
-    if (this.coolPending.length > 0) this.flushCool();
+    if (this.coolPendingN > 0) this.flushCool();
     return this.cool && this.healthyN > 0 ? (this.cCnt[1] as number) : 0;
   }
 
@@ -208,14 +269,15 @@ export class LoadIndex {
    */
   firstCoolMinFrom(cursor: number): number {
     if (!this.cool || this.healthyN === 0 || this.n === 0) return -1;
-    if (this.coolPending.length > 0) this.flushCool();
+    if (this.coolPendingN > 0) this.flushCool();
     const c = cursor >= 0 ? cursor % this.n : 0;
-    const at = this.descendCool(1, 0, this.size, c);
-    return at >= 0 ? at : this.descendCool(1, 0, this.size, 0);
+    const at = this.firstFrom(COOL, c, 0);
+    return at >= 0 ? at : this.firstFrom(COOL, 0, 0);
   }
 
   /** The least in-flight tokens of a healthy rank; +Infinity when none is healthy. */
   leastTokens(): number {
+    if (this.tPendingN > 0) this.flushT();
     return this.healthyN > 0 ? (this.tTok[1] as number) : Number.POSITIVE_INFINITY;
   }
 
@@ -225,14 +287,19 @@ export class LoadIndex {
    */
   firstWithinFrom(max: number, cursor: number): number {
     if (this.healthyN === 0 || this.n === 0) return -1;
+    if (this.tPendingN > 0) this.flushT();
     const c = cursor >= 0 ? cursor % this.n : 0;
-    const at = this.within(1, 0, this.size, c, max);
-    return at >= 0 ? at : this.within(1, 0, this.size, 0, max);
+    const at = this.firstFrom(WITHIN, c, max);
+    return at >= 0 ? at : this.firstFrom(WITHIN, 0, max);
   }
 
   /** Whether the minimum of `order` is reached by exactly one healthy rank. */
   minIsUnique(order: LoadOrder): boolean {
-    return (order === 'tokens' ? this.tCnt[1] : this.rCnt[1]) === 1;
+    if (this.healthyN === 0 || this.n === 0) return false;
+    this.flush(order);
+    const search = order === 'tokens' ? TOKENS : REQUESTS;
+    const first = this.firstFrom(search, 0, 0);
+    return first + 1 >= this.n || this.firstFrom(search, first + 1, 0) < 0;
   }
 
   /**
@@ -241,77 +308,103 @@ export class LoadIndex {
    */
   firstMinFrom(order: LoadOrder, cursor: number): number {
     if (this.healthyN === 0 || this.n === 0) return -1;
+    this.flush(order);
     const c = cursor >= 0 ? cursor % this.n : 0;
-    const at = this.findFrom(order, c);
-    return at >= 0 ? at : this.findFrom(order, 0);
+    const search = order === 'tokens' ? TOKENS : REQUESTS;
+    const at = this.firstFrom(search, c, 0);
+    return at >= 0 ? at : this.firstFrom(search, 0, 0);
   }
 
-  private writeLeaf(rank: number): void {
+  private flush(order: LoadOrder): void {
+    if (order === 'tokens') {
+      if (this.tPendingN > 0) this.flushT();
+    } else if (this.rPendingN > 0) this.flushR();
+  }
+
+  private writeLeafT(rank: number): void {
     const p = rank + this.size;
     const healthy = this.healthyFlags[rank] === 1;
-    const tok = healthy ? (this.leafTok[rank] as number) : Number.POSITIVE_INFINITY;
-    const req = healthy ? (this.leafReq[rank] as number) : Number.POSITIVE_INFINITY;
-    this.tTok[p] = tok;
-    this.tReq[p] = req;
-    this.tCnt[p] = healthy ? 1 : 0;
-    this.rReq[p] = req;
-    this.rCnt[p] = healthy ? 1 : 0;
+    this.tTok[p] = healthy ? (this.leafTok[rank] as number) : Number.POSITIVE_INFINITY;
+    this.tReq[p] = healthy ? (this.leafReq[rank] as number) : Number.POSITIVE_INFINITY;
   }
 
-  private pull(p: number): void {
+  private writeLeafR(rank: number): void {
+    const p = rank + this.size;
+    const healthy = this.healthyFlags[rank] === 1;
+    this.rReq[p] = healthy ? (this.leafReq[rank] as number) : Number.POSITIVE_INFINITY;
+  }
+
+  /** Recomputes node p of the (tokens, requests) tree; false when it did not change. */
+  private pullT(p: number): boolean {
     const l = 2 * p;
     const r = l + 1;
-    // (tokens, requests)
     const lt = this.tTok[l] as number;
     const rt = this.tTok[r] as number;
     const lq = this.tReq[l] as number;
     const rq = this.tReq[r] as number;
-    if (lt < rt || (lt === rt && lq < rq)) {
-      this.tTok[p] = lt;
-      this.tReq[p] = lq;
-      this.tCnt[p] = this.tCnt[l] as number;
-    } else if (rt < lt || rq < lq) {
-      this.tTok[p] = rt;
-      this.tReq[p] = rq;
-      this.tCnt[p] = this.tCnt[r] as number;
-    } else {
-      this.tTok[p] = lt;
-      this.tReq[p] = lq;
-      this.tCnt[p] = (this.tCnt[l] as number) + (this.tCnt[r] as number);
-    }
-    // requests
-    const a = this.rReq[l] as number;
-    const b = this.rReq[r] as number;
-    if (a < b) {
-      this.rReq[p] = a;
-      this.rCnt[p] = this.rCnt[l] as number;
-    } else if (b < a) {
-      this.rReq[p] = b;
-      this.rCnt[p] = this.rCnt[r] as number;
-    } else {
-      this.rReq[p] = a;
-      this.rCnt[p] = (this.rCnt[l] as number) + (this.rCnt[r] as number);
+    const left = lt < rt || (lt === rt && lq <= rq);
+    const tok = left ? lt : rt;
+    const req = left ? lq : rq;
+    if (this.tTok[p] === tok && this.tReq[p] === req) return false;
+    this.tTok[p] = tok;
+    this.tReq[p] = req;
+    return true;
+  }
+
+  /** Recomputes node p of the requests tree; false when it did not change. */
+  private pullR(p: number): boolean {
+    const a = this.rReq[2 * p] as number;
+    const b = this.rReq[2 * p + 1] as number;
+    const req = Math.min(a, b);
+    if (this.rReq[p] === req) return false;
+    this.rReq[p] = req;
+    return true;
+  }
+
+  /**
+   * Whether node `p` holds a rank the search wants: for the two orders and the cool order,
+   * a healthy rank at the tree's minimum; for WITHIN, a healthy rank with tokens <= max.
+   */
+  private meets(search: number, p: number, max: number): boolean {
+    switch (search) {
+      case TOKENS:
+        return this.tTok[p] === this.tTok[1] && this.tReq[p] === this.tReq[1];
+      case REQUESTS:
+        return this.rReq[p] === this.rReq[1];
+      case WITHIN:
+        return (this.tTok[p] as number) <= max;
+      default:
+        return (
+          this.cCnt[p] !== 0 &&
+          this.cTok[p] === this.cTok[1] &&
+          this.cReq[p] === this.cReq[1] &&
+          this.cCool[p] === this.cCool[1]
+        );
     }
   }
 
-  private reaches(order: LoadOrder, p: number): boolean {
-    if (order === 'tokens') {
-      return this.tCnt[p] !== 0 && this.tTok[p] === this.tTok[1] && this.tReq[p] === this.tReq[1];
+  /**
+   * The first rank at or after `from` whose leaf meets the search, or -1. Bottom-up: the leaf
+   * at `from` first (under a rotating cursor among many equal ranks it usually is the one),
+   * then the right siblings on the way up, then down the leftmost subtree that meets it: at
+   * most 2 log R nodes. Leaves past the last rank hold no healthy rank, so they never meet it.
+   */
+  private firstFrom(search: number, from: number, max: number): number {
+    const size = this.size;
+    let p = from + size;
+    if (!this.meets(search, p, max)) {
+      for (;;) {
+        if (p === 1) return -1;
+        if ((p & 1) === 0 && this.meets(search, p + 1, max)) {
+          p++;
+          break;
+        }
+        p >>= 1;
+      }
+      while (p < size) p = this.meets(search, 2 * p, max) ? 2 * p : 2 * p + 1;
     }
-    return this.rCnt[p] !== 0 && this.rReq[p] === this.rReq[1];
-  }
-
-  /** First leaf index >= from whose value equals the root minimum, or -1. */
-  private findFrom(order: LoadOrder, from: number): number {
-    return this.descend(order, 1, 0, this.size, from);
-  }
-
-  private descend(order: LoadOrder, p: number, lo: number, hi: number, from: number): number {
-    if (hi <= from || !this.reaches(order, p)) return -1;
-    if (hi - lo === 1) return lo < this.n ? lo : -1;
-    const mid = (lo + hi) >> 1;
-    const left = this.descend(order, 2 * p, lo, mid, from);
-    return left >= 0 ? left : this.descend(order, 2 * p + 1, mid, hi, from);
+    const rank = p - size;
+    return rank < this.n ? rank : -1;
   }
 
   private writeCoolLeaf(i: number): void {
@@ -339,29 +432,5 @@ export class LoadIndex {
     this.cCool[p] = this.cCool[from] as number;
     this.cCnt[p] =
       cmp === 0 ? (this.cCnt[l] as number) + (this.cCnt[r] as number) : (this.cCnt[from] as number);
-  }
-
-  private descendCool(p: number, lo: number, hi: number, from: number): number {
-    if (hi <= from || this.cCnt[p] === 0) return -1;
-    if (
-      this.cTok[p] !== this.cTok[1] ||
-      this.cReq[p] !== this.cReq[1] ||
-      this.cCool[p] !== this.cCool[1]
-    ) {
-      return -1;
-    }
-    if (hi - lo === 1) return lo < this.n ? lo : -1;
-    const mid = (lo + hi) >> 1;
-    const left = this.descendCool(2 * p, lo, mid, from);
-    return left >= 0 ? left : this.descendCool(2 * p + 1, mid, hi, from);
-  }
-
-  // Subtrees whose least tokens exceed max hold no such rank, so the descent is O(log R).
-  private within(p: number, lo: number, hi: number, from: number, max: number): number {
-    if (hi <= from || !((this.tTok[p] as number) <= max)) return -1;
-    if (hi - lo === 1) return lo < this.n ? lo : -1;
-    const mid = (lo + hi) >> 1;
-    const left = this.within(2 * p, lo, mid, from, max);
-    return left >= 0 ? left : this.within(2 * p + 1, mid, hi, from, max);
   }
 }
