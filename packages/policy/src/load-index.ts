@@ -158,8 +158,17 @@ export class LoadIndex {
     if (this.cool) this.bindCool(this.cool);
   }
 
-  /** Records rank `rank`'s current state. */
+  /**
+   * Records rank `rank`'s current state. A healthy rank's load must be finite: +Infinity marks
+   * an unhealthy leaf, so the searches tell the two apart by value (the tracker's totals are
+   * bounded integers).
+   */
   set(rank: number, leaf: LoadLeaf): void {
+    if (leaf.healthy && !(leaf.inFlightTokens < Infinity && leaf.inFlightRequests < Infinity)) {
+      throw new RangeError(
+        `LoadIndex.set: rank ${rank} is healthy with a load that is not finite (${leaf.inFlightTokens} tokens, ${leaf.inFlightRequests} requests)`,
+      );
+    }
     const was = this.healthyFlags[rank] === 1;
     if (was !== leaf.healthy) this.changes = ++changeStamp;
     if (was) {

@@ -145,6 +145,25 @@ describe('LoadIndex', () => {
     expect(index.healthyTokens).toBe(5 + 3 + 4 + 9 + 1 + 2 + 7);
   });
 
+  it('refuses a healthy rank whose load is not finite, which would read as unhealthy', () => {
+    const index = new LoadIndex(4);
+    expect(() =>
+      index.set(2, {
+        healthy: true,
+        inFlightTokens: Number.POSITIVE_INFINITY,
+        inFlightRequests: 1,
+      }),
+    ).toThrow(/rank 2 is healthy with a load that is not finite \(Infinity tokens, 1 requests\)/);
+    expect(() =>
+      index.set(1, { healthy: true, inFlightTokens: 3, inFlightRequests: Number.NaN }),
+    ).toThrow(/rank 1 is healthy/);
+    // Nothing was recorded, and an unhealthy rank's load is never read.
+    index.set(0, { healthy: false, inFlightTokens: Number.POSITIVE_INFINITY, inFlightRequests: 0 });
+    expect(index.healthyCount).toBe(3);
+    expect(index.healthyTokens).toBe(0);
+    expect(index.firstMinFrom('requests', 0)).toBe(1);
+  });
+
   it('answers leastTokens, firstWithinFrom and the cool order as scans do', () => {
     const leaf = fc.record({
       healthy: fc.boolean(),
