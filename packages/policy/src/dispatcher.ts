@@ -264,12 +264,10 @@ export function createDispatcher(config: DispatcherConfig): Dispatcher {
 
   const pickLeast = (order: 'tokens' | 'requests'): RankState => {
     if (!loadIndex) return scanLeast(mctx, order);
-    const n = mctx.ranks.length;
     const rank = loadIndex.firstMinFrom(order, tieCursor);
     // A unique minimum is the only candidate and leaves the cursor where it is; among equals
-    // the next one after it (cyclically) is another rank, and the cursor moves past the winner.
-    const next = (rank + 1) % n;
-    if (loadIndex.firstMinFrom(order, next) !== rank) tieCursor = next;
+    // the cursor moves past the winner.
+    if (loadIndex.sharesMin(order, rank)) tieCursor = (rank + 1) % mctx.ranks.length;
     return mctx.ranks[rank] as RankState;
   };
 
